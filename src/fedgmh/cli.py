@@ -1,0 +1,152 @@
+"""Command-line interface: `fedgmh download | partition | train | aggregate | table | curves`.
+
+Each subcommand is a thin wrapper around a library function; user errors (bad input, missing
+files) are reported as one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fedgmh.errors import UserError
+
+
+def _cmd_download(args: argparse.Namespace) -> None:
+    from fedgmh import data
+
+    path = data.download(args.dataset, Path(args.root), mirror=Path(args.mirror) if args.mirror else None)
+    print(f"{args.dataset}: ready at {path}")
+
+
+def _cmd_partition(args: argparse.Namespace) -> None:
+    from fedgmh import data, partition
+
+    if args.scheme != "exdir":
+        raise UserError(f"unknown partition scheme {args.scheme!r}; available: exdir")
+    dataset = data.load_labels(args.dataset, Path(args.root))
+    part = partition.exdir(
+        dataset.labels,
+        num_clients=args.clients,
+        classes_per_client=args.classes_per_client,
+        alpha=args.alpha,
+        train_ratio=args.train_ratio,
+        seed=args.seed,
+    )
+    meta = {
+        "scheme": "exdir",
+        "dataset": args.dataset,
+        "dataset_fingerprint": dataset.fingerprint,
+        "num_samples": int(len(dataset.labels)),
+        "num_classes": int(dataset.num_classes),
+        "num_clients": args.clients,
+        "classes_per_client": args.classes_per_client,
+        "alpha": args.alpha,
+        "train_ratio": args.train_ratio,
+        "seed": args.seed,
+    }
+    out = Path(args.out)
+    partition.save_partition(out, part, meta)
+    stats = partition.client_statistics(part, dataset.labels, dataset.num_classes)
+    stats_path = Path(args.stats) if args.stats else out.with_suffix(".stats.csv")
+    partition.write_atomic_csv(stats, stats_path)
+    if args.heatmap:
+        partition.plot_heatmap(stats, Path(args.heatmap), title=f"{args.dataset} ExDir({args.classes_per_client}, {args.alpha})")
+    sizes = part.client_sizes()
+    print(
+        f"partition: {args.clients} clients, sizes min {sizes.min()} / median {int(sorted(sizes)[len(sizes) // 2])} "
+        f"/ max {sizes.max()}; written to {out}"
+    )
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    from fedgmh.config import TrainConfig, parse_overrides
+    from fedgmh.train import run_training
+
+    config = TrainConfig(
+        dataset=args.dataset,
+        root=args.root,
+        partition=args.partition,
+        algorithm=args.algorithm,
+        rounds=args.rounds,
+        join_ratio=args.join_ratio,
+        local_epochs=args.local_epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        device=args.device,
+        threads=args.threads,
+        overrides=parse_overrides(args.set),
+    )
+    result = run_training(config, Path(args.out), progress=not args.quiet)
+    print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedgmh", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("download", help="fetch a dataset (torchvision, a local mirror, or the embedded one)")
+    p.add_argument("dataset", help="mnist, fashion_mnist, cifar10, cifar100, or digits (embedded, no network)")
+    p.add_argument("--root", required=True, help="folder where prepared datasets are written")
+    p.add_argument("--mirror", help="local folder laid out like shared/data (torchvision archives or cifar100.npz)")
+    p.set_defaults(func=_cmd_download)
+
+    p = sub.add_parser("partition", help="split a dataset over clients (ExDir) and write a .npz partition")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--root", required=True)
+    p.add_argument("--clients", type=int, required=True)
+    p.add_argument("--classes-per-client", type=int, required=True)
+    p.add_argument("--alpha", type=float, required=True)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--scheme", default="exdir")
+    p.add_argument("--train-ratio", type=float, default=0.75)
+    p.add_argument("--out", required=True, help="partition file (.npz)")
+    p.add_argument("--stats", help="per-client statistics CSV (default: OUT with .stats.csv)")
+    p.add_argument("--heatmap", help="clients x classes heat-map figure (PDF or PNG)")
+    p.set_defaults(func=_cmd_partition)
+
+    p = sub.add_parser("train", help="run one federated training run and write metrics.csv + run.json")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--root", required=True)
+    p.add_argument("--partition", required=True)
+    p.add_argument("--algorithm", required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--join-ratio", type=float, default=0.2)
+    p.add_argument("--local-epochs", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=100)
+    p.add_argument("--lr", type=float, default=0.01)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (CUDA when available)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine or algorithm option, e.g. --set beta=0.3 --set drop_last=true (repeatable)",
+    )
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    p.set_defaults(func=_cmd_train)
+
+    from fedgmh import cli_report
+
+    cli_report.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as err:
+        print(f"fedgmh {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
