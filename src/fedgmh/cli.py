@@ -22,6 +22,7 @@ def _cmd_download(args: argparse.Namespace) -> None:
 
 def _cmd_partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
+    from fedgmh.io import write_csv
 
     if args.scheme != "exdir":
         raise UserError(f"unknown partition scheme {args.scheme!r}; available: exdir")
@@ -50,7 +51,7 @@ def _cmd_partition(args: argparse.Namespace) -> None:
     partition.save_partition(out, part, meta)
     stats = partition.client_statistics(part, dataset.labels, dataset.num_classes)
     stats_path = Path(args.stats) if args.stats else out.with_suffix(".stats.csv")
-    partition.write_atomic_csv(stats, stats_path)
+    write_csv(stats, stats_path)
     if args.heatmap:
         partition.plot_heatmap(stats, Path(args.heatmap), title=f"{args.dataset} ExDir({args.classes_per_client}, {args.alpha})")
     sizes = part.client_sizes()

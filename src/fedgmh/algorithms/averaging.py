@@ -1,0 +1,69 @@
+"""Parameter averaging with a choice of what is shared: FedAvg shares everything.
+
+Clients keep only their unshared parameters between rounds (nothing for FedAvg), so 100 clients
+cost 100 x (unshared size), not 100 models. FedPer (body shared) and LG-FedAvg (head shared) are
+this class with another `shares`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedgmh.algorithms.base import Algorithm, register
+from fedgmh.engine import LocalResult, Params, local_train
+
+
+class ParameterAveraging(Algorithm):
+    """Server averages the shared parameters, weighted by train sizes; the rest stays local."""
+
+    personalised = True
+
+    def shares(self, name: str) -> bool:
+        return True
+
+    def __init__(self, fed, options) -> None:
+        super().__init__(fed, options)
+        initial = fed.initial_params()
+        self.global_params: Params = {k: v for k, v in initial.items() if self.shares(k)}
+        self.initial_local: Params = {k: v for k, v in initial.items() if not self.shares(k)}
+        self.local: dict[int, Params] = {}
+        self.uploads: dict[int, Params] = {}
+
+    def client_params(self, client: int) -> Params:
+        """The client's current model: the latest global shared part + its own local part."""
+        return {**self.global_params, **self.local.get(client, self.initial_local)}
+
+    def eval_params(self, client: int) -> Params:
+        if not self.personalised or not self.initial_local:
+            return self.global_params
+        return self.client_params(client)
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        result = local_train(self.fed, self.client_params(client), client)
+        self.keep(client, result.params)
+        return result
+
+    def keep(self, client: int, params: Params) -> None:
+        """Store the unshared part locally and the shared part as this round's upload."""
+        if self.initial_local:
+            self.local[client] = {k: params[k] for k in self.initial_local}
+        self.uploads[client] = {k: params[k] for k in self.global_params}
+
+    def aggregate(self, rnd: int, selected: list[int]) -> None:
+        sizes = self.fed.train_sizes()[selected].astype(float)
+        weights = sizes / sizes.sum()
+        averaged = {k: torch.zeros_like(v) for k, v in self.global_params.items()}
+        for client, w in zip(selected, weights):
+            for k, v in self.uploads.pop(client).items():
+                averaged[k].add_(v, alpha=float(w))
+        self.global_params = averaged
+
+
+@register
+class FedAvg(ParameterAveraging):
+    """McMahan et al. 2017: local SGD on the global model, weighted average; global model evaluated."""
+
+    name = "fedavg"
+    display_name = "FedAvg"
+    personalised = False
+    official = {"drop_last": True}  # PFLlib's DataLoader drops the last partial batch

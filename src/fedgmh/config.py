@@ -1,0 +1,135 @@
+"""Typed run configuration and `--set key=value` options.
+
+A run is a `TrainConfig` (the flags of `fedgmh train`) plus options given as `--set key=value`.
+Each option belongs either to the engine (`EngineOptions`) or to the algorithm (its `Options`
+dataclass). Values are converted to the field's type; unknown keys, wrong types and values outside
+a field's choices fail with a message before any training starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+from fedgmh.errors import UserError
+
+TRUE_WORDS = {"true", "1", "yes", "on"}
+FALSE_WORDS = {"false", "0", "no", "off"}
+
+
+def choice(default: str, *choices: str, help: str = "") -> Any:
+    """A string field restricted to `choices` (the first one documented as the default)."""
+    return field(default=default, metadata={"choices": (default, *choices), "help": help})
+
+
+def option(default: Any, help: str = "") -> Any:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine options shared by every algorithm (settable with --set)."""
+
+    lr_decay: float = option(0.99, "ExponentialLR gamma, stepped once per participation of a client")
+    drop_last: bool = option(False, "drop each client's last partial batch (PFLlib's DataLoader does; the paper uses all samples)")
+    eval_every: int = option(1, "evaluate every k-th round (the paper: every round)")
+    eval_last: int = option(0, "evaluate only the last k rounds (0 = all; the official FedGMH code uses 20)")
+    eval_batch_size: int = option(1000, "batch size of evaluation passes (does not change results)")
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lr_decay <= 1:
+            raise UserError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
+        if self.eval_every < 1 or self.eval_last < 0 or self.eval_batch_size < 1:
+            raise UserError("eval_every and eval_batch_size must be >= 1 and eval_last >= 0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The flags of `fedgmh train` (see design.md)."""
+
+    dataset: str
+    root: str
+    partition: str
+    algorithm: str
+    rounds: int
+    join_ratio: float = 0.2
+    local_epochs: int = 2
+    batch_size: int = 100
+    lr: float = 0.01
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    overrides: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.rounds >= 0, f"rounds must be >= 0, got {self.rounds}"),
+            (0 < self.join_ratio <= 1, f"join ratio must be in (0, 1], got {self.join_ratio}"),
+            (self.local_epochs >= 1, f"local epochs must be >= 1, got {self.local_epochs}"),
+            (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
+            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
+            (self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, str]:
+    """['beta=0.3', 'drop_last=true'] -> {'beta': '0.3', 'drop_last': 'true'}."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set expects KEY=VALUE, got {pair!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _convert(cls: type, name: str, kind: type, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
+            return float(raw)
+        if isinstance(raw, kind):
+            return raw
+        raw = str(raw)
+    try:
+        if kind is bool:
+            word = raw.lower()
+            if word in TRUE_WORDS | FALSE_WORDS:
+                return word in TRUE_WORDS
+            raise ValueError
+        return kind(raw)
+    except ValueError:
+        raise UserError(f"option {name}={raw!r}: expected a value of type {kind.__name__}") from None
+
+
+def build_options(cls: type, values: dict[str, Any]) -> Any:
+    """Instantiate the options dataclass `cls` from strings (or typed values), with clear errors."""
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for name, raw in values.items():
+        if name not in fields:
+            raise UserError(f"unknown option {name!r}; known: {', '.join(sorted(fields)) or 'none'}")
+        value = _convert(cls, name, hints[name], raw)
+        choices = fields[name].metadata.get("choices")
+        if choices and value not in choices:
+            raise UserError(f"option {name}={value!r}: choose one of {', '.join(choices)}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def option_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def describe_options(cls: type) -> list[str]:
+    """Lines `name (type, default): help` for docs and --help texts."""
+    hints = get_type_hints(cls)
+    lines = []
+    for f in dataclasses.fields(cls):
+        extra = f" one of {', '.join(f.metadata['choices'])};" if f.metadata.get("choices") else ""
+        lines.append(f"{f.name} ({hints[f.name].__name__}, default {f.default!r}):{extra} {f.metadata.get('help', '')}")
+    return lines

@@ -1,0 +1,215 @@
+"""The one round loop and the one local-SGD routine that every algorithm runs on.
+
+Client models are plain dicts of tensors (`Params`); a single `FedAvgCNN` instance does all the
+compute through `torch.func.functional_call`. The pooled dataset lives in memory, normalised once,
+and client batches are index tensors.
+
+Round order follows PFLlib (protocol.md): select clients, send, evaluate ALL clients, train the
+selected ones, aggregate. Round indices run 0..rounds (rounds + 1 iterations, like PFLlib).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from fedgmh.config import EngineOptions
+from fedgmh.model import FedAvgCNN
+
+Params = dict[str, torch.Tensor]
+LossFn = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
+GradHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class LocalResult:
+    """What a call of `local_train` returns: the new parameters and the training loss it saw."""
+
+    params: Params
+    loss_sum: float = 0.0
+    num_samples: int = 0
+
+
+@dataclass
+class Federation:
+    """Everything fixed during a run: data, clients, architecture, hyper-parameters and RNGs."""
+
+    model: FedAvgCNN
+    images: torch.Tensor
+    labels: torch.Tensor
+    train_idx: list[torch.Tensor]
+    test_idx: list[torch.Tensor]
+    num_classes: int
+    batch_size: int
+    local_epochs: int
+    lr: float
+    options: EngineOptions
+    seed: int
+    generator: torch.Generator = field(init=False)
+    participations: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.participations = np.zeros(self.num_clients, dtype=np.int64)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_idx)
+
+    @property
+    def device(self) -> torch.device:
+        return self.images.device
+
+    def train_sizes(self) -> np.ndarray:
+        return np.array([len(idx) for idx in self.train_idx])
+
+    def client_lr(self, client: int) -> float:
+        """lr * gamma^k after k participations (ExponentialLR stepped once per local training call)."""
+        return self.lr * self.options.lr_decay ** int(self.participations[client])
+
+    def shuffled_batches(self, client: int) -> Iterator[torch.Tensor]:
+        """One epoch of a shuffled DataLoader over the client's train split, as index tensors."""
+        idx = self.train_idx[client]
+        order = torch.randperm(len(idx), generator=self.generator).to(idx.device)
+        stop = len(idx) - len(idx) % self.batch_size if self.options.drop_last else len(idx)
+        for start in range(0, stop, self.batch_size):
+            yield idx[order[start : start + self.batch_size]]
+
+    def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.model, params, (x,))
+
+    def features(self, params: Params, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.model.body, {k[5:]: v for k, v in params.items() if k.startswith("body.")}, (x,))
+
+    def initial_params(self) -> Params:
+        return {name: p.detach().clone() for name, p in self.model.named_parameters()}
+
+
+def cross_entropy_loss(fed: Federation) -> LossFn:
+    return lambda params, x, y: F.cross_entropy(fed.forward(params, x), y)
+
+
+def local_train(
+    fed: Federation,
+    params: Params,
+    client: int,
+    *,
+    epochs: int | None = None,
+    lr: float | None = None,
+    trainable: Callable[[str], bool] | None = None,
+    loss_fn: LossFn | None = None,
+    grad_hook: GradHook | None = None,
+) -> LocalResult:
+    """Plain SGD (as torch.optim.SGD: p <- p - lr * g) on the client's train split.
+
+    `trainable` selects the parameters that move (others are frozen but still used), `loss_fn`
+    replaces cross-entropy, `grad_hook(name, param, grad)` may change a gradient before the step
+    (e.g. a proximal term). Returns NEW tensors; `params` is not modified.
+    """
+    epochs = fed.local_epochs if epochs is None else epochs
+    lr = fed.client_lr(client) if lr is None else lr
+    loss_fn = loss_fn or cross_entropy_loss(fed)
+    params = {k: v.detach().clone() for k, v in params.items()}
+    names = [k for k in params if trainable is None or trainable(k)]
+    for k in names:
+        params[k].requires_grad_(True)
+    loss_sum, seen = torch.zeros((), device=fed.device), 0
+    for _ in range(epochs):
+        for batch in fed.shuffled_batches(client):
+            x, y = fed.images[batch], fed.labels[batch]
+            loss = loss_fn(params, x, y)
+            grads = torch.autograd.grad(loss, [params[k] for k in names])
+            with torch.no_grad():
+                for k, g in zip(names, grads):
+                    if grad_hook is not None:
+                        g = grad_hook(k, params[k], g)
+                    params[k].add_(g, alpha=-lr)
+            loss_sum += loss.detach() * len(batch)
+            seen += len(batch)
+    return LocalResult({k: v.detach() for k, v in params.items()}, float(loss_sum), seen)
+
+
+@torch.no_grad()
+def count_correct(fed: Federation, params: Params, idx: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Per-sample correctness (bool tensor) and summed cross-entropy of the model on samples `idx`."""
+    correct, loss_sum = [], 0.0
+    for start in range(0, len(idx), fed.options.eval_batch_size):
+        batch = idx[start : start + fed.options.eval_batch_size]
+        logits = fed.forward(params, fed.images[batch])
+        y = fed.labels[batch]
+        correct.append(logits.argmax(dim=1) == y)
+        loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
+    return (torch.cat(correct) if correct else torch.zeros(0, dtype=torch.bool)), loss_sum
+
+
+def evaluate_clients(fed: Federation, params_of: Callable[[int], Params]) -> dict[str, float]:
+    """Evaluate each client's model on its own test split; clients sharing one model share one pass."""
+    groups: dict[int, list[int]] = {}
+    models: dict[int, Params] = {}
+    for client in range(fed.num_clients):
+        params = params_of(client)
+        groups.setdefault(id(params), []).append(client)
+        models[id(params)] = params
+    correct = np.zeros(fed.num_clients)
+    total = np.array([len(idx) for idx in fed.test_idx], dtype=float)
+    loss_sum = 0.0
+    for key, clients in groups.items():
+        idx = torch.cat([fed.test_idx[c] for c in clients])
+        hits, loss = count_correct(fed, models[key], idx)
+        loss_sum += loss
+        per_client = torch.split(hits, [len(fed.test_idx[c]) for c in clients])
+        for client, h in zip(clients, per_client):
+            correct[client] = float(h.sum())
+    accs = correct / np.maximum(total, 1)
+    return {
+        "test_acc": float(correct.sum() / total.sum()),
+        "test_acc_mean": float(accs.mean()),
+        "test_acc_std": float(accs.std()),
+        "test_loss": float(loss_sum / total.sum()),
+    }
+
+
+def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
+    if options.eval_last and rnd <= rounds - options.eval_last:
+        return False
+    return rnd % options.eval_every == 0 or rnd == rounds
+
+
+def run_rounds(
+    fed: Federation,
+    algorithm,
+    rounds: int,
+    join_ratio: float,
+    seed: int,
+    on_round: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """The round loop shared by all algorithms; returns one metrics row per evaluated round."""
+    rng = np.random.RandomState(seed)
+    num_selected = max(1, int(fed.num_clients * join_ratio))
+    rows = []
+    for rnd in range(rounds + 1):
+        start = time.perf_counter()
+        selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
+        algorithm.send(rnd, selected)
+        metrics = evaluate_clients(fed, algorithm.eval_params) if should_evaluate(rnd, rounds, fed.options) else None
+        loss_sum, seen = 0.0, 0
+        for client in selected:
+            result = algorithm.train_client(rnd, client)
+            fed.participations[client] += 1
+            loss_sum += result.loss_sum
+            seen += result.num_samples
+        algorithm.aggregate(rnd, selected)
+        if metrics is not None:
+            row = {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan}
+            row["seconds"] = time.perf_counter() - start
+            rows.append(row)
+            if on_round is not None:
+                on_round(row)
+    return rows

@@ -1,0 +1,47 @@
+"""Atomic file writes: a result file is either complete or absent, never half-written.
+
+Every writer goes through `atomic_path`, which hands out a temporary name in the destination's
+folder and renames it over the destination only when the block finishes without an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path | str) -> Iterator[Path]:
+    """Yield a temporary path next to `path` (same suffix); rename it to `path` on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix + ".tmp" if not path.suffix else path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(data: Any, path: Path | str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_csv(frame: pd.DataFrame, path: Path | str) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def write_text(text: str, path: Path | str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

@@ -1,0 +1,169 @@
+"""`fedgmh train`: resolve options, load data and partition, run the rounds, write the run record.
+
+Outputs (written atomically, so a killed run never leaves a file that looks finished):
+RUNDIR/metrics.csv (one row per evaluated round) and RUNDIR/run.json (config, resolved options,
+versions, device, wall time, best accuracy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+import fedgmh
+from fedgmh import data
+from fedgmh.algorithms import get_algorithm
+from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
+from fedgmh.engine import Federation, run_rounds
+from fedgmh.errors import UserError
+from fedgmh.io import write_csv, write_json
+from fedgmh.model import FedAvgCNN
+from fedgmh.partition import load_partition
+
+
+def resolve_options(algorithm: str, overrides: dict[str, Any]) -> tuple[Any, EngineOptions]:
+    """Split `--set` values into (algorithm options, engine options), applying `preset` first."""
+    cls = get_algorithm(algorithm)
+    explicit = dict(overrides)
+    preset = explicit.get("preset", "paper")
+    if preset not in ("paper", "official"):
+        raise UserError(f"option preset={preset!r}: choose one of paper, official")
+    values = {**cls.defaults, **(cls.official if preset == "official" else {}), **explicit}
+    algo_keys, engine_keys = option_names(cls.Options), option_names(EngineOptions)
+    if "preset" not in algo_keys:
+        values.pop("preset", None)
+    unknown = set(values) - algo_keys - engine_keys
+    if unknown:
+        known = ", ".join(sorted(algo_keys | engine_keys | {"preset"}))
+        raise UserError(f"unknown option(s) {', '.join(sorted(unknown))} for {algorithm}; known: {known}")
+    algo = build_options(cls.Options, {k: v for k, v in values.items() if k in algo_keys})
+    engine = build_options(EngineOptions, {k: v for k, v in values.items() if k in engine_keys})
+    return algo, engine
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+    return device
+
+
+def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.device) -> tuple[Federation, dict]:
+    """Load the dataset and partition (checking that they belong together) and build the model."""
+    info = data.get_info(config.dataset)
+    partition, meta = load_partition(Path(config.partition))
+    dataset = data.load_dataset(config.dataset, Path(config.root), device=device)
+    if meta.get("dataset") not in (None, config.dataset):
+        raise UserError(f"partition {config.partition} was made for dataset {meta['dataset']!r}, not {config.dataset!r}")
+    if meta.get("dataset_fingerprint") not in (None, dataset.fingerprint):
+        raise UserError(f"partition {config.partition} was made from different {config.dataset} data (fingerprint mismatch); re-run `fedgmh partition`")
+    all_idx = np.concatenate(partition.train + partition.test)
+    if len(all_idx) and (all_idx.min() < 0 or all_idx.max() >= len(dataset.labels)):
+        raise UserError(f"partition {config.partition} indexes samples outside {config.dataset} ({len(dataset.labels)} samples)")
+    torch.manual_seed(config.seed)  # every client starts from these same initial weights
+    model = FedAvgCNN(info.channels, dataset.num_classes, info.height).to(device)
+    as_tensor = lambda a: torch.as_tensor(a, dtype=torch.long, device=device)  # noqa: E731
+    fed = Federation(
+        model=model,
+        images=dataset.images,
+        labels=dataset.labels,
+        train_idx=[as_tensor(a) for a in partition.train],
+        test_idx=[as_tensor(a) for a in partition.test],
+        num_classes=dataset.num_classes,
+        batch_size=config.batch_size,
+        local_epochs=config.local_epochs,
+        lr=config.lr,
+        options=engine,
+        seed=config.seed,
+    )
+    return fed, meta
+
+
+def _code_version() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+class ProgressLog:
+    """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA."""
+
+    def __init__(self, algorithm: str, rounds: int) -> None:
+        self.algorithm, self.rounds, self.start, self.best = algorithm, rounds, time.perf_counter(), 0.0
+
+    def __call__(self, row: dict) -> None:
+        self.best = max(self.best, row["test_acc"])
+        done = row["round"] + 1
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / done * (self.rounds + 1 - done)
+        print(
+            f"[{self.algorithm}] round {row['round']}/{self.rounds} acc {row['test_acc']:.4f} best {self.best:.4f} "
+            f"train_loss {row['train_loss']:.4f} | {elapsed:.0f}s elapsed, ETA {eta:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def run_training(config: TrainConfig, out_dir: Path, progress: bool = True) -> dict:
+    """Run one federated training run and write metrics.csv and run.json into `out_dir`."""
+    algo_options, engine = resolve_options(config.algorithm, config.overrides)
+    device = pick_device(config.device)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    fed, partition_meta = build_federation(config, engine, device)
+    if fed.num_clients * config.join_ratio < 1:
+        raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
+    algorithm = get_algorithm(config.algorithm)(fed, algo_options)
+    started = dt.datetime.now(dt.timezone.utc)
+    wall = time.perf_counter()
+    rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, ProgressLog(config.algorithm, config.rounds) if progress else None)
+    wall = time.perf_counter() - wall
+    metrics = pd.DataFrame(rows)
+    best = metrics.loc[metrics["test_acc"].idxmax()]
+    record = {
+        "algorithm": config.algorithm,
+        "dataset": config.dataset,
+        "seed": config.seed,
+        "config": dataclasses.asdict(config),
+        "algorithm_options": dataclasses.asdict(algo_options),
+        "engine_options": dataclasses.asdict(engine),
+        "partition": partition_meta,
+        "num_clients": fed.num_clients,
+        "best_test_acc": float(best["test_acc"]),
+        "best_round": int(best["round"]),
+        "final_test_acc": float(metrics["test_acc"].iloc[-1]),
+        "evaluated_rounds": len(metrics),
+        "wall_time_s": wall,
+        "started_utc": started.isoformat(),
+        "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
+        "threads": torch.get_num_threads(),
+        "host": platform.node(),
+        "versions": {
+            "fedgmh": fedgmh.__version__,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+        },
+        "code_version": _code_version(),
+    }
+    out_dir = Path(out_dir)
+    write_csv(metrics, out_dir / "metrics.csv")
+    write_json(record, out_dir / "run.json")  # written last: its presence marks a finished run
+    return record
