@@ -22,3 +22,49 @@ def shared_data() -> Path:
     if not (path / "MNIST" / "raw").is_dir():
         pytest.skip(f"offline data mirror not found at {path} (set FEDGMH_SHARED_DATA to a folder laid out like shared/data)")
     return path
+
+
+def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed=0, num_classes=None, test_per_client=3, **engine):
+    """A tiny federation on random 1x28x28 images: client i gets train labels `client_labels[i]`."""
+    import torch
+
+    from fedgmh.config import EngineOptions
+    from fedgmh.engine import Federation
+    from fedgmh.model import FedAvgCNN
+
+    num_classes = num_classes or (max(max(c) for c in client_labels) + 1)
+    gen = torch.Generator().manual_seed(1234 + seed)
+    labels, train_idx, test_idx = [], [], []
+    for client in client_labels:
+        start = len(labels)
+        labels.extend(client)
+        train_idx.append(torch.arange(start, len(labels)))
+        start = len(labels)
+        labels.extend(client[:test_per_client])
+        test_idx.append(torch.arange(start, len(labels)))
+    images = torch.randn(len(labels), 1, 28, 28, generator=gen)
+    torch.manual_seed(seed)
+    model = FedAvgCNN(1, num_classes, 28)
+    return Federation(
+        model=model,
+        images=images,
+        labels=torch.tensor(labels),
+        train_idx=train_idx,
+        test_idx=test_idx,
+        num_classes=num_classes,
+        batch_size=batch_size,
+        local_epochs=local_epochs,
+        lr=lr,
+        options=EngineOptions(**engine),
+        seed=seed,
+    )
+
+
+@pytest.fixture
+def digits_root(tmp_path_factory) -> Path:
+    """The embedded dataset, prepared once per test session."""
+    from fedgmh import data
+
+    root = tmp_path_factory.getbasetemp() / "digits_data"
+    data.download("digits", root)
+    return root

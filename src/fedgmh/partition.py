@@ -4,12 +4,14 @@
 (`dataset/utils/dataset_utils.py`, seeded with `np.random.seed(1)`): one `RandomState(seed)`
 makes every draw in the same order as the reference's global-RNG calls (see
 ../shared/spec/exdir.md). Unlike the reference, impossible parameters fail fast with a message and
-every retry loop is bounded.
+every retry loop is bounded. Where the reference would divide by zero (every holder of a class
+already full) we discard the draw and redraw; the reference's output is undefined there.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,10 +107,10 @@ def _split_samples(
             receives &= sizes < cap
             shares = shares * receives
             if shares.sum() == 0:
-                raise PartitionError(
-                    f"every holder of class {k} already has the maximum {cap:.0f} samples, so the class has "
-                    f"nowhere to go (the reference generator would divide by zero here); try another seed or alpha"
-                )
+                # Every holder of class k is full: the reference divides by zero here and goes on with
+                # garbage cut points. We discard this draw and redraw (deterministic, documented).
+                sizes[:] = -1
+                break
             shares = shares / shares.sum()
             cuts = (np.cumsum(shares) * len(idx_k)).astype(int)[:-1]
             if cuts[-1] != len(idx_k):
@@ -117,10 +119,10 @@ def _split_samples(
                 if len(piece):
                     pieces[client].append(piece)
                     sizes[client] += len(piece)
-        if sizes.min() >= MIN_CLIENT_SIZE:
+        if sizes.min() >= MIN_CLIENT_SIZE:  # the reference reads its minimum after the last class
             return [np.concatenate(p) if p else np.zeros(0, dtype=np.int64) for p in pieces]
     raise PartitionError(
-        f"no draw in {max_attempts} gave every client at least {MIN_CLIENT_SIZE} samples "
+        f"no draw in {max_attempts} gave every client at least {MIN_CLIENT_SIZE} samples without overfilling "
         f"(N={num_clients}, alpha={alpha}); use fewer clients or a larger alpha"
     )
 
@@ -180,7 +182,7 @@ def load_partition(path: Path) -> tuple[Partition, dict]:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in PARTITION_KEYS}
             meta = json.loads(str(npz["meta"])) if "meta" in npz.files else {}
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
         raise UserError(f"partition file {path} is unreadable or incomplete ({err}); delete it and run `fedgmh partition` again") from err
 
     def unflat(values: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:

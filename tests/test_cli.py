@@ -1,0 +1,81 @@
+"""`fedgmh train` end to end on the embedded dataset, and its errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from fedgmh.cli import main
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from fedgmh import data
+
+    root = tmp_path_factory.mktemp("cli")
+    data.download("digits", root / "data")
+    part = root / "part.npz"
+    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "6",
+                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(part)]) == 0
+    return root
+
+
+def train_args(root, *extra, algorithm="fedgmh", out="run"):
+    return ["train", "--dataset", "digits", "--root", str(root / "data"), "--partition", str(root / "part.npz"),
+            "--algorithm", algorithm, "--rounds", "2", "--local-epochs", "1", "--join-ratio", "0.4",
+            "--out", str(root / out), "--quiet", *extra]
+
+
+def test_train_writes_metrics_and_run_record(setup, capsys):
+    assert main(train_args(setup, "--set", "beta=0.3", "--set", "preset=official", out="ok")) == 0
+    metrics = pd.read_csv(setup / "ok" / "metrics.csv")
+    record = json.loads((setup / "ok" / "run.json").read_text())
+    # official preset evaluates only the last 20 rounds: here all 3 of them
+    assert metrics["round"].tolist() == [0, 1, 2]
+    assert record["best_test_acc"] == pytest.approx(metrics["test_acc"].max())
+    assert record["algorithm_options"]["beta"] == 0.3
+    assert record["algorithm_options"]["mix"] == "noncritical" and record["engine_options"]["drop_last"] is True
+    assert record["partition"]["dataset"] == "digits" and record["versions"]["torch"]
+    assert "best test accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra,algorithm,message",
+    [
+        ((), "fedfoo", "unknown algorithm 'fedfoo'"),
+        (("--set", "gamma=2"), "fedgmh", "unknown option(s) gamma"),
+        (("--set", "beta=high"), "fedgmh", "beta='high': expected a value of type float"),
+        (("--set", "drop_last=maybe"), "fedavg", "expected a value of type bool"),
+        (("--set", "beta"), "fedgmh", "--set expects KEY=VALUE"),
+        (("--lr", "-1"), "fedavg", "learning rate must be > 0"),
+        (("--device", "cuda:7"), "fedavg", "CUDA is not available"),
+    ],
+)
+def test_bad_input_fails_with_a_message_and_no_output(setup, capsys, extra, algorithm, message):
+    if "cuda" in " ".join(extra):
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has CUDA")
+    assert main(train_args(setup, *extra, algorithm=algorithm, out="bad")) == 2
+    assert message in capsys.readouterr().err
+    assert not (setup / "bad").exists()
+
+
+def test_partition_from_other_data_is_rejected(setup, tmp_path, capsys):
+    import numpy as np
+
+    with np.load(setup / "part.npz") as npz:
+        arrays = dict(npz)
+    meta = json.loads(str(arrays.pop("meta")))
+    np.savez(tmp_path / "other.npz", **arrays, meta=np.array(json.dumps({**meta, "dataset_fingerprint": "0" * 64})))
+    args = train_args(setup, out="x")
+    args[args.index("--partition") + 1] = str(tmp_path / "other.npz")
+    assert main(args) == 2
+    assert "fingerprint mismatch" in capsys.readouterr().err
+    np.savez(tmp_path / "wrong.npz", **arrays, meta=np.array(json.dumps({**meta, "dataset": "mnist"})))
+    args[args.index("--partition") + 1] = str(tmp_path / "wrong.npz")
+    assert main(args) == 2
+    assert "made for dataset 'mnist'" in capsys.readouterr().err

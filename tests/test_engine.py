@@ -1,0 +1,149 @@
+"""The round loop and local SGD: FedAvg = centralised SGD, determinism, schedules, evaluation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import make_federation
+
+from fedgmh.algorithms import get_algorithm
+from fedgmh.algorithms.base import NoOptions
+from fedgmh.config import EngineOptions, TrainConfig
+from fedgmh.engine import evaluate_clients, local_train, run_rounds, should_evaluate
+from fedgmh.train import run_training
+
+
+def test_fedavg_of_full_batch_clients_equals_centralised_gradient_descent():
+    # One full-batch step per round on each client, averaged by train size, is one GD step on
+    # the pooled data (the size-weighted mean of client gradients is the pooled gradient).
+    clients = [[0, 1, 1], [2, 2, 0, 1, 0], [1, 2]]
+    fed = make_federation(clients, batch_size=100, lr=0.05, lr_decay=1.0)
+    algo = get_algorithm("fedavg")(fed, NoOptions())
+    model = fed.model
+    pooled = torch.cat(fed.train_idx)
+    x, y = fed.images[pooled], fed.labels[pooled]
+    central = torch.optim.SGD(model.parameters(), lr=0.05)
+    for rnd in range(3):
+        algo.send(rnd, [0, 1, 2])
+        for c in (0, 1, 2):
+            algo.train_client(rnd, c)
+        algo.aggregate(rnd, [0, 1, 2])
+        central.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        central.step()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(algo.global_params[name], p.detach(), rtol=1e-4, atol=1e-6)
+
+
+def test_local_train_returns_new_tensors_and_respects_frozen_and_grad_hook():
+    fed = make_federation([[0, 1, 0, 1]])
+    start = fed.initial_params()
+    snapshot = {k: v.clone() for k, v in start.items()}
+    result = local_train(fed, start, 0, trainable=lambda k: k.startswith("head."))
+    assert all(torch.equal(start[k], snapshot[k]) for k in start)  # input untouched
+    assert torch.equal(result.params["body.0.weight"], start["body.0.weight"])
+    assert not torch.equal(result.params["head.weight"], start["head.weight"])
+    assert result.num_samples == 4
+    zeroed = local_train(fed, start, 0, grad_hook=lambda k, p, g: torch.zeros_like(g))
+    assert all(torch.equal(zeroed.params[k], start[k]) for k in start)
+
+
+def test_drop_last_and_batches_cover_each_sample_once_per_epoch():
+    fed = make_federation([list(range(3)) * 3], batch_size=4)
+    batches = list(fed.shuffled_batches(0))
+    assert [len(b) for b in batches] == [4, 4, 1]
+    assert sorted(torch.cat(batches).tolist()) == fed.train_idx[0].tolist()
+    fed.options = dataclasses.replace(fed.options, drop_last=True)
+    assert [len(b) for b in fed.shuffled_batches(0)] == [4, 4]
+
+
+def test_lr_decays_once_per_participation():
+    fed = make_federation([[0, 1], [1, 0]], lr=0.1, lr_decay=0.5)
+    fed.participations[1] = 3
+    assert fed.client_lr(0) == pytest.approx(0.1)
+    assert fed.client_lr(1) == pytest.approx(0.1 * 0.5**3)
+
+
+def test_evaluation_pools_samples_and_reports_client_spread():
+    fed = make_federation([[0, 1, 0, 1], [1, 1, 1, 1, 1, 1, 1, 1]], test_per_client=100)
+    params = fed.initial_params()
+    metrics = evaluate_clients(fed, lambda c: params)
+    logits = fed.model(fed.images)
+    hits = (logits.argmax(1) == fed.labels).float()
+    per_client = [hits[idx].mean().item() for idx in fed.test_idx]
+    assert metrics["test_acc"] == pytest.approx(hits[torch.cat(fed.test_idx)].mean().item())
+    assert metrics["test_acc_mean"] == pytest.approx(np.mean(per_client))
+    assert metrics["test_acc_std"] == pytest.approx(np.std(per_client))
+
+
+def test_evaluation_schedule():
+    every = EngineOptions()
+    assert all(should_evaluate(r, 10, every) for r in range(11))
+    last3 = EngineOptions(eval_last=3)
+    assert [r for r in range(11) if should_evaluate(r, 10, last3)] == [8, 9, 10]
+    sparse = EngineOptions(eval_every=4)
+    assert [r for r in range(11) if should_evaluate(r, 10, sparse)] == [0, 4, 8, 10]
+
+
+def test_round_loop_order_and_selection_size():
+    calls = []
+
+    class Recorder:
+        def send(self, rnd, selected):
+            calls.append(("send", rnd, tuple(selected)))
+
+        def eval_params(self, client):
+            calls.append(("eval", client))
+            return params
+
+        def train_client(self, rnd, client):
+            calls.append(("train", client))
+            from fedgmh.engine import LocalResult
+
+            return LocalResult(params, 1.0, 1)
+
+        def aggregate(self, rnd, selected):
+            calls.append(("aggregate", rnd))
+
+    fed = make_federation([[0, 1]] * 5)
+    params = fed.initial_params()
+    rows = run_rounds(fed, Recorder(), rounds=2, join_ratio=0.4, seed=0)
+    assert [r["round"] for r in rows] == [0, 1, 2]  # rounds + 1 iterations, like PFLlib
+    first_round = calls[: calls.index(("aggregate", 0)) + 1]
+    kinds = [c[0] for c in first_round]
+    assert kinds == ["send"] + ["eval"] * 5 + ["train"] * 2 + ["aggregate"]
+    assert len(first_round[0][2]) == 2 and len(set(first_round[0][2])) == 2
+    assert fed.participations.sum() == 6
+
+
+def _train(tmp_path, digits_partition, digits_root, name, algorithm, seed=0, **overrides):
+    config = TrainConfig(dataset="digits", root=str(digits_root), partition=str(digits_partition), algorithm=algorithm,
+                         rounds=2, join_ratio=0.5, local_epochs=1, batch_size=32, seed=seed, device="cpu",
+                         overrides={k: str(v) for k, v in overrides.items()})
+    run_training(config, tmp_path / name, progress=False)
+    return pd.read_csv(tmp_path / name / "metrics.csv").drop(columns="seconds")
+
+
+@pytest.fixture
+def digits_partition(digits_root, tmp_path):
+    from fedgmh.cli import main
+
+    out = tmp_path / "part.npz"
+    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
+                 "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
+def test_same_seed_identical_metrics_other_seed_different(tmp_path, digits_partition, digits_root, algorithm):
+    a = _train(tmp_path, digits_partition, digits_root, "a", algorithm)
+    b = _train(tmp_path, digits_partition, digits_root, "b", algorithm)
+    c = _train(tmp_path, digits_partition, digits_root, "c", algorithm, seed=1)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert not a.equals(c)
+    assert list(a.columns[:5]) == ["round", "test_acc", "test_acc_mean", "test_acc_std", "test_loss"]

@@ -1,0 +1,222 @@
+"""Reporting on synthetic run directories: aggregation, mean ± std tables, bold best, figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedgmh import report
+from fedgmh.cli import main as cli_main
+from fedgmh.errors import UserError
+
+
+def make_run(root: Path, *, experiment: str = "table2", dataset: str = "mnist", c: int = 2, alpha: float = 0.5,
+             algorithm: str = "fedavg", seed: int = 0, best: float = 0.9, rounds: int = 5, local_epochs: int = 2,
+             join_ratio: float = 0.2, options: dict | None = None, info: bool = True, clients: int = 100) -> Path:
+    """A run directory shaped like `fedgmh train --out` output, with accuracy peaking at `best`."""
+    setting = report.setting_id({"dataset": dataset, "classes_per_client": c, "alpha": alpha})
+    run_dir = root / experiment / setting / algorithm / f"seed{seed}"
+    if local_epochs != 2 or join_ratio != 0.2 or options:
+        run_dir = run_dir.parent / f"seed{seed}_e{local_epochs}_j{join_ratio}_{json.dumps(options, sort_keys=True)}".replace(" ", "").replace('"', "")
+    run_dir.mkdir(parents=True)
+    acc = np.linspace(0.1, best, rounds + 1)
+    acc[-1] = best - 0.01  # best is not the final round
+    acc[-2] = best
+    pd.DataFrame({
+        "round": np.arange(rounds + 1),
+        "test_acc": acc,
+        "test_acc_mean": acc,
+        "test_acc_std": np.full(rounds + 1, 0.05),
+        "train_loss": np.linspace(2.0, 0.5, rounds + 1),
+    }).to_csv(run_dir / "metrics.csv", index=False)
+    config = {
+        "dataset": dataset, "root": "data", "partition": "nowhere.npz", "algorithm": algorithm, "rounds": rounds,
+        "join_ratio": join_ratio, "local_epochs": local_epochs, "batch_size": 100, "lr": 0.01, "seed": seed,
+        "device": "cpu", "threads": 1, "overrides": dict(options or {}),
+    }
+    (run_dir / "run.json").write_text(json.dumps({
+        "algorithm": algorithm, "dataset": dataset, "seed": seed, "config": config,
+        "best_test_acc": best, "best_round": rounds - 1, "final_test_acc": best - 0.01, "wall_time_s": 1.5,
+    }))
+    if info:
+        (run_dir / "run_info.json").write_text(json.dumps({
+            "experiment": experiment, "dataset": dataset, "classes_per_client": c, "alpha": alpha, "clients": clients,
+        }))
+    return run_dir
+
+
+# best accuracies per (algorithm, setting): seeds 0, 1, 2
+GRID = {
+    ("fedgmh", "mnist", 2, 0.5): [0.98, 0.97, 0.99],
+    ("fedavg", "mnist", 2, 0.5): [0.88, 0.89, 0.87],
+    ("fedavg", "cifar10", 2, 5.0): [0.40, 0.42, 0.41],
+    ("fedgmh", "cifar10", 2, 5.0): [0.80, 0.82, 0.84],
+    ("fedper", "cifar10", 2, 5.0): [0.90, 0.90, 0.90],  # best in this column
+}
+
+
+@pytest.fixture()
+def runs(tmp_path: Path) -> list[Path]:
+    dirs = []
+    for (alg, ds, c, alpha), values in GRID.items():
+        for seed, best in enumerate(values):
+            dirs.append(make_run(tmp_path / "runs", algorithm=alg, dataset=ds, c=c, alpha=alpha, seed=seed, best=best,
+                                 options={"beta": 0.5, "eta_h": 1.0} if alg == "fedgmh" else None))
+    return dirs
+
+
+def test_aggregate_one_row_per_run(runs: list[Path]) -> None:
+    results, curves = report.aggregate_runs(runs, experiment="table2")
+    assert len(results) == len(runs) == 15
+    row = results[(results["algorithm"] == "fedgmh") & (results["dataset"] == "mnist") & (results["seed"] == 2)].iloc[0]
+    assert row["best_test_acc"] == pytest.approx(0.99)
+    assert row["best_round"] == 4 and row["rounds"] == 5 and row["rounds_evaluated"] == 6
+    assert row["classes_per_client"] == 2 and row["alpha"] == 0.5 and row["clients"] == 100
+    assert row["beta"] == 0.5 and row["eta_h"] == 1.0
+    assert row["setting"] == "mnist_c2_a0.5" and row["experiment"] == "table2"
+    assert row["run_dir"] == str(runs[2])
+    assert set(results.loc[results["dataset"] == "cifar10", "setting"]) == {"cifar10_c2_a5"}
+    # curves: long format, one row per run and round
+    assert len(curves) == 15 * 6
+    assert {"experiment", "setting", "algorithm", "seed", "round", "test_acc"} <= set(curves.columns)
+
+
+def test_table_mean_std_bold_and_order(runs: list[Path], tmp_path: Path) -> None:
+    results, _ = report.aggregate_runs(runs, experiment="table2")
+    table = report.make_table(results, "table2")
+    cells = table["cells"].set_index(["algorithm", "setting"])
+    cell = cells.loc[("fedgmh", "mnist_c2_a0.5")]
+    assert cell["mean"] == pytest.approx(98.0)
+    assert cell["std"] == pytest.approx(np.std([98.0, 97.0, 99.0]))  # ddof=0
+    assert cell["cell"] == "98.00 ± 0.82"
+    assert cell["n_seeds"] == 3
+    assert bool(cell["is_best"]) and bool(cells.loc[("fedper", "cifar10_c2_a5"), "is_best"])
+    assert not bool(cells.loc[("fedgmh", "cifar10_c2_a5"), "is_best"])
+
+    wide = table["wide"]
+    assert list(wide["Method"]) == ["FedAvg", "FedPer", "FedGMH"]  # paper order, only those present
+    assert list(wide.columns[1:]) == ["MNIST ExDir(2, 0.5)", "CIFAR-10 ExDir(2, 5)"]
+    assert wide.iloc[1, 1] == ""  # FedPer was not run on MNIST
+
+    latex = table["latex"]
+    assert r"\toprule" in latex and r"\midrule" in latex and r"\bottomrule" in latex
+    assert r"\textbf{98.00 $\pm$ 0.82}" in latex
+    assert r"\textbf{90.00 $\pm$ 0.00}" in latex
+    assert "88.00 $\\pm$ 0.82" in latex and r"\textbf{88.00" not in latex
+    assert latex.index("FedAvg") < latex.index("FedPer") < latex.index("FedGMH")
+    assert "3 seeds" in latex and "100 clients" in latex and "5 rounds" in latex and "ddof=0" in latex
+    assert r"\multicolumn{1}{c}{MNIST}" in latex or "MNIST" in latex
+
+
+def test_table_cli_writes_tex_and_csv(runs: list[Path], tmp_path: Path) -> None:
+    results_csv, curves_csv = tmp_path / "out" / "results.csv", tmp_path / "out" / "curves.csv"
+    assert cli_main(["aggregate", "--runs", *map(str, runs), "--out", str(results_csv), "--curves", str(curves_csv),
+                     "--experiment", "table2"]) == 0
+    tex, csv, cells = tmp_path / "out" / "table2.tex", tmp_path / "out" / "table2.csv", tmp_path / "out" / "table2.cells.csv"
+    assert cli_main(["table", "--results", str(results_csv), "--experiment", "table2", "--out", str(tex),
+                     "--csv", str(csv), "--cells", str(cells), "--title", "Table 2"]) == 0
+    assert tex.read_text().count(r"\textbf") == 2
+    assert pd.read_csv(csv)["Method"].tolist() == ["FedAvg", "FedPer", "FedGMH"]
+    assert len(pd.read_csv(cells)) == 5
+    assert not list((tmp_path / "out").glob(".*tmp*"))  # no temporary files left behind
+
+
+def test_ablation_order_and_reference(tmp_path: Path) -> None:
+    dirs = [make_run(tmp_path, experiment="table5", algorithm=alg, seed=s, best=b)
+            for alg, b in (("fedgmh", 0.98), ("gmh_oa", 0.96), ("gmh_a", 0.97), ("gmh_o", 0.95)) for s in (0, 1)]
+    results, _ = report.aggregate_runs(dirs)  # experiment from run_info.json
+    reference = pd.DataFrame({
+        "table": ["table5", "table5"], "dataset": ["MNIST", "MNIST"], "C": [2, 2], "alpha": [0.5, 0.5],
+        "algorithm": ["GMH-o", "FedGMH"], "local_epochs": [2, 2], "join_ratio": [0.2, 0.2], "beta": [0.5, 0.5],
+        "eta_h": [1.0, 1.0], "mean": [97.79, 98.66], "std": [0.05, 0.15],
+    })
+    table = report.make_table(results, "table5", reference=reference)
+    assert list(table["wide"]["Method"]) == ["GMH-o", "GMH-a", "GMH-oa", "FedGMH"]
+    cells = table["cells"].set_index("algorithm")
+    assert cells.loc["gmh_o", "paper_mean"] == pytest.approx(97.79)
+    assert cells.loc["fedgmh", "diff"] == pytest.approx(98.0 - 98.66)
+    assert np.isnan(cells.loc["gmh_a", "paper_mean"])
+
+
+def test_swept_dimension_becomes_a_column(tmp_path: Path) -> None:
+    dirs = [make_run(tmp_path, experiment="table3", dataset="cifar10", algorithm="fedavg", local_epochs=e, seed=s, best=0.3 + 0.01 * e)
+            for e in (4, 6) for s in (0, 1)]
+    results, _ = report.aggregate_runs(dirs, experiment="table3")
+    assert sorted(set(results["setting"])) == ["cifar10_c2_a0.5_e4", "cifar10_c2_a0.5_e6"]
+    table = report.make_table(results, "table3")
+    assert list(table["wide"].columns[1:]) == ["CIFAR-10 ExDir(2, 0.5) E=4", "CIFAR-10 ExDir(2, 0.5) E=6"]
+    assert "$E$=4" in table["latex"]
+
+
+@pytest.mark.parametrize("damage", ["no_run_json", "no_metrics", "empty_metrics", "missing_key", "no_dir"])
+def test_missing_or_partial_run_is_an_error_naming_the_run(tmp_path: Path, damage: str) -> None:
+    good = make_run(tmp_path, seed=0)
+    bad = make_run(tmp_path, seed=1)
+    if damage == "no_run_json":
+        (bad / "run.json").unlink()
+    elif damage == "no_metrics":
+        (bad / "metrics.csv").unlink()
+    elif damage == "empty_metrics":
+        (bad / "metrics.csv").write_text("round,test_acc\n")
+    elif damage == "missing_key":
+        record = json.loads((bad / "run.json").read_text())
+        del record["best_test_acc"]
+        (bad / "run.json").write_text(json.dumps(record))
+    elif damage == "no_dir":
+        bad = tmp_path / "never_ran"
+    with pytest.raises(UserError, match=str(bad)):
+        report.aggregate_runs([good, bad])
+
+
+def test_cli_error_is_one_line_with_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "runs" / "x" / "seed0"
+    assert cli_main(["aggregate", "--runs", str(missing), "--out", str(tmp_path / "r.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(missing) in err
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_partition_fields_from_partition_file(tmp_path: Path) -> None:
+    run_dir = make_run(tmp_path, info=False)
+    partition = tmp_path / "part.npz"
+    np.savez(partition, meta=np.array(json.dumps({"classes_per_client": 5, "alpha": 5.0, "num_clients": 20})))
+    record = json.loads((run_dir / "run.json").read_text())
+    record["config"]["partition"] = str(partition)
+    (run_dir / "run.json").write_text(json.dumps(record))
+    results, _ = report.aggregate_runs([run_dir])
+    assert results.loc[0, "classes_per_client"] == 5 and results.loc[0, "clients"] == 20
+    assert results.loc[0, "setting"] == "mnist_c5_a5"
+    (partition).unlink()
+    with pytest.raises(UserError, match="classes_per_client"):
+        report.aggregate_runs([run_dir])
+
+
+def test_setting_ids() -> None:
+    base = {"dataset": "cifar100", "classes_per_client": 5, "alpha": 0.5, "algorithm": "fedgmh", "local_epochs": 2,
+            "join_ratio": 0.2, "rounds": 300}
+    assert report.setting_id(base) == "cifar100_c5_a0.5"
+    assert report.setting_id({**base, "alpha": 5.0}) == "cifar100_c5_a5"
+    sweep = [{**base, "options": {"beta": b, "eta_h": 1.0}} for b in (0.1, 0.5)]
+    assert report.assign_setting_ids(sweep) == ["cifar100_c5_a0.5_beta0.1", "cifar100_c5_a0.5_beta0.5"]
+    # different algorithms with different options are not a sweep
+    mixed = [{**base, "options": {"beta": 0.5}}, {**base, "algorithm": "fedavg", "options": {}}]
+    assert report.assign_setting_ids(mixed) == ["cifar100_c5_a0.5"] * 2
+
+
+def test_curves_figure_written(runs: list[Path], tmp_path: Path) -> None:
+    _, curves = report.aggregate_runs(runs, experiment="table2")
+    pdf, png = tmp_path / "fig" / "curves.pdf", tmp_path / "fig" / "curves.png"
+    panels = report.plot_curves(curves, pdf, png=png, settings=["cifar10_c2_a5"])
+    assert panels == ["cifar10_c2_a5"]
+    assert pdf.read_bytes().startswith(b"%PDF") and png.read_bytes().startswith(b"\x89PNG")
+    # all settings, through the CLI
+    curves_csv = tmp_path / "curves.csv"
+    curves.to_csv(curves_csv, index=False)
+    assert cli_main(["curves", "--curves", str(curves_csv), "--out", str(tmp_path / "all.pdf")]) == 0
+    assert (tmp_path / "all.pdf").stat().st_size > 1000
+    with pytest.raises(UserError, match="not in the curves"):
+        report.plot_curves(curves, tmp_path / "x.pdf", settings=["nope"])
