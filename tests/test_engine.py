@@ -18,11 +18,13 @@ from fedgmh.engine import evaluate_clients, local_train, run_rounds, should_eval
 from fedgmh.train import run_training
 
 
-def test_fedavg_of_full_batch_clients_equals_centralised_gradient_descent():
+@pytest.mark.parametrize("clients", [[[0, 1, 2, 1]] * 3, [[0, 1, 1], [2, 2, 0, 1, 0], [1, 2]]], ids=["identical", "different"])
+def test_fedavg_of_full_batch_clients_equals_centralised_gradient_descent(clients):
     # One full-batch step per round on each client, averaged by train size, is one GD step on
     # the pooled data (the size-weighted mean of client gradients is the pooled gradient).
-    clients = [[0, 1, 1], [2, 2, 0, 1, 0], [1, 2]]
     fed = make_federation(clients, batch_size=100, lr=0.05, lr_decay=1.0)
+    if clients[0] == clients[1]:  # identical clients: the very same samples
+        fed.train_idx = [fed.train_idx[0]] * len(clients)
     algo = get_algorithm("fedavg")(fed, NoOptions())
     model = fed.model
     pooled = torch.cat(fed.train_idx)
@@ -100,6 +102,9 @@ def test_round_loop_order_and_selection_size():
         def eval_params(self, client):
             calls.append(("eval", client))
             return params
+
+        def forward(self, params, x):
+            return fed.forward(params, x)
 
         def train_client(self, rnd, client):
             calls.append(("train", client))

@@ -26,6 +26,7 @@ from fedgmh.model import FedAvgCNN
 Params = dict[str, torch.Tensor]
 LossFn = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
 GradHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
+Forward = Callable[[Params, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -137,19 +138,20 @@ def local_train(
 
 
 @torch.no_grad()
-def count_correct(fed: Federation, params: Params, idx: torch.Tensor) -> tuple[torch.Tensor, float]:
+def count_correct(fed: Federation, params: Params, idx: torch.Tensor, forward: Forward | None = None) -> tuple[torch.Tensor, float]:
     """Per-sample correctness (bool tensor) and summed cross-entropy of the model on samples `idx`."""
+    forward = forward or fed.forward
     correct, loss_sum = [], 0.0
     for start in range(0, len(idx), fed.options.eval_batch_size):
         batch = idx[start : start + fed.options.eval_batch_size]
-        logits = fed.forward(params, fed.images[batch])
+        logits = forward(params, fed.images[batch])
         y = fed.labels[batch]
         correct.append(logits.argmax(dim=1) == y)
         loss_sum += float(F.cross_entropy(logits, y, reduction="sum"))
     return (torch.cat(correct) if correct else torch.zeros(0, dtype=torch.bool)), loss_sum
 
 
-def evaluate_clients(fed: Federation, params_of: Callable[[int], Params]) -> dict[str, float]:
+def evaluate_clients(fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None) -> dict[str, float]:
     """Evaluate each client's model on its own test split; clients sharing one model share one pass."""
     groups: dict[int, list[int]] = {}
     models: dict[int, Params] = {}
@@ -162,7 +164,7 @@ def evaluate_clients(fed: Federation, params_of: Callable[[int], Params]) -> dic
     loss_sum = 0.0
     for key, clients in groups.items():
         idx = torch.cat([fed.test_idx[c] for c in clients])
-        hits, loss = count_correct(fed, models[key], idx)
+        hits, loss = count_correct(fed, models[key], idx, forward)
         loss_sum += loss
         per_client = torch.split(hits, [len(fed.test_idx[c]) for c in clients])
         for client, h in zip(clients, per_client):
@@ -198,7 +200,7 @@ def run_rounds(
         start = time.perf_counter()
         selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
         algorithm.send(rnd, selected)
-        metrics = evaluate_clients(fed, algorithm.eval_params) if should_evaluate(rnd, rounds, fed.options) else None
+        metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward) if should_evaluate(rnd, rounds, fed.options) else None
         loss_sum, seen = 0.0, 0
         for client in selected:
             result = algorithm.train_client(rnd, client)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from torch import Tensor
+
 from fedgmh.engine import Federation, LocalResult, Params
 from fedgmh.errors import UserError
 
@@ -42,6 +44,10 @@ class Algorithm:
     def eval_params(self, client: int) -> Params:
         """The model that is evaluated on `client`'s test split."""
         raise NotImplementedError
+
+    def forward(self, params: Params, x: Tensor) -> Tensor:
+        """Logits of a model at evaluation (an algorithm with extra heads combines them here)."""
+        return self.fed.forward(params, x)
 
     def train_client(self, rnd: int, client: int) -> LocalResult:
         raise NotImplementedError

@@ -1,0 +1,190 @@
+# Helpers shared by the rules: paths of this config, and the experiment grid expanded into runs.
+#
+# A run is (experiment, setting, algorithm, seed). Its setting id comes from
+# fedgmh.report.assign_setting_ids (the same function names the columns of the tables):
+# <dataset>_c<C>_a<alpha>, plus a suffix per swept dimension (e.g. _e4 for local_epochs 4).
+# Identical runs requested by several experiments (same dataset, partition, algorithm, options,
+# rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
+# trained ONCE, in the folder of the first experiment (in config order) that asks for them; the
+# other experiments' tables read that folder.
+
+import json
+import shlex
+
+from fedgmh.report import assign_setting_ids, format_number
+
+NAME = config["name"]
+DATA = config["data_root"].rstrip("/")
+RESULTS = f"results/{NAME}"
+LOGS = f"logs/{NAME}"
+ARTIFACTS = f"paper_artifacts/{NAME}"
+
+
+wildcard_constraints:
+    dataset="[a-z0-9_]+?",
+    C="[0-9]+",
+    alpha="[0-9][0-9.e+-]*",
+    experiment="[a-z][a-z0-9_]*",
+    setting="[^/]+",
+    algorithm="[a-z][a-z0-9_]*",
+    seed="[0-9]+",
+    figure="[A-Za-z0-9_.-]+",
+
+
+def partition_id(dataset, classes_per_client, alpha):
+    return f"{dataset}_c{int(classes_per_client)}_a{format_number(alpha)}"
+
+
+def _options_for(experiment, setting, algorithm):
+    """--set pairs of one run: train_options < algorithm_options < experiment options < setting options."""
+    options = dict(config.get("train_options") or {})
+    options.update((config.get("algorithm_options") or {}).get(algorithm, {}))
+    options.update((experiment.get("options") or {}).get(algorithm, {}))
+    options.update(setting.get("options") or {})
+    return options
+
+
+def _expand_experiments():
+    runs = []  # every (experiment, setting, algorithm, seed), in config order
+    owner = {}  # physical identity of a run -> its canonical run directory
+    for exp_name, exp in config["experiments"].items():
+        cells = []
+        for setting in exp["settings"]:
+            for algorithm in exp["algorithms"]:
+                cells.append(
+                    {
+                        "experiment": exp_name,
+                        "dataset": setting["dataset"],
+                        "classes_per_client": int(setting["classes_per_client"]),
+                        "alpha": setting["alpha"],
+                        "algorithm": algorithm,
+                        "rounds": int(setting.get("rounds", config["rounds"])),
+                        "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
+                        "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
+                        "options": _options_for(exp, setting, algorithm),
+                    }
+                )
+        ids = assign_setting_ids(cells)
+        seen = {}
+        for cell, sid in zip(cells, ids):
+            key = (sid, cell["algorithm"])
+            if key in seen:
+                raise WorkflowError(
+                    f"config: experiment {exp_name!r} lists the same setting twice ({sid}, algorithm {cell['algorithm']}); "
+                    "remove the duplicate or make the settings differ"
+                )
+            seen[key] = True
+            cell["setting"] = sid
+            cell["partition"] = partition_id(cell["dataset"], cell["classes_per_client"], cell["alpha"])
+        for cell in cells:
+            for seed in exp.get("seeds", config["seeds"]):
+                run = dict(cell, seed=int(seed))
+                identity = json.dumps(
+                    {k: run[k] for k in ("dataset", "classes_per_client", "alpha", "algorithm", "rounds", "local_epochs", "join_ratio", "options", "seed")},
+                    sort_keys=True,
+                    default=str,
+                )
+                own_dir = f"{RESULTS}/runs/{exp_name}/{run['setting']}/{run['algorithm']}/seed{seed}"
+                run["run_dir"] = owner.setdefault(identity, own_dir)
+                run["owner"] = run["run_dir"] == own_dir
+                runs.append(run)
+    return runs
+
+
+RUNS = _expand_experiments()
+# the runs that are actually trained, by their (canonical) run directory
+TRAIN_JOBS = {run["run_dir"]: run for run in RUNS if run["owner"]}
+PARTITIONS = {run["partition"]: run for run in RUNS}
+DATASETS = sorted({run["dataset"] for run in RUNS})
+
+
+def _check_figures():
+    for name, fig in config["figures"].items():
+        exp = fig["experiment"]
+        if exp not in config["experiments"]:
+            raise WorkflowError(
+                f"config: figures.{name}.experiment {exp!r} is not an experiment; experiments: {', '.join(config['experiments'])}"
+            )
+        settings = sorted({r["setting"] for r in RUNS if r["experiment"] == exp})
+        if fig["setting"] not in settings:
+            raise WorkflowError(
+                f"config: figures.{name}.setting {fig['setting']!r} is not a setting of {exp}; its settings: {', '.join(settings)}"
+            )
+        unknown = set(fig.get("algorithms", [])) - set(config["experiments"][exp]["algorithms"])
+        if unknown:
+            raise WorkflowError(f"config: figures.{name}.algorithms {sorted(unknown)} are not run in {exp}")
+
+
+_check_figures()
+
+
+def experiment_run_dirs(experiment):
+    """Run directories (canonical, possibly another experiment's) of every run of `experiment`."""
+    dirs = [run["run_dir"] for run in RUNS if run["experiment"] == experiment]
+    if not dirs:
+        raise WorkflowError(f"no experiment {experiment!r} in the config; experiments: {', '.join(config['experiments'])}")
+    return dirs
+
+
+def train_job(wildcards):
+    """The run to train in the folder named by these wildcards (a WorkflowError if it is not one)."""
+    run_dir = f"{RESULTS}/runs/{wildcards.experiment}/{wildcards.setting}/{wildcards.algorithm}/seed{wildcards.seed}"
+    if run_dir not in TRAIN_JOBS:
+        raise WorkflowError(
+            f"{run_dir} is not a run of config {NAME!r} (or it is trained in another experiment's folder); "
+            "ask for a table or figure target instead"
+        )
+    return TRAIN_JOBS[run_dir]
+
+
+def partition_of(wildcards):
+    run = train_job(wildcards)
+    return expand(
+        rules.partition.output.partition,
+        dataset=run["dataset"],
+        C=run["classes_per_client"],
+        alpha=format_number(run["alpha"]),
+    )
+
+
+def run_info_json(wildcards):
+    """run_info.json: what the run's own record does not say (the partition and who owns the run)."""
+    run = train_job(wildcards)
+    info = {k: run[k] for k in ("experiment", "setting", "dataset", "classes_per_client", "alpha")}
+    info.update(
+        clients=config["clients"],
+        train_ratio=config["train_ratio"],
+        partition_seed=config["partition_seed"],
+        partition=partition_of(wildcards)[0],
+        config_name=NAME,
+    )
+    return json.dumps(info, sort_keys=True, default=str)
+
+
+def set_arguments(options):
+    """`--set key=value ...` for fedgmh train (booleans as true/false)."""
+    pairs = []
+    for key, value in sorted(options.items()):
+        text = str(value).lower() if isinstance(value, bool) else str(value)  # floats keep their '.0
+        pairs.append(f"--set {shlex.quote(f'{key}={text}')}")
+    return " ".join(pairs)
+
+
+def uses_gpu():
+    """Whether training jobs occupy a GPU: device cuda[:N], or auto on a machine where torch sees one."""
+    device = config["device"]
+    if device.startswith("cuda"):
+        return True
+    if device == "cpu":
+        return False
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+# `--resources gpu=N` then bounds the number of concurrent training jobs on a GPU machine; on a
+# CPU machine the training rule declares no gpu resource at all.
+TRAIN_RESOURCES = {"gpu": 1} if uses_gpu() else {}

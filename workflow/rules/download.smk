@@ -1,0 +1,14 @@
+# Datasets: `fedgmh download` prepares <data_root>/<dataset>.npz (torchvision, the local mirror
+# given by config `mirror`, or the embedded `digits` set, which needs no network).
+
+
+rule download:
+    output:
+        f"{DATA}/{{dataset}}.npz",
+    log:
+        f"{LOGS}/download/{{dataset}}.log",
+    params:
+        root=lambda wildcards, output: os.path.dirname(output[0]),
+        mirror=lambda wildcards: f"--mirror {shlex.quote(config['mirror'])}" if config["mirror"] else "",
+    shell:
+        "fedgmh download {wildcards.dataset} --root {params.root} {params.mirror} > {log} 2>&1"

@@ -1,0 +1,32 @@
+# ExDir(C, alpha) partitions over config `clients` clients, seeded with `partition_seed`; one per
+# (dataset, C, alpha), shared by every experiment and algorithm that uses it.
+
+
+rule partition:
+    input:
+        data=rules.download.output[0],
+    output:
+        partition=f"{RESULTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.npz",
+        stats=f"{RESULTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.stats.csv",
+        heatmap=f"{ARTIFACTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.pdf",
+    log:
+        f"{LOGS}/partition/{{dataset}}_c{{C}}_a{{alpha}}.log",
+    params:
+        root=lambda wildcards, input: os.path.dirname(input.data),
+        clients=config["clients"],
+        seed=config["partition_seed"],
+        train_ratio=config["train_ratio"],
+    shell:
+        "fedgmh partition --dataset {wildcards.dataset} --root {params.root} --clients {params.clients}"
+        " --classes-per-client {wildcards.C} --alpha {wildcards.alpha} --seed {params.seed}"
+        " --train-ratio {params.train_ratio} --out {output.partition} --stats {output.stats}"
+        " --heatmap {output.heatmap} > {log} 2>&1"
+
+
+rule all_partitions:
+    """Every partition of the config, with its statistics and heat-map."""
+    input:
+        [
+            expand(rules.partition.output, dataset=p["dataset"], C=p["classes_per_client"], alpha=format_number(p["alpha"]))
+            for p in PARTITIONS.values()
+        ],

@@ -1,0 +1,42 @@
+# One federated training run per (experiment, setting, algorithm, seed); see common.smk for how
+# runs shared by several experiments are trained once.
+
+
+rule train:
+    input:
+        data=lambda wildcards: expand(rules.download.output[0], dataset=train_job(wildcards)["dataset"]),
+        partition=partition_of,
+    output:
+        metrics=f"{RESULTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/metrics.csv",
+        record=f"{RESULTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run.json",
+        info=f"{RESULTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run_info.json",
+    log:
+        f"{LOGS}/train/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
+    threads: config["threads_per_job"]
+    resources:
+        **TRAIN_RESOURCES,
+    params:
+        run_dir=lambda wildcards, output: os.path.dirname(output.metrics),
+        root=lambda wildcards, input: os.path.dirname(input.data[0]),
+        dataset=lambda wildcards: train_job(wildcards)["dataset"],
+        rounds=lambda wildcards: train_job(wildcards)["rounds"],
+        join_ratio=lambda wildcards: format_number(train_job(wildcards)["join_ratio"]),
+        local_epochs=lambda wildcards: train_job(wildcards)["local_epochs"],
+        batch_size=config["batch_size"],
+        lr=format_number(config["lr"]),
+        device=config["device"],
+        sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
+        info=run_info_json,
+    shell:
+        "fedgmh train --dataset {params.dataset} --root {params.root} --partition {input.partition}"
+        " --algorithm {wildcards.algorithm} --rounds {params.rounds} --join-ratio {params.join_ratio}"
+        " --local-epochs {params.local_epochs} --batch-size {params.batch_size} --lr {params.lr}"
+        " --seed {wildcards.seed} --device {params.device} --threads {threads} {params.sets}"
+        " --out {params.run_dir} > {log} 2>&1"
+        " && printf '%s\\n' {params.info:q} > {output.info}.tmp && mv {output.info}.tmp {output.info}"
+
+
+rule all_runs:
+    """Every training run of the config (no tables)."""
+    input:
+        [f"{run_dir}/run.json" for run_dir in TRAIN_JOBS],
