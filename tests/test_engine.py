@@ -123,7 +123,8 @@ def test_round_loop_order_and_selection_size():
     kinds = [c[0] for c in first_round]
     assert kinds == ["send"] + ["eval"] * 5 + ["train"] * 2 + ["aggregate"]
     assert len(first_round[0][2]) == 2 and len(set(first_round[0][2])) == 2
-    assert fed.participations.sum() == 6
+    assert fed.participations.sum() == 4  # the last iteration only evaluates
+    assert calls[-1] == ("eval", 4)
 
 
 def _train(tmp_path, digits_partition, digits_root, name, algorithm, seed=0, **overrides):

@@ -69,7 +69,8 @@ def test_bad_nested_value_and_figure_reference(tmp_path: Path) -> None:
     out = result.stdout + result.stderr
     assert result.returncode != 0
     assert "experiments.table2.settings[0].alpha: -1 is less than or equal to the minimum of 0" in out
-    assert "experiments.table2.algorithms[2]: 'fedsomething' is not one of" in out
+    index = len(config["experiments"]["table2"]["algorithms"]) - 1
+    assert f"experiments.table2.algorithms[{index}]: 'fedsomething' is not one of" in out
 
     config = yaml.safe_load(SMOKE.read_text())
     config["figures"]["curves_table2"]["setting"] = "digits_c9_a0.5"
@@ -83,9 +84,9 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "2", "--configfile", str(PAPER), timeout=180)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    # Table 2: 2 algorithms (fedavg, fedgmh) x 6 settings x 5 seeds = 60;
+    # Table 2: 12 algorithms x 6 settings x 5 seeds = 360;
     # Table 5: 4 algorithms x 3 settings x 5 seeds = 60, of which FedGMH's 15 are Table 2's runs -> 45.
-    assert counts["train"] == 2 * 6 * 5 + (4 - 1) * 3 * 5 == 105
+    assert counts["train"] == 12 * 6 * 5 + (4 - 1) * 3 * 5 == 405
     assert counts["download"] == 3 and counts["partition"] == 6
     assert counts["aggregate"] == 2 and counts["table"] == 2
     assert not list(tmp_path.glob("results/**/*.csv"))  # a dry run writes nothing
@@ -120,7 +121,9 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     art = tmp_path / "paper_artifacts" / "smoke"
     config = yaml.safe_load(SMOKE.read_text())
-    names = {"fedavg": "FedAvg", "fedgmh": "FedGMH", "gmh_o": "GMH-o", "gmh_a": "GMH-a", "gmh_oa": "GMH-oa"}
+    from fedgmh.algorithms import REGISTRY
+
+    names = {name: cls.display_name for name, cls in REGISTRY.items()}
     for experiment, spec in config["experiments"].items():
         tex = (art / f"{experiment}.tex").read_text()
         assert r"\toprule" in tex and r"\bottomrule" in tex and r"\textbf" in tex
@@ -137,14 +140,17 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     for figure in config["figures"]:
         assert (art / f"{figure}.pdf").read_bytes().startswith(b"%PDF")
         assert (art / f"{figure}.png").read_bytes().startswith(b"\x89PNG")
-    assert len(list((art / "partitions").glob("*.pdf"))) == 2
+    settings = {(s["dataset"], s["classes_per_client"], s["alpha"]) for e in config["experiments"].values() for s in e["settings"]}
+    assert len(list((art / "partitions").glob("*.pdf"))) == len(settings)
     results = pd.read_csv(tmp_path / "results" / "smoke" / "aggregate" / "table5.results.csv")
     assert len(results) == 4 * len(config["seeds"])
     # Table 5's FedGMH runs are Table 2's
     assert results.loc[results["algorithm"] == "fedgmh", "run_dir"].str.contains("/table2/").all()
     assert (results["rounds"] == config["rounds"]).all()
     logs = list((tmp_path / "logs" / "smoke" / "train").rglob("*.log"))
-    assert len(logs) == 2 * 2 * 2 + 3 * 1 * 2
+    table2, table5 = config["experiments"]["table2"], config["experiments"]["table5"]
+    # one log per training run; Table 5's FedGMH runs are Table 2's
+    assert len(logs) == len(config["seeds"]) * (len(table2["algorithms"]) * len(table2["settings"]) + 3 * len(table5["settings"]))
 
     # nothing to do the second time
     again = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), "-n", timeout=120)

@@ -5,7 +5,8 @@ compute through `torch.func.functional_call`. The pooled dataset lives in memory
 and client batches are index tensors.
 
 Round order follows PFLlib (protocol.md): select clients, send, evaluate ALL clients, train the
-selected ones, aggregate. Round indices run 0..rounds (rounds + 1 iterations, like PFLlib).
+selected ones, aggregate. Round indices run 0..rounds (rounds + 1 iterations, like PFLlib); the
+last iteration only evaluates, because training after the last evaluation cannot change a result.
 """
 
 from __future__ import annotations
@@ -202,12 +203,15 @@ def run_rounds(
         algorithm.send(rnd, selected)
         metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward) if should_evaluate(rnd, rounds, fed.options) else None
         loss_sum, seen = 0.0, 0
+        if rnd == rounds:  # PFLlib trains once more here, but nothing could ever evaluate it
+            selected = []
         for client in selected:
             result = algorithm.train_client(rnd, client)
             fed.participations[client] += 1
             loss_sum += result.loss_sum
             seen += result.num_samples
-        algorithm.aggregate(rnd, selected)
+        if selected:
+            algorithm.aggregate(rnd, selected)
         if metrics is not None:
             row = {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan}
             row["seconds"] = time.perf_counter() - start

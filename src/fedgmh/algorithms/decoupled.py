@@ -1,0 +1,244 @@
+"""Baselines that split the classifier into a global and a personal part: FedRoD and FedCP.
+
+The parts the engine's model does not have (FedRoD's personal head, FedCP's policy network and
+frozen global head, FedCP's client vector) are extra keys of a client's params dict, computed with
+torch.nn.functional; `fed.features` gives the body output and ignores those keys. Both build on
+`ParameterAveraging` (the server's weighted average, clients keeping their local keys).
+See docs/baselines.md for the paper / PFLlib differences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedgmh.algorithms.averaging import ParameterAveraging
+from fedgmh.algorithms.base import register
+from fedgmh.config import choice, option
+from fedgmh.engine import Federation, LocalResult, Params, local_train
+from fedgmh.errors import UserError
+from fedgmh.model import is_body, is_head
+
+#: PFLlib: DataLoader(drop_last=True); clientrod.py / clientcp.py build their own optimisers and
+#: never step the learning-rate scheduler, so their lr stays constant.
+PFLLIB_ENGINE = {"drop_last": True, "lr_decay": 1.0}
+
+
+def linear(params: Params, prefix: str, x: Tensor) -> Tensor:
+    return F.linear(x, params[prefix + "weight"], params[prefix + "bias"])
+
+
+def train_label_counts(fed: Federation, client: int) -> Tensor:
+    """n_c of the client's train split; with drop_last (PFLlib) counted, like PFLlib, over one
+    shuffled epoch without its last partial batch."""
+    if fed.options.drop_last:
+        batches = list(fed.shuffled_batches(client))
+        idx = torch.cat(batches) if batches else fed.train_idx[client][:0]
+    else:
+        idx = fed.train_idx[client]
+    return torch.bincount(fed.labels[idx], minlength=fed.num_classes)
+
+
+def balanced_softmax_loss(logits: Tensor, y: Tensor, counts: Tensor) -> Tensor:
+    """Balanced Softmax (Ren et al. 2020): CE(logits + log n_c, y).
+
+    A class with n_c = 0 gets log 0 = -inf, i.e. it drops out of the softmax (PFLlib and the
+    reference implementation do the same); its logit receives no gradient.
+    """
+    return F.cross_entropy(logits + counts.to(logits).log(), y)
+
+
+# ---------------------------------------------------------------------------------------------
+# FedRoD
+
+
+@register
+class FedRoD(ParameterAveraging):
+    """Chen & Chao 2022: body + generic head averaged (Balanced Softmax); personal head local.
+
+    Personal head `phead.*` starts as a copy of the initial head on every client (PFLlib:
+    deepcopy of the model's head when the client is created). Both losses are summed in ONE
+    `local_train` call: the personal loss sees the body output and the generic logits detached,
+    so each part gets exactly the gradient of its own loss, at the same parameters as PFLlib's
+    two optimisers (generic step, then personal step on the same batch's detached outputs).
+    """
+
+    name = "fedrod"
+    display_name = "FedRoD"
+    official = PFLLIB_ENGINE
+
+    def __init__(self, fed, options) -> None:
+        super().__init__(fed, options)  # shared: every model key (body + generic head)
+        self.initial_local = {"p" + k: v for k, v in self.global_params.items() if is_head(k)}
+        self.counts = [train_label_counts(fed, c) for c in range(fed.num_clients)]
+
+    def forward(self, params: Params, x: Tensor) -> Tensor:
+        f = self.fed.features(params, x)
+        return linear(params, "head.", f) + linear(params, "phead.", f)
+
+    def losses(self, params: Params, x: Tensor, y: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
+        """(generic Balanced Softmax loss, personal CE(out_g.detach() + phead(f.detach())))."""
+        f = self.fed.features(params, x)
+        out_g = linear(params, "head.", f)
+        generic = balanced_softmax_loss(out_g, y, counts)
+        personal = F.cross_entropy(out_g.detach() + linear(params, "phead.", f.detach()), y)
+        return generic, personal
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        counts = self.counts[client]
+        def loss(params: Params, x: Tensor, y: Tensor) -> Tensor:
+            generic, personal = self.losses(params, x, y, counts)
+            return generic + personal
+
+        result = local_train(self.fed, self.client_params(client), client, loss_fn=loss)
+        self.keep(client, result.params)
+        return result
+
+
+# ---------------------------------------------------------------------------------------------
+# FedCP
+
+MMD_BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # PFLlib clientcp.py MMD(kernel="rbf")
+FROZEN = ("ghead.", "context")  # FedCP keys that local training never moves
+
+
+def mmd(x: Tensor, y: Tensor, bandwidths: tuple[float, ...] = MMD_BANDWIDTHS) -> Tensor:
+    """Biased MMD^2 estimate mean(K_xx + K_yy - 2 K_xy), K = sum over a of exp(-||u - v||^2 / (2a))."""
+
+    def kernel(a: Tensor, b: Tensor) -> Tensor:
+        sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
+        return sum(torch.exp(-0.5 * sq / bw) for bw in bandwidths)
+
+    return (kernel(x, x) + kernel(y, y) - 2 * kernel(x, y)).mean()
+
+
+def client_vector(params: Params) -> Tensor:
+    """v = sum of the rows of the personal head's weight (paper sec. 3.2; PFLlib set_head_g)."""
+    return params["head.weight"].detach().sum(dim=0)
+
+
+def initial_cpn(fed: Federation, dim: int) -> Params:
+    """CPN = Linear(d, 2d) -> LayerNorm(2d) -> ReLU, with nn.Linear's default init drawn from the
+    run's generator (PFLlib: one CPN made on the server and copied to every client)."""
+    bound = 1 / math.sqrt(dim)
+    uniform = lambda *shape: (torch.rand(*shape, generator=fed.generator) * 2 - 1) * bound  # noqa: E731
+    cpn = {"cpn.fc.weight": uniform(2 * dim, dim), "cpn.fc.bias": uniform(2 * dim), "cpn.ln.weight": torch.ones(2 * dim), "cpn.ln.bias": torch.zeros(2 * dim)}
+    return {k: v.to(fed.device) for k, v in cpn.items()}
+
+
+@dataclass(frozen=True)
+class FedCPOptions:
+    lamda: float = option(1.0, "weight of the MMD loss aligning the personal body to the frozen global body")
+    policy: str = choice("softmax", "gumbel", help="r, s = softmax over each feature's pair (paper) or gumbel_softmax, tau 1, in training AND evaluation (PFLlib)")
+    sync: str = choice(
+        "round_start",
+        "after_round",
+        help="selected clients receive the global body, head and CPN when the round starts (paper), or (PFLlib) the averaged body goes to ALL clients after "
+        "aggregation and the averaged head and CPN only to the clients that just trained",
+    )
+    context: str = choice("head", "random", help="client vector before a client's first training: from its personal head (paper) or uniform random (PFLlib)")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lamda < math.inf:
+            raise UserError(f"lamda must be a finite number >= 0, got {self.lamda}")
+
+
+@register
+class FedCP(ParameterAveraging):
+    """Zhang et al. 2023: a per-sample policy {r, s} splits the features between a frozen global
+    head and a personal head; the personal body is aligned to the frozen global body by MMD.
+
+    Client keys: `body.*` (personal body; with sync=after_round the global body), `head.*`
+    (personal head), `cpn.*` (policy network), `ghead.*` (frozen global head) and `context` (the
+    client vector v, constant during local training). The server averages, weighted by train
+    size, the bodies, the upload heads (head + ghead) / 2 and the CPNs.
+    """
+
+    name = "fedcp"
+    display_name = "FedCP"
+    Options = FedCPOptions
+    official = {**PFLLIB_ENGINE, "policy": "gumbel", "sync": "after_round", "context": "random"}
+
+    def __init__(self, fed, options: FedCPOptions) -> None:
+        super().__init__(fed, options)  # global: body + head of the initial model
+        head = {k: v for k, v in self.global_params.items() if is_head(k)}
+        dim = head["head.weight"].shape[1]
+        self.global_params.update(initial_cpn(fed, dim))
+        local_keys = [k for k in self.global_params if not is_body(k) or options.sync == "round_start"]
+        self.initial_local = {**{k: self.global_params[k] for k in local_keys}, **{"g" + k: v for k, v in head.items()}}
+        self.initial_local["context"] = client_vector(head)
+        if options.context == "random":  # PFLlib: torch.rand(1, d) per client, until its first training
+            contexts = torch.rand(fed.num_clients, dim, generator=fed.generator).to(fed.device)
+            self.local = {c: {**self.initial_local, "context": contexts[c]} for c in range(fed.num_clients)}
+
+    # -- the model ------------------------------------------------------------------------
+    def policy(self, params: Params, features: Tensor) -> tuple[Tensor, Tensor]:
+        """(s, r): personal and global shares of every feature, s + r = 1.
+
+        CPN input C = f * v / ||v||; a = ReLU(LayerNorm(fc(C))) of size 2d is viewed as (2, d)
+        (PFLlib's layout: feature j's pair is (a_j, a_{d+j}), the first going to the personal
+        head) and normalised over the pair by a softmax (or PFLlib's gumbel_softmax, tau 1).
+        """
+        c = features * F.normalize(params["context"], dim=-1)
+        a = F.linear(c, params["cpn.fc.weight"], params["cpn.fc.bias"])
+        a = F.relu(F.layer_norm(a, a.shape[-1:], params["cpn.ln.weight"], params["cpn.ln.bias"]))
+        a = a.view(len(features), 2, -1)
+        if self.options.policy == "gumbel":
+            exponential = torch.empty(a.shape).exponential_(generator=self.fed.generator)
+            a = a - exponential.log().to(a)
+        shares = a.softmax(dim=1)
+        return shares[:, 0], shares[:, 1]
+
+    def outputs(self, params: Params, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(logits = head_p(s * f) + head_g(r * f), body features f)."""
+        f = self.fed.features(params, x)
+        s, r = self.policy(params, f)
+        return linear(params, "head.", s * f) + linear(params, "ghead.", r * f), f
+
+    def forward(self, params: Params, x: Tensor) -> Tensor:
+        return self.outputs(params, x)[0]
+
+    # -- rounds ---------------------------------------------------------------------------
+    def receive(self, client: int, context: Tensor | None = None) -> None:
+        """The client takes the global head (frozen, as `ghead`) and CPN, and optionally a context."""
+        local = self.local.get(client, self.initial_local)
+        update = {k: v for k, v in self.global_params.items() if k.startswith("cpn.") or (is_body(k) and k in local)}
+        update.update({"g" + k: v for k, v in self.global_params.items() if is_head(k)})
+        if context is not None:
+            update["context"] = context
+        self.local[client] = {**local, **update}
+
+    def send(self, rnd: int, selected: list[int]) -> None:
+        if self.options.sync == "round_start":
+            for client in selected:
+                local = self.local.get(client, self.initial_local)
+                trained = self.options.context == "head" or self.fed.participations[client] > 0
+                self.receive(client, client_vector(local) if trained else None)
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        params = self.client_params(client)
+        global_body = {k: v for k, v in params.items() if is_body(k)}  # the personal body starts as the global body
+
+        def loss(p: Params, x: Tensor, y: Tensor) -> Tensor:
+            logits, f = self.outputs(p, x)
+            with torch.no_grad():
+                f_global = self.fed.features(global_body, x)
+            return F.cross_entropy(logits, y) + self.options.lamda * mmd(f, f_global)
+
+        result = local_train(self.fed, params, client, trainable=lambda k: not k.startswith(FROZEN), loss_fn=loss)
+        self.keep(client, result.params)
+        return result
+
+    def keep(self, client: int, params: Params) -> None:
+        super().keep(client, params)
+        self.uploads[client].update({k: (params[k] + params["g" + k]) / 2 for k in self.uploads[client] if is_head(k)})
+
+    def aggregate(self, rnd: int, selected: list[int]) -> None:
+        super().aggregate(rnd, selected)
+        if self.options.sync == "after_round":
+            for client in selected:
+                self.receive(client, client_vector(self.local[client]))

@@ -1,0 +1,360 @@
+"""Baselines that keep a whole personalised model per client: Ditto, FedAMP and FedFomo.
+
+Ditto trains a FedAvg global model and, beside it, a personal model pulled toward it. FedAMP pulls
+each client toward a "cloud model" that the server mixes from the uploaded models with attention
+weights. FedFomo lets each client mix downloaded models with weights from their validation-loss
+gain. FedAMP and FedFomo move a client's model toward other models (`pull_toward`, on flattened
+models), Ditto and FedAMP add a proximal gradient (`proximal_hook`); each is written once here.
+
+Every point where PFLlib departs from the papers is an option; `preset=official` selects them all.
+See docs/baselines.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from fedgmh.algorithms.averaging import ParameterAveraging
+from fedgmh.algorithms.base import Algorithm, register
+from fedgmh.config import choice, option
+from fedgmh.engine import Federation, GradHook, LocalResult, Params, count_correct, evaluate_clients, local_train
+from fedgmh.errors import UserError
+
+PFLLIB_LOADER = {"drop_last": True}  # PFLlib's DataLoader drops the last partial batch
+
+
+def proximal_hook(coef: float, anchor: Params) -> GradHook:
+    """g -> g + coef * (p - anchor): the gradient of (coef / 2) * ||p - anchor||^2 added to the loss's."""
+    return lambda name, p, g: g + coef * (p - anchor[name])
+
+
+def flatten(params: Params) -> torch.Tensor:
+    return torch.cat([v.reshape(-1) for v in params.values()])
+
+
+def unflatten(flat: torch.Tensor, like: Params) -> Params:
+    parts = torch.split(flat, [v.numel() for v in like.values()])
+    return {k: part.view_as(v) for (k, v), part in zip(like.items(), parts)}
+
+
+def squared_distances(own: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """||own - others_j||^2 for each row j of `others` (flat models), accumulated in float64."""
+    return torch.sum(torch.square(others - own), dim=1, dtype=torch.float64)
+
+
+def pull_toward(own: torch.Tensor, others: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """own + sum_j weights_j * (others_j - own) = (1 - sum w) * own + sum_j w_j * others_j (flat models)."""
+    return own + weights.to(device=own.device, dtype=own.dtype) @ (others - own)
+
+
+# ----------------------------------------------------------------------------------------- Ditto
+
+
+@dataclass(frozen=True)
+class DittoOptions:
+    mu: float = option(0.0, "weight of (mu/2)*||v - w_global||^2 in the personal loss (PFLlib default)")
+    plocal_epochs: int = option(1, "epochs of personal training per participation (PFLlib default)")
+    report: str = choice(
+        "personal", "max_of_both",
+        help="accuracy reported each round: the personal models' (paper), or the better of global and personal (PFLlib logs both in one list)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.mu < 0:
+            raise UserError(f"mu must be >= 0, got {self.mu}")
+        if self.plocal_epochs < 1:
+            raise UserError(f"plocal_epochs must be >= 1, got {self.plocal_epochs}")
+
+
+@register
+class Ditto(ParameterAveraging):
+    """Li et al. 2021: FedAvg global model + per-client personal model with a proximal pull to it.
+
+    Each participation: the personal step (CE + (mu/2)||v - w_g||^2 for plocal_epochs, w_g the
+    global model just received), then the global step (FedAvg local training, uploaded and
+    averaged by ParameterAveraging), in PFLlib's order. Personal models are evaluated.
+    """
+
+    name = "ditto"
+    display_name = "Ditto"
+    Options = DittoOptions
+    official = {**PFLLIB_LOADER, "report": "max_of_both"}
+
+    def __init__(self, fed: Federation, options: DittoOptions) -> None:
+        super().__init__(fed, options)
+        self.personal: list[Params] = [self.global_params] * fed.num_clients  # never modified in place
+        self._reported: Callable[[int], Params] | None = None
+
+    def send(self, rnd: int, selected: list[int]) -> None:
+        self._reported = None
+
+    def eval_params(self, client: int) -> Params:
+        if self.options.report == "personal":
+            return self.personal[client]
+        if self._reported is None:
+            self._reported = self.better_of_both()
+        return self._reported(client)
+
+    def better_of_both(self) -> Callable[[int], Params]:
+        """PFLlib's quirk: of the global and the personal models, the one with the higher accuracy now.
+
+        PFLlib appends both accuracies of a round to one list and reports its maximum; picking the
+        better one per round gives the same best accuracy (costs two extra evaluation passes).
+        """
+        global_acc = evaluate_clients(self.fed, lambda c: self.global_params)["test_acc"]
+        personal_acc = evaluate_clients(self.fed, self.personal.__getitem__)["test_acc"]
+        return (lambda c: self.global_params) if global_acc > personal_acc else self.personal.__getitem__
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        hook = proximal_hook(self.options.mu, self.global_params) if self.options.mu else None
+        personal = local_train(self.fed, self.personal[client], client, epochs=self.options.plocal_epochs, grad_hook=hook)
+        self.personal[client] = personal.params
+        super().train_client(rnd, client)  # the global step; its upload is averaged in aggregate
+        return personal
+
+
+# ---------------------------------------------------------------------------------------- FedAMP
+
+
+@dataclass(frozen=True)
+class AMPOptions:
+    alphaK: float = option(1.0, "attention step size alpha_k: xi_ij = alphaK * exp(-||w_i - w_j||^2 / sigma) / sigma (PFLlib default)")
+    lamda: float = option(1.0, "proximal weight: the local loss adds (lamda / (2 alphaK)) * ||w - u_i||^2 (PFLlib default)")
+    sigma: float = option(1.0, "scale of the attention function (PFLlib default)")
+    proximal: str = choice(
+        "gradient", "detached",
+        help="the proximal term trains the model (paper) or is computed on detached tensors, i.e. plain SGD (PFLlib)",
+    )
+    cloud: str = choice(
+        "all_uploaded", "last_round",
+        help="models mixed into u_i: the last upload of every client that has uploaded (paper) or only the previous round's uploads (PFLlib)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.alphaK <= 0 or self.sigma <= 0:
+            raise UserError(f"alphaK and sigma must be > 0, got alphaK={self.alphaK}, sigma={self.sigma}")
+        if self.lamda < 0:
+            raise UserError(f"lamda must be >= 0, got {self.lamda}")
+
+
+def attention_weights(own: torch.Tensor, others: torch.Tensor, alphaK: float, sigma: float) -> torch.Tensor:
+    """xi_ij = alphaK * A'(||w_i - w_j||^2) with A(x) = 1 - exp(-x / sigma) (flat models); xi_ii = 1 - sum."""
+    return alphaK * torch.exp(-squared_distances(own, others) / sigma) / sigma
+
+
+@register
+class FedAMP(Algorithm):
+    """Huang et al. 2021: attentive message passing; each client keeps and is evaluated on its own model.
+
+    Server: for each selected client i, u_i = xi_ii w_i + sum_{j != i} xi_ij w_j over the models it
+    holds. Client: local SGD on CE + (lamda / (2 alphaK)) ||w - u_i||^2 starting from w_i (PFLlib's
+    starting point; the paper's proximal step does not fix one). The server's copy of a client's
+    model IS the client's model (uploaded right after training), so it is stored once.
+    """
+
+    name = "fedamp"
+    display_name = "FedAMP"
+    Options = AMPOptions
+    official = {**PFLLIB_LOADER, "proximal": "detached", "cloud": "last_round"}
+
+    def __init__(self, fed: Federation, options: AMPOptions) -> None:
+        super().__init__(fed, options)
+        self.models: list[Params] = [fed.initial_params()] * fed.num_clients
+        self.uploaded: set[int] = set()
+        self.last_round: list[int] = []
+        self.clouds: dict[int, Params] = {}
+
+    def pool(self) -> list[int]:
+        """Clients whose held model may enter a cloud model (a client's own entry is skipped)."""
+        return self.last_round if self.options.cloud == "last_round" else sorted(self.uploaded)
+
+    def cloud_models(self, clients: list[int]) -> dict[int, Params]:
+        """u_i = w_i + sum_{j != i} xi_ij (w_j - w_i) for each of `clients`, on flattened models."""
+        pool = self.pool()
+        if not pool:
+            return {c: self.models[c] for c in clients}
+        held = torch.stack([flatten(self.models[j]) for j in pool])
+        clouds = {}
+        for client in clients:
+            own = flatten(self.models[client])
+            weights = attention_weights(own, held, self.options.alphaK, self.options.sigma)
+            weights[torch.tensor([j == client for j in pool], device=weights.device)] = 0.0  # j != i
+            clouds[client] = unflatten(pull_toward(own, held, weights), self.models[client])
+        return clouds
+
+    def send(self, rnd: int, selected: list[int]) -> None:
+        if self.options.proximal == "gradient":  # detached: u_i cannot change the training, skip it
+            self.clouds = self.cloud_models(selected)
+
+    def eval_params(self, client: int) -> Params:
+        return self.models[client]
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        hook = None
+        if self.options.proximal == "gradient":
+            hook = proximal_hook(self.options.lamda / self.options.alphaK, self.clouds.pop(client))
+        result = local_train(self.fed, self.models[client], client, grad_hook=hook)
+        self.models[client] = result.params
+        return result
+
+    def aggregate(self, rnd: int, selected: list[int]) -> None:
+        self.last_round = list(selected)
+        self.uploaded.update(selected)
+
+
+# --------------------------------------------------------------------------------------- FedFomo
+
+
+@dataclass(frozen=True)
+class FomoOptions:
+    M: int = option(5, "models a selected client downloads (PFLlib default)")
+    val_ratio: float = option(0.2, "share of a client's train split, taken from its end, used as validation set (PFLlib)")
+    epsilon: float = option(0.3, "epsilon-greedy: initial probability that a download slot picks a random client (official FedFomo code)")
+    epsilon_decay: float = option(0.05, "epsilon-greedy: epsilon decreases by this much per round (official FedFomo code)")
+    selection: str = choice(
+        "epsilon_greedy", "top_m",
+        help="downloads: epsilon-greedy over other clients that have uploaded (paper) or the top M of the affinity row over all clients, self included (PFLlib)",
+    )
+    baseline: str = choice(
+        "current", "pre_training",
+        help="theta_old: the client's current model (paper) or its model before its last local training (PFLlib's old_model)",
+    )
+    val_loss: str = choice("sample_mean", "batch_mean", help="validation loss: mean over samples (paper) or over batches (PFLlib)")
+    local_order: str = choice("shuffled", "fixed", help="local training batches: reshuffled every epoch (paper) or in fixed order (PFLlib: shuffle=False)")
+
+    def __post_init__(self) -> None:
+        if self.M < 1:
+            raise UserError(f"M must be >= 1, got {self.M}")
+        if not 0 < self.val_ratio < 1:
+            raise UserError(f"val_ratio must be in (0, 1), got {self.val_ratio}")
+        if not 0 <= self.epsilon <= 1 or self.epsilon_decay < 0:
+            raise UserError(f"epsilon must be in [0, 1] and epsilon_decay >= 0, got {self.epsilon}, {self.epsilon_decay}")
+
+
+def fomo_weights(loss_old: float, losses: list[float], distances: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw w_n = (L_old - L_n) / (||theta_n - theta_old|| + 1e-5) and their positive parts normalised
+    to sum 1 (all zero when no model improves on theta_old)."""
+    raw = torch.tensor([(loss_old - ln) / (d + 1e-5) for ln, d in zip(losses, distances)], dtype=torch.float64)
+    positive = raw.clamp(min=0)
+    total = positive.sum()
+    return raw, positive / total if total > 0 else positive
+
+
+def fixed_order_batches(fed: Federation, client: int) -> Iterator[torch.Tensor]:
+    """One epoch over the client's train split in stored order (a DataLoader with shuffle=False)."""
+    idx = fed.train_idx[client]
+    stop = len(idx) - len(idx) % fed.batch_size if fed.options.drop_last else len(idx)
+    for start in range(0, stop, fed.batch_size):
+        yield idx[start : start + fed.batch_size]
+
+
+def train_split_view(fed: Federation, train_idx: list[torch.Tensor], fixed_order: bool) -> Federation:
+    """`fed` with other train splits, for `local_train`; data, options, RNG and lr decay stay shared."""
+    view = copy.copy(fed)
+    view.train_idx = train_idx
+    if fixed_order:
+        view.shuffled_batches = lambda client: fixed_order_batches(view, client)  # type: ignore[method-assign]
+    return view
+
+
+@register
+class FedFomo(Algorithm):
+    """Zhang et al. 2021: each selected client mixes downloaded models by validation-loss gain per distance.
+
+    A client's validation set is the last val_ratio of its train split (fixed); it trains on the
+    rest. The server holds every client's last upload (= its current model, stored once) and an
+    N x N affinity matrix P; row i gains the raw weights w_n each time client i combines.
+    """
+
+    name = "fedfomo"
+    display_name = "FedFomo"
+    Options = FomoOptions
+    official = {**PFLLIB_LOADER, "selection": "top_m", "baseline": "pre_training", "val_loss": "batch_mean", "local_order": "fixed"}
+
+    def __init__(self, fed: Federation, options: FomoOptions) -> None:
+        super().__init__(fed, options)
+        if options.M > fed.num_clients:
+            raise UserError(f"M={options.M} is larger than the number of clients ({fed.num_clients})")
+        self.initial = fed.initial_params()
+        self.models: list[Params] = [self.initial] * fed.num_clients
+        self.pre_training: dict[int, Params] = {}  # baseline=pre_training only
+        self.affinity = torch.eye(fed.num_clients, dtype=torch.float64)
+        train, self.val_idx = [], []
+        for idx in fed.train_idx:
+            cut = len(idx) - int(options.val_ratio * len(idx))
+            train.append(idx[:cut])
+            self.val_idx.append(idx[cut:])
+        self.train_fed = train_split_view(fed, train, options.local_order == "fixed")
+        self.uploaded: set[int] = set()
+        self.last_round: list[int] = []
+        self.downloads: dict[int, list[tuple[int, Params]]] = {}
+
+    def choose(self, rnd: int, client: int) -> list[int]:
+        """The ids of the models `client` downloads this round."""
+        row = self.affinity[client]
+        if self.options.selection == "top_m":  # PFLlib: as many as uploaded last round, ties by lower id
+            order = torch.sort(row, descending=True, stable=True).indices
+            return order[: min(self.options.M, len(self.last_round))].tolist()
+        candidates = torch.tensor(sorted(self.uploaded - {client}), dtype=torch.long)
+        if len(candidates) == 0:
+            return []
+        gen = self.fed.generator
+        tiebreak = candidates[torch.randperm(len(candidates), generator=gen)]
+        top = tiebreak[torch.sort(row[tiebreak], descending=True, stable=True).indices].tolist()
+        rand = candidates[torch.randperm(len(candidates), generator=gen)].tolist()
+        epsilon = max(0.0, self.options.epsilon - rnd * self.options.epsilon_decay)
+        chosen: list[int] = []
+        for _ in range(min(self.options.M, len(candidates))):
+            source = rand if float(torch.rand((), generator=gen)) < epsilon else top
+            while source[0] in chosen:
+                source.pop(0)
+            chosen.append(source.pop(0))
+        return chosen
+
+    def send(self, rnd: int, selected: list[int]) -> None:
+        # references to the models held now, so clients training earlier this round do not leak in
+        self.downloads = {c: [(j, self.models[j]) for j in self.choose(rnd, c)] for c in selected}
+
+    def eval_params(self, client: int) -> Params:
+        return self.models[client]
+
+    @torch.no_grad()
+    def validation_loss(self, client: int, params: Params) -> float:
+        idx = self.val_idx[client]
+        if self.options.val_loss == "sample_mean":
+            return count_correct(self.fed, params, idx)[1] / len(idx)
+        batches = idx.split(self.fed.batch_size)
+        return sum(count_correct(self.fed, params, b)[1] / len(b) for b in batches) / len(batches)
+
+    def personalise(self, client: int, downloads: list[tuple[int, Params]]) -> tuple[Params, torch.Tensor]:
+        """The combined model theta_old + sum_n w_n (theta_n - theta_old) and the raw weights w_n."""
+        current = self.models[client]
+        if not downloads or len(self.val_idx[client]) == 0:
+            return current, torch.zeros(len(downloads), dtype=torch.float64)
+        old = current if self.options.baseline == "current" else self.pre_training.get(client, self.initial)
+        losses = [self.validation_loss(client, m) for _, m in downloads]
+        flat_old, others = flatten(old), torch.stack([flatten(m) for _, m in downloads])
+        distances = squared_distances(flat_old, others).sqrt().tolist()
+        raw, weights = fomo_weights(self.validation_loss(client, old), losses, distances)
+        if weights.sum() == 0:
+            return current, raw
+        return unflatten(pull_toward(flat_old, others, weights), old), raw
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        downloads = self.downloads.pop(client)
+        combined, raw = self.personalise(client, downloads)
+        for (j, _), w in zip(downloads, raw.tolist()):
+            self.affinity[client, j] += w
+        if self.options.baseline == "pre_training":
+            self.pre_training[client] = combined
+        result = local_train(self.train_fed, combined, client)
+        self.models[client] = result.params
+        return result
+
+    def aggregate(self, rnd: int, selected: list[int]) -> None:
+        self.last_round = list(selected)
+        self.uploaded.update(selected)

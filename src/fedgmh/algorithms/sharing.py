@@ -1,0 +1,134 @@
+"""Baselines that differ in what they share: FedProx, FedPer, LG-FedAvg, FedRep and FedGH.
+
+FedProx is FedAvg with a proximal gradient; FedPer, LG-FedAvg and FedRep are `ParameterAveraging`
+with another shared part (FedRep also with a two-phase local schedule); FedGH is
+`GlobalMultiHead` with one global head that replaces the client's head. The PFLlib behaviour is
+behind options listed in each class's `official` dict. See docs/baselines.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
+from fedgmh.algorithms.base import register
+from fedgmh.algorithms.fedgmh import GlobalMultiHead, GMHOptions
+from fedgmh.config import choice, option
+from fedgmh.engine import LocalResult, local_train
+from fedgmh.errors import UserError
+from fedgmh.model import is_body, is_head
+
+PFLLIB = {"drop_last": True}  # PFLlib's DataLoader drops each client's last partial batch
+
+
+@dataclass(frozen=True)
+class FedProxOptions:
+    mu: float = option(0.0, "weight of the proximal term (mu/2)*||w - w_global||^2 (PFLlib default 0.0 = FedAvg)")
+
+    def __post_init__(self) -> None:
+        if self.mu < 0:
+            raise UserError(f"mu must be >= 0, got {self.mu}")
+
+
+@register
+class FedProx(FedAvg):
+    """Li et al. 2020: local SGD on CE + (mu/2)||w - w_global||^2; the global model is evaluated.
+
+    The proximal term enters as a gradient hook g + mu * (p - w_global) (PFLlib's perturbed SGD
+    step), w_global being the global model the client received this round.
+    """
+
+    name = "fedprox"
+    display_name = "FedProx"
+    Options = FedProxOptions
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        received, mu = self.global_params, self.options.mu
+        result = local_train(self.fed, self.client_params(client), client, grad_hook=lambda k, p, g: g + mu * (p - received[k]))
+        self.keep(client, result.params)
+        return result
+
+
+@register
+class FedPer(ParameterAveraging):
+    """Arivazhagan et al. 2019: the body is averaged, the head stays on the client."""
+
+    name = "fedper"
+    display_name = "FedPer"
+    official = PFLLIB
+
+    def shares(self, name: str) -> bool:
+        return is_body(name)
+
+
+@register
+class LGFedAvg(ParameterAveraging):
+    """Liang et al. 2020: the head is averaged, the body (local representation) stays on the client."""
+
+    name = "lgfedavg"
+    display_name = "LG-FedAvg"
+    official = PFLLIB
+
+    def shares(self, name: str) -> bool:
+        return is_head(name)
+
+
+@dataclass(frozen=True)
+class FedRepOptions:
+    plocal_epochs: int = option(1, "epochs of head-only training before the body epochs (PFLlib default 1)")
+
+    def __post_init__(self) -> None:
+        if self.plocal_epochs < 0:
+            raise UserError(f"plocal_epochs must be >= 0, got {self.plocal_epochs}")
+
+
+@register
+class FedRep(FedPer):
+    """Collins et al. 2021: train the head (body frozen), then the body (head frozen); average the body.
+
+    Both phases use the client's current lr (PFLlib: two optimisers whose ExponentialLR schedulers
+    are stepped together once per participation, so they always hold the same lr).
+    """
+
+    name = "fedrep"
+    display_name = "FedRep"
+    Options = FedRepOptions
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        head = local_train(self.fed, self.client_params(client), client, epochs=self.options.plocal_epochs, trainable=is_head)
+        body = local_train(self.fed, head.params, client, trainable=is_body)
+        self.keep(client, body.params)
+        return LocalResult(body.params, head.loss_sum + body.loss_sum, head.num_samples + body.num_samples)
+
+
+@dataclass(frozen=True)
+class FedGHOptions(GMHOptions):
+    head_alias: str = choice(
+        "server", "client0", help="the server keeps its own head (paper), or, as in PFLlib, the server head IS client 0's head, so client 0's local training moves it too"
+    )
+
+
+@register
+class FedGH(GlobalMultiHead):
+    """Yi et al. 2023: bodies local; one global head trained on the uploaded class-mean features.
+
+    GlobalMultiHead with one head (`heads=single`) that replaces the client's head
+    (`combine=replace`); the server head lr is `eta_h` (PFLlib's server_learning_rate).
+    """
+
+    name = "fedgh"
+    display_name = "FedGH"
+    Options = FedGHOptions
+    defaults = {"heads": "single", "combine": "replace"}
+    official = {**PFLLIB, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
+
+    def __init__(self, fed, options: FedGHOptions) -> None:
+        if options.heads != "single" or options.combine != "replace":
+            raise UserError("fedgh has one global head that replaces the client's head (heads=single, combine=replace); use the gmh_* algorithms for the other variants")
+        super().__init__(fed, options)
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        result = super().train_client(rnd, client)
+        if self.options.head_alias == "client0" and client == 0:
+            self.heads = {k: self.params[0][k].unsqueeze(0).clone() for k in self.heads}
+        return result
