@@ -302,6 +302,6 @@ def test_two_round_digits_run(digits_setup, algorithm, extra):
     assert metrics["round"].tolist() == [0, 1, 2]
     for col in ("test_acc", "test_acc_mean"):
         assert metrics[col].between(0, 1).all()
-    assert metrics["train_loss"].notna().all()
+    assert metrics["train_loss"].iloc[:-1].notna().all()  # the last round only evaluates
     record = json.loads((out / "run.json").read_text())
     assert record["best_test_acc"] == pytest.approx(metrics["test_acc"].max())
