@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 
-import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -209,33 +207,3 @@ def test_bad_options_fail_before_training():
         build("fedgh", heads="per_label")
     assert resolve_options("fedgh", {})[0].heads == "single"
     assert resolve_options("fedrep", {"preset": "official"})[1].drop_last is True
-
-
-@pytest.fixture(scope="module")
-def digits_setup(tmp_path_factory):
-    from fedgmh import data
-    from fedgmh.cli import main
-
-    root = tmp_path_factory.mktemp("sharing")
-    data.download("digits", root / "data")
-    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "6",
-                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(root / "part.npz")]) == 0
-    return root
-
-
-@pytest.mark.parametrize("algorithm,extra", [
-    ("fedprox", ("--set", "mu=0.01")), ("fedper", ()), ("lgfedavg", ()), ("fedrep", ()),
-    ("fedgh", ("--set", "preset=official")),  # the paper-default fedgh path is covered by the unit tests above
-])
-def test_train_cli_two_rounds(digits_setup, algorithm, extra):
-    from fedgmh.cli import main
-
-    out = digits_setup / algorithm
-    assert main(["train", "--dataset", "digits", "--root", str(digits_setup / "data"), "--partition", str(digits_setup / "part.npz"),
-                 "--algorithm", algorithm, "--rounds", "2", "--local-epochs", "1", "--join-ratio", "0.2", "--batch-size", "32",
-                 "--out", str(out), "--quiet", *extra]) == 0
-    metrics = pd.read_csv(out / "metrics.csv")
-    assert metrics["round"].tolist() == [0, 1, 2]
-    for column in ("test_acc", "test_acc_mean"):
-        assert metrics[column].between(0, 1).all()
-    assert json.loads((out / "run.json").read_text())["algorithm"] == algorithm

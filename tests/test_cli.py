@@ -79,3 +79,24 @@ def test_partition_from_other_data_is_rejected(setup, tmp_path, capsys):
     args[args.index("--partition") + 1] = str(tmp_path / "wrong.npz")
     assert main(args) == 2
     assert "made for dataset 'mnist'" in capsys.readouterr().err
+
+
+def _metrics_and_record(out):
+    return pd.read_csv(out / "metrics.csv").drop(columns="seconds"), json.loads((out / "run.json").read_text())
+
+
+@pytest.mark.parametrize("preset", ["paper", "official"])
+@pytest.mark.parametrize("algorithm", sorted(__import__("fedgmh.algorithms", fromlist=["REGISTRY"]).REGISTRY))
+def test_every_algorithm_trains_through_the_cli_deterministically(setup, algorithm, preset):
+    runs = []
+    for attempt in ("a", "b"):
+        out = f"all_{algorithm}_{preset}_{attempt}"
+        assert main(train_args(setup, "--set", f"preset={preset}", "--threads", "1", algorithm=algorithm, out=out)) == 0
+        runs.append(_metrics_and_record(setup / out))
+    (metrics, record), (again, _) = runs
+    assert metrics["round"].tolist() == [0, 1, 2]
+    assert metrics[["test_acc", "test_acc_mean"]].apply(lambda col: col.between(0, 1)).all().all()
+    assert metrics["train_loss"].iloc[:-1].notna().all()  # the last round only evaluates
+    assert record["algorithm"] == algorithm and record["best_test_acc"] == pytest.approx(metrics["test_acc"].max())
+    assert record["engine_options"]["drop_last"] is (preset == "official")
+    pd.testing.assert_frame_equal(metrics, again, check_exact=True)  # same seed, same metrics

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 import fedgmh
-from fedgmh import data
+from fedgmh import data, gpu_slots
 from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.engine import Federation, run_rounds
@@ -52,12 +52,19 @@ def resolve_options(algorithm: str, overrides: dict[str, Any]) -> tuple[Any, Eng
 
 
 def pick_device(name: str) -> torch.device:
+    """cpu, cuda, cuda:N, auto (CUDA when available) or cuda:auto (a free GPU slot, see gpu_slots)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == gpu_slots.SLOT_DEVICE:
+        if not torch.cuda.is_available():
+            raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+        index = gpu_slots.hold_gpu_for_process(torch.cuda.device_count())  # held until this process exits
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     try:
         device = torch.device(name)
     except RuntimeError as err:
-        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N or auto") from err
+        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N, cuda:auto or auto") from err
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
     return device

@@ -188,3 +188,6 @@ def uses_gpu():
 # `--resources gpu=N` then bounds the number of concurrent training jobs on a GPU machine; on a
 # CPU machine the training rule declares no gpu resource at all.
 TRAIN_RESOURCES = {"gpu": 1} if uses_gpu() else {}
+# ... and each of those N jobs takes a GPU of its own: `--device cuda:auto` locks a free GPU slot
+# (fedgmh.gpu_slots) for the whole run. An explicit cuda:N, cpu, or auto on a CPU machine is passed as is.
+TRAIN_DEVICE = "cuda:auto" if config["device"] in ("cuda", "auto") and TRAIN_RESOURCES else config["device"]

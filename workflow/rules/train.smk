@@ -24,7 +24,7 @@ rule train:
         local_epochs=lambda wildcards: train_job(wildcards)["local_epochs"],
         batch_size=config["batch_size"],
         lr=format_number(config["lr"]),
-        device=config["device"],
+        device=TRAIN_DEVICE,
         sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
         info=run_info_json,
     shell:

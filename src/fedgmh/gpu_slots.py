@@ -1,0 +1,201 @@
+"""GPU slots: give every concurrent training job on one machine a GPU of its own.
+
+`snakemake ... --resources gpu=K` lets at most K training jobs run at once, but Snakemake does not
+say WHICH GPU a job should use. `fedgmh train --device cuda:auto` asks this module: it takes an
+exclusive OS lock (`fcntl.flock`) on one lock file per GPU, trying GPU 0, 1, ... in order with
+non-blocking locks, and uses the first GPU whose lock it gets. The lock is held for the whole
+run. Because it is a kernel lock on an open file (not the existence of a file), it is released when
+the process ends in any way, killed included, so a crashed job never blocks a GPU; two jobs that
+start at the same instant can never get the same GPU.
+
+When every GPU is taken the job polls until one is freed, and after `timeout_s` (default 600 s,
+`$FEDGMH_GPU_WAIT_S`) stops with an error that names the holders.
+
+Where the lock files live: `$FEDGMH_GPU_LOCK_DIR`, else `<tmp>/fedgmh-gpu-slots-<user>` (plus
+`-slurm<job id>` inside a SLURM job). Jobs that should share GPUs must share this folder, which
+must be on a local file system (one per machine: the GPUs are per machine too).
+
+`CUDA_VISIBLE_DEVICES` is honoured: the GPUs are the visible ones (torch numbers them 0..n-1), and
+their lock files are named after the entries of the variable (e.g. `gpu-2.lock` for the physical
+GPU 2, `gpu-GPU-8a1f....lock` for a UUID), so jobs with different visible sets still agree. When
+exactly one device is visible (what a scheduler such as SLURM does for a one-GPU job) that GPU was
+assigned by the scheduler: it is used without any locking.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import getpass
+import os
+import re
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from fedgmh.errors import UserError
+
+#: the `--device` value that takes a free GPU slot
+SLOT_DEVICE = "cuda:auto"
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class GpuSlotTimeout(UserError):
+    """No GPU slot became free within the timeout."""
+
+
+def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
+    """Entries of CUDA_VISIBLE_DEVICES (None when it is unset).
+
+    Like CUDA, the list stops at the first empty or negative entry ("" and "-1" hide every GPU).
+    """
+    env = os.environ if env is None else env
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    entries = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        entries.append(entry)
+    return entries
+
+
+def default_lock_dir(env: Mapping[str, str] | None = None) -> Path:
+    """`$FEDGMH_GPU_LOCK_DIR`, else a per-user folder in the system temp dir (per SLURM job inside one)."""
+    env = os.environ if env is None else env
+    if env.get("FEDGMH_GPU_LOCK_DIR"):
+        return Path(env["FEDGMH_GPU_LOCK_DIR"])
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    name = f"fedgmh-gpu-slots-{re.sub(r'[^A-Za-z0-9_.-]', '_', user)}"
+    if env.get("SLURM_JOB_ID"):
+        name += f"-slurm{env['SLURM_JOB_ID']}"
+    return Path(tempfile.gettempdir()) / name
+
+
+def default_timeout(env: Mapping[str, str] | None = None) -> float:
+    env = os.environ if env is None else env
+    value = env.get("FEDGMH_GPU_WAIT_S")
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(f"FEDGMH_GPU_WAIT_S={value!r} is not a number of seconds") from None
+
+
+def _lock_name(key: str) -> str:
+    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key) + ".lock"
+
+
+def _holder(path: Path) -> str:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return "?"
+    return text or "?"
+
+
+def _no_release() -> None:
+    pass
+
+
+def acquire_gpu(
+    num_gpus: int,
+    lock_dir: str | os.PathLike | None = None,
+    timeout_s: float | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    poll_s: float = 0.5,
+    on_wait: Callable[[str], None] | None = None,
+) -> tuple[int, Callable[[], None]]:
+    """Lock a free GPU among the `num_gpus` visible ones; return (index, release).
+
+    `index` is the torch index (`cuda:<index>`); `release()` unlocks it (idempotent; the lock also
+    goes away when the process exits). Raises GpuSlotTimeout when no GPU is free after `timeout_s`
+    seconds (0: try once), UserError when there is no GPU or the lock folder is unusable.
+    `env` (default os.environ) supplies CUDA_VISIBLE_DEVICES; `on_wait` gets one message when the
+    call starts waiting.
+    """
+    env = os.environ if env is None else env
+    if num_gpus < 1:
+        raise UserError("no GPU is visible (torch.cuda.device_count() is 0); use --device cpu")
+    visible = visible_devices(env)
+    if visible is not None and len(visible) == 1 and num_gpus == 1:
+        return 0, _no_release  # the scheduler gave this job its GPU: nothing to share
+    if visible is not None and len(visible) == num_gpus:
+        keys = visible
+    else:
+        keys = [str(i) for i in range(num_gpus)]
+    lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir(env)
+    timeout_s = default_timeout(env) if timeout_s is None else float(timeout_s)
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as err:
+        raise UserError(f"cannot create the GPU lock folder {lock_dir}: {err} (set FEDGMH_GPU_LOCK_DIR)") from err
+
+    deadline = time.monotonic() + timeout_s
+    waiting = False
+    while True:
+        for index, key in enumerate(keys):
+            path = lock_dir / _lock_name(key)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise UserError(f"cannot open the GPU lock file {path}: {err} (set FEDGMH_GPU_LOCK_DIR)") from err
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            except OSError as err:
+                os.close(fd)
+                raise UserError(f"cannot lock {path}: {err}; put FEDGMH_GPU_LOCK_DIR on a local file system") from err
+            # who holds it, for the messages of jobs that wait (the lock, not this text, is what counts)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+            state = {"fd": fd}
+
+            def release(state: dict = state) -> None:
+                fd = state.pop("fd", None)
+                if fd is not None:
+                    os.close(fd)  # closing the only descriptor drops the flock
+
+            return index, release
+        now = time.monotonic()
+        if now >= deadline:
+            holders = "; ".join(f"GPU {i} ({key}): {_holder(lock_dir / _lock_name(key))}" for i, key in enumerate(keys))
+            raise GpuSlotTimeout(
+                f"no free GPU after waiting {timeout_s:g} s: all {num_gpus} GPU slot(s) in {lock_dir} are held ({holders}). "
+                f"Run at most {num_gpus} training job(s) at once (snakemake ... --resources gpu={num_gpus}), "
+                "or wait longer with FEDGMH_GPU_WAIT_S=SECONDS"
+            )
+        if not waiting and on_wait is not None:
+            on_wait(f"all {num_gpus} GPU(s) are in use (locks in {lock_dir}); waiting up to {timeout_s:g} s for one to free up")
+        waiting = True
+        time.sleep(min(poll_s, max(deadline - now, 0.0)))
+
+
+_HELD: list[Callable[[], None]] = []  # releases of the slots this process holds until it exits
+
+
+def hold_gpu_for_process(num_gpus: int) -> int:
+    """Take a GPU slot for the rest of this process (released at exit); return its torch index."""
+    index, release = acquire_gpu(num_gpus, on_wait=lambda message: print(f"fedgmh: {message}", file=sys.stderr, flush=True))
+    _HELD.append(release)
+    return index
+
+
+@atexit.register
+def release_held() -> None:
+    """Release every slot taken by hold_gpu_for_process (also happens when the process dies)."""
+    while _HELD:
+        _HELD.pop()()
