@@ -46,7 +46,7 @@ def test_train_writes_metrics_and_run_record(setup, capsys):
     [
         ((), "fedfoo", "unknown algorithm 'fedfoo'"),
         (("--set", "gamma=2"), "fedgmh", "unknown option(s) gamma"),
-        (("--set", "beta=high"), "fedgmh", "beta='high': expected a value of type float"),
+        (("--set", "beta=high"), "fedgmh", "beta='high': expected a finite float"),
         (("--set", "drop_last=maybe"), "fedavg", "expected a value of type bool"),
         (("--set", "beta"), "fedgmh", "--set expects KEY=VALUE"),
         (("--lr", "-1"), "fedavg", "learning rate must be > 0"),

@@ -192,9 +192,42 @@ def test_bad_options_fail_before_training():
 
     with pytest.raises(UserError, match="beta must be in"):
         resolve_options("fedgmh", {"beta": "1.5"})
-    with pytest.raises(UserError, match="expected a value of type float"):
+    with pytest.raises(UserError, match="expected a finite float"):
         resolve_options("fedgmh", {"eta_h": "fast"})
     with pytest.raises(UserError, match="choose one of"):
         resolve_options("fedgmh", {"mix": "sometimes"})
     with pytest.raises(UserError, match="unknown option"):
         resolve_options("fedavg", {"beta": "0.3"})
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_non_finite_hyper_parameters_are_rejected(value):
+    from fedgmh.errors import UserError
+
+    with pytest.raises(UserError, match="expected a finite float"):
+        resolve_options("fedgmh", {"eta_h": value})
+
+
+def test_global_budget_is_exact_floor_of_beta_times_l():
+    # 0.7 * 5130 = 3590.9999999999995 in floating point; B must be 3591
+    before = {"head.weight": torch.zeros(10, 512), "head.bias": torch.zeros(10)}
+    after = {k: torch.rand_like(v) + 0.1 for k, v in before.items()}
+    mask = critical_mask(before, after, 0.7, "delta_theta", "global")
+    assert sum(int(m.sum()) for m in mask.values()) == 3591
+
+
+@pytest.mark.parametrize("name", ["gmh_o", "gmh_oa"])
+def test_official_single_head_is_client_0s_head(name):
+    algo = build(name, preset="official")
+    assert algo.options.head_alias == "client0"
+    algo.train_client(0, 0)
+    trained = heads_of(algo.params[0])
+    for k, v in trained.items():  # client 0's training moved the server head
+        assert torch.equal(algo.heads[k][0], v)
+    algo.train_client(0, 2)
+    algo.aggregate(0, [0, 2])
+    for k in trained:  # and the server pass moved client 0's head
+        assert torch.equal(algo.params[0][k], algo.heads[k][0])
+        assert not torch.equal(algo.params[0][k], trained[k])
+    with pytest.raises(Exception, match="heads=single"):
+        resolve_options("fedgmh", {"head_alias": "client0"})

@@ -9,6 +9,7 @@ a field's choices fail with a message before any training starts.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -89,20 +90,25 @@ def parse_overrides(pairs: list[str]) -> dict[str, str]:
 
 def _convert(cls: type, name: str, kind: type, raw: Any) -> Any:
     if not isinstance(raw, str):
-        if kind is float and isinstance(raw, int) and not isinstance(raw, bool):
-            return float(raw)
-        if isinstance(raw, kind):
+        if kind is float and isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            raw = str(float(raw))
+        elif isinstance(raw, kind):
             return raw
-        raw = str(raw)
+        else:
+            raw = str(raw)
     try:
         if kind is bool:
             word = raw.lower()
             if word in TRUE_WORDS | FALSE_WORDS:
                 return word in TRUE_WORDS
             raise ValueError
-        return kind(raw)
+        value = kind(raw)
+        if kind is float and not math.isfinite(value):
+            raise ValueError
+        return value
     except ValueError:
-        raise UserError(f"option {name}={raw!r}: expected a value of type {kind.__name__}") from None
+        expected = "a finite float" if kind is float else f"a value of type {kind.__name__}"
+        raise UserError(f"option {name}={raw!r}: expected {expected}") from None
 
 
 def build_options(cls: type, values: dict[str, Any]) -> Any:

@@ -132,6 +132,9 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True) -> d
     """Run one federated training run and write metrics.csv and run.json into `out_dir`."""
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device)
+    if device.type == "cuda":  # same config + seed = same result, also with cuDNN
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     if config.threads:
         torch.set_num_threads(config.threads)
     fed, partition_meta = build_federation(config, engine, device)

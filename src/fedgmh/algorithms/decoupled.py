@@ -23,9 +23,10 @@ from fedgmh.engine import Federation, LocalResult, Params, local_train
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
 
-#: PFLlib: DataLoader(drop_last=True); clientrod.py / clientcp.py build their own optimisers and
-#: never step the learning-rate scheduler, so their lr stays constant.
-PFLLIB_ENGINE = {"drop_last": True, "lr_decay": 1.0}
+#: PFLlib: DataLoader(drop_last=True). clientrod.py steps both of its lr schedulers once per
+#: participation (like our engine); clientcp.py builds its own optimiser and never steps a
+#: scheduler, so FedCP's lr stays constant there.
+PFLLIB_LOADER = {"drop_last": True}
 
 
 def linear(params: Params, prefix: str, x: Tensor) -> Tensor:
@@ -69,7 +70,7 @@ class FedRoD(ParameterAveraging):
 
     name = "fedrod"
     display_name = "FedRoD"
-    official = PFLLIB_ENGINE
+    official = PFLLIB_LOADER
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)  # shared: every model key (body + generic head)
@@ -161,10 +162,11 @@ class FedCP(ParameterAveraging):
     name = "fedcp"
     display_name = "FedCP"
     Options = FedCPOptions
-    official = {**PFLLIB_ENGINE, "policy": "gumbel", "sync": "after_round", "context": "random"}
+    official = {**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round", "context": "random"}
 
     def __init__(self, fed, options: FedCPOptions) -> None:
         super().__init__(fed, options)  # global: body + head of the initial model
+        self.eval_noise = torch.Generator().manual_seed(fed.seed + 1)
         head = {k: v for k, v in self.global_params.items() if is_head(k)}
         dim = head["head.weight"].shape[1]
         self.global_params.update(initial_cpn(fed, dim))
@@ -176,7 +178,7 @@ class FedCP(ParameterAveraging):
             self.local = {c: {**self.initial_local, "context": contexts[c]} for c in range(fed.num_clients)}
 
     # -- the model ------------------------------------------------------------------------
-    def policy(self, params: Params, features: Tensor) -> tuple[Tensor, Tensor]:
+    def policy(self, params: Params, features: Tensor, noise: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """(s, r): personal and global shares of every feature, s + r = 1.
 
         CPN input C = f * v / ||v||; a = ReLU(LayerNorm(fc(C))) of size 2d is viewed as (2, d)
@@ -188,19 +190,21 @@ class FedCP(ParameterAveraging):
         a = F.relu(F.layer_norm(a, a.shape[-1:], params["cpn.ln.weight"], params["cpn.ln.bias"]))
         a = a.view(len(features), 2, -1)
         if self.options.policy == "gumbel":
-            exponential = torch.empty(a.shape).exponential_(generator=self.fed.generator)
+            exponential = torch.empty(a.shape).exponential_(generator=noise or self.fed.generator)
             a = a - exponential.log().to(a)
         shares = a.softmax(dim=1)
         return shares[:, 0], shares[:, 1]
 
-    def outputs(self, params: Params, x: Tensor) -> tuple[Tensor, Tensor]:
+    def outputs(self, params: Params, x: Tensor, noise: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """(logits = head_p(s * f) + head_g(r * f), body features f)."""
         f = self.fed.features(params, x)
-        s, r = self.policy(params, f)
+        s, r = self.policy(params, f, noise)
         return linear(params, "head.", s * f) + linear(params, "ghead.", r * f), f
 
     def forward(self, params: Params, x: Tensor) -> Tensor:
-        return self.outputs(params, x)[0]
+        # Evaluation draws its Gumbel noise from its own generator, so evaluating more or fewer
+        # rounds (eval_every, eval_last) never changes the training.
+        return self.outputs(params, x, self.eval_noise)[0]
 
     # -- rounds ---------------------------------------------------------------------------
     def receive(self, client: int, context: Tensor | None = None) -> None:

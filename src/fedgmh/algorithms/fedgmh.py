@@ -14,6 +14,7 @@ docs/fedgmh.md.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +41,10 @@ class GMHOptions:
     selection: str = choice("global", "per_tensor", help="top-B over all L head values (paper) or per tensor with the official near-zero fallback")
     broadcast: str = choice("selected", "all", help="who receives heads each round: selected clients (paper) or all (official)")
     server_pass: str = choice("per_prototype", "batched", help="eq. 6 one step per prototype, or a shuffled batched pass (official -o ablations)")
+    head_alias: str = choice(
+        "server", "client0",
+        help="the server keeps its own head, or (official -o ablations, PFLlib FedGH) the one server head IS client 0's head: client 0's training moves it and the server pass moves client 0's head",
+    )
     preset: str = choice("paper", "official", help="paper text, or every official-code behaviour (set before the others)")
 
     def __post_init__(self) -> None:
@@ -49,6 +54,8 @@ class GMHOptions:
             raise UserError(f"eta_h must be > 0, got {self.eta_h}")
         if self.server_pass == "batched" and self.heads != "single":
             raise UserError("server_pass=batched is defined for one global head only (heads=single)")
+        if self.head_alias == "client0" and self.heads != "single":
+            raise UserError("head_alias=client0 is defined for one global head only (heads=single)")
 
 
 def critical_mask(before: Params, after: Params, beta: float, score: str, selection: str) -> Params:
@@ -64,7 +71,7 @@ def critical_mask(before: Params, after: Params, beta: float, score: str, select
         scores[name] = (delta * theta if score == "delta_theta" else delta * delta * theta).abs()
     if selection == "global":
         flat = torch.cat([s.flatten() for s in scores.values()])
-        budget = int(beta * flat.numel())
+        budget = math.floor(beta * flat.numel() + 1e-9)  # B = beta * L without float fuzz (0.7 * 5130)
         order = torch.sort(flat, descending=True, stable=True).indices
         chosen = torch.zeros_like(flat, dtype=torch.bool)
         chosen[order[:budget]] = True
@@ -108,7 +115,7 @@ class GlobalMultiHead(Algorithm):
     def mixed_head(self, client: int) -> Params:
         """H_m = sum_s w_m[s] * h_s over the client's labels (the single head in the -o ablations)."""
         if self.options.heads == "single":
-            return {k: v[0] for k, v in self.heads.items()}
+            return {k: v[0].clone() for k, v in self.heads.items()}  # not a view the server step moves
         weights = self.label_weights[client]
         labels = torch.tensor(list(weights), device=self.fed.device)
         w = torch.tensor(list(weights.values()), dtype=torch.float32, device=self.fed.device)
@@ -143,6 +150,8 @@ class GlobalMultiHead(Algorithm):
         critical = critical_mask(heads_before, heads_after, self.options.beta, self.options.score, self.options.selection)
         self.masks[client] = critical if self.options.mix == "critical" else {k: ~m for k, m in critical.items()}
         self.uploads.extend(self.prototypes(client, result.params))
+        if self.options.head_alias == "client0" and client == 0:
+            self.heads = {k: result.params[k].unsqueeze(0).clone() for k in self.heads}
         return result
 
     @torch.no_grad()
@@ -165,8 +174,12 @@ class GlobalMultiHead(Algorithm):
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         uploads, self.uploads = self.uploads, []
-        if not uploads:
-            return
+        if uploads:
+            self.train_heads(uploads)
+        if self.options.head_alias == "client0":
+            self.params[0] = {**self.params[0], **{k: v[0].clone() for k, v in self.heads.items()}}
+
+    def train_heads(self, uploads: list[tuple[int, torch.Tensor]]) -> None:
         if self.options.server_pass == "per_prototype":
             for label, proto in uploads:
                 self.server_step(0 if self.options.heads == "single" else label, proto.unsqueeze(0), torch.tensor([label], device=proto.device))
@@ -205,7 +218,7 @@ class GMHOneHead(GlobalMultiHead):
     name = "gmh_o"
     display_name = "GMH-o"
     defaults = {"heads": "single"}
-    official = {**OFFICIAL_ENGINE, "mix": "noncritical", "selection": "per_tensor", "broadcast": "all", "server_pass": "batched"}
+    official = {**OFFICIAL_ENGINE, "mix": "noncritical", "selection": "per_tensor", "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
 
 
 @register
@@ -225,4 +238,4 @@ class GMHOneHeadAverage(GlobalMultiHead):
     name = "gmh_oa"
     display_name = "GMH-oa"
     defaults = {"heads": "single", "combine": "average"}
-    official = {**OFFICIAL_ENGINE, "combine": "replace", "broadcast": "all", "server_pass": "batched"}
+    official = {**OFFICIAL_ENGINE, "combine": "replace", "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}

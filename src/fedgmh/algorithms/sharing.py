@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
 from fedgmh.algorithms.base import register
-from fedgmh.algorithms.fedgmh import GlobalMultiHead, GMHOptions
-from fedgmh.config import choice, option
+from fedgmh.algorithms.fedgmh import GlobalMultiHead
+from fedgmh.config import option
 from fedgmh.engine import LocalResult, local_train
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
@@ -101,13 +101,6 @@ class FedRep(FedPer):
         return LocalResult(body.params, head.loss_sum + body.loss_sum, head.num_samples + body.num_samples)
 
 
-@dataclass(frozen=True)
-class FedGHOptions(GMHOptions):
-    head_alias: str = choice(
-        "server", "client0", help="the server keeps its own head (paper), or, as in PFLlib, the server head IS client 0's head, so client 0's local training moves it too"
-    )
-
-
 @register
 class FedGH(GlobalMultiHead):
     """Yi et al. 2023: bodies local; one global head trained on the uploaded class-mean features.
@@ -118,17 +111,10 @@ class FedGH(GlobalMultiHead):
 
     name = "fedgh"
     display_name = "FedGH"
-    Options = FedGHOptions
     defaults = {"heads": "single", "combine": "replace"}
     official = {**PFLLIB, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
 
-    def __init__(self, fed, options: FedGHOptions) -> None:
+    def __init__(self, fed, options) -> None:
         if options.heads != "single" or options.combine != "replace":
             raise UserError("fedgh has one global head that replaces the client's head (heads=single, combine=replace); use the gmh_* algorithms for the other variants")
         super().__init__(fed, options)
-
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        result = super().train_client(rnd, client)
-        if self.options.head_alias == "client0" and client == 0:
-            self.heads = {k: self.params[0][k].unsqueeze(0).clone() for k in self.heads}
-        return result
