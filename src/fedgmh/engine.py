@@ -39,6 +39,38 @@ class LocalResult:
     num_samples: int = 0
 
 
+class Channel:
+    """Counts the bytes that really cross the network: algorithms pass what they send through it.
+
+    `upload(tensors)` / `download(tensors)` return their argument unchanged and add its size
+    (numel x element size, summed over tensors) to this round's totals.
+    """
+
+    def __init__(self) -> None:
+        self.up = self.down = 0
+
+    @staticmethod
+    def size(tensors) -> int:
+        if isinstance(tensors, torch.Tensor):
+            return tensors.numel() * tensors.element_size()
+        values = tensors.values() if isinstance(tensors, dict) else tensors
+        return sum(Channel.size(t) for t in values)
+
+    def upload(self, tensors):
+        self.up += self.size(tensors)
+        return tensors
+
+    def download(self, tensors):
+        self.down += self.size(tensors)
+        return tensors
+
+    def take_round(self) -> dict[str, int]:
+        """This round's totals (all clients together), then reset."""
+        totals = {"bytes_up": self.up, "bytes_down": self.down}
+        self.up = self.down = 0
+        return totals
+
+
 @dataclass
 class Federation:
     """Everything fixed during a run: data, clients, architecture, hyper-parameters and RNGs."""
@@ -56,10 +88,12 @@ class Federation:
     seed: int
     generator: torch.Generator = field(init=False)
     participations: np.ndarray = field(init=False)
+    channel: Channel = field(init=False)
 
     def __post_init__(self) -> None:
         self.generator = torch.Generator().manual_seed(self.seed)
         self.participations = np.zeros(self.num_clients, dtype=np.int64)
+        self.channel = Channel()
 
     @property
     def num_clients(self) -> int:
@@ -212,8 +246,9 @@ def run_rounds(
             seen += result.num_samples
         if selected:
             algorithm.aggregate(rnd, selected)
+        traffic = fed.channel.take_round()
         if metrics is not None:
-            row = {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan}
+            row = {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan, **traffic}
             row["seconds"] = time.perf_counter() - start
             rows.append(row)
             if on_round is not None:

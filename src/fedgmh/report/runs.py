@@ -1,0 +1,227 @@
+"""Run directories -> tidy results (one row per run) and per-round curves (long format).
+
+A run directory is what `fedgmh train --out RUNDIR` writes: `metrics.csv` (one row per evaluated
+round) and `run.json` (the run record with its `config`). The workflow adds `run_info.json` with
+the partition parameters (dataset, classes_per_client, alpha, clients, ...); without it the
+partition file named in the run's config is read for them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedgmh.errors import UserError
+from fedgmh.io import write_csv
+from fedgmh.report.names import (
+    BASE_COLUMNS, METRICS_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS, _jsonable, parse_options,
+)
+from fedgmh.report.settings import assign_setting_ids
+
+def _read_json(path: Path, run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise UserError(f"run {run_dir}: {path.name} is not valid JSON ({err}); re-run the training") from err
+    if not isinstance(data, dict):
+        raise UserError(f"run {run_dir}: {path.name} does not hold a JSON object")
+    return data
+
+
+def _partition_meta(config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    raw = config.get("partition")
+    if not raw:
+        return {}
+    candidates = [Path(raw)] if Path(raw).is_absolute() else [Path(raw), run_dir / raw]
+    for path in candidates:
+        if path.is_file():
+            try:
+                with np.load(path, allow_pickle=False) as npz:
+                    return json.loads(str(npz["meta"])) if "meta" in npz.files else {}
+            except (OSError, ValueError, KeyError):
+                return {}
+    return {}
+
+
+def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
+    """One run's tidy record (without experiment / setting) and its metrics frame.
+
+    A missing or incomplete run raises a UserError that names the run directory.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run {run_dir}: directory not found (has the training run?)")
+    run_json, metrics_csv = run_dir / "run.json", run_dir / "metrics.csv"
+    missing = [p.name for p in (run_json, metrics_csv) if not p.is_file()]
+    if missing:
+        raise UserError(f"run {run_dir}: {' and '.join(missing)} missing; the run is incomplete or failed (see its log) - re-run it")
+    record = _read_json(run_json, run_dir)
+    absent = [k for k in RUN_JSON_KEYS if k not in record]
+    if absent:
+        raise UserError(f"run {run_dir}: run.json lacks {', '.join(absent)}; it was not written by a finished `fedgmh train`")
+    config = record["config"]
+    if not isinstance(config, dict):
+        raise UserError(f"run {run_dir}: run.json's config is not a mapping")
+    try:
+        metrics = pd.read_csv(metrics_csv)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
+        raise UserError(f"run {run_dir}: metrics.csv is unreadable ({err})") from err
+    absent = [c for c in METRICS_COLUMNS if c not in metrics.columns]
+    if absent:
+        raise UserError(f"run {run_dir}: metrics.csv lacks column(s) {', '.join(absent)}")
+    if metrics.empty:
+        raise UserError(f"run {run_dir}: metrics.csv has no evaluated round")
+
+    info_path = run_dir / "run_info.json"
+    info = _read_json(info_path, run_dir) if info_path.is_file() else {}
+    meta = record.get("partition") if isinstance(record.get("partition"), dict) else {}
+    if any(info.get(k) is None and meta.get(k) is None for k in PARTITION_FIELDS):
+        meta = {**_partition_meta(config, run_dir), **meta}
+
+    def field(name: str, *sources: dict[str, Any], default: Any = None) -> Any:
+        for source in sources:
+            if source.get(name) is not None:
+                return source[name]
+        return default
+
+    row: dict[str, Any] = {
+        "dataset": field("dataset", info, record, config),
+        "classes_per_client": field("classes_per_client", info, meta),
+        "alpha": field("alpha", info, meta),
+        "clients": field("clients", info, default=field("num_clients", record, meta)),
+        "algorithm": field("algorithm", record, config),
+        "seed": int(field("seed", record, config)),
+        "rounds": field("rounds", config),
+        "local_epochs": field("local_epochs", config),
+        "join_ratio": field("join_ratio", config),
+        "batch_size": field("batch_size", config),
+        "lr": field("lr", config),
+        "options": parse_options(config.get("overrides")),
+        "resolved_options": {k: _jsonable(v) for k, v in (record.get("algorithm_options") or {}).items()
+                             if k in REPORTED_OPTIONS and isinstance(v, (str, int, float, bool))},
+        "best_test_acc": float(record["best_test_acc"]),
+        "best_round": int(record["best_round"]),
+        "final_test_acc": float(record["final_test_acc"]),
+        "rounds_evaluated": int(len(metrics)),
+        "wall_time_s": float(record["wall_time_s"]),
+        "run_dir": str(run_dir),
+    }
+    absent = [k for k in PARTITION_FIELDS if row[k] is None]
+    if absent:
+        raise UserError(
+            f"run {run_dir}: cannot tell {' and '.join(absent)}: no run_info.json in the run directory and the "
+            f"partition file {config.get('partition')!r} is not readable from here"
+        )
+    return row, metrics
+
+
+def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tidy results (one row per run) and curves (one row per run and evaluated round).
+
+    `experiment` labels every row (the workflow passes the table id); otherwise each run's
+    run_info.json `experiment` is used, or '' when absent. Setting ids are assigned per experiment.
+    """
+    if not run_dirs:
+        raise UserError("no run directories given")
+    rows, curves = [], []
+    seen: dict[str, str] = {}
+    for run_dir in run_dirs:
+        key = str(Path(run_dir).resolve())
+        if key in seen:
+            raise UserError(f"run {run_dir} is listed twice")
+        seen[key] = str(run_dir)
+        row, metrics = load_run(run_dir)
+        if experiment is not None:
+            row["experiment"] = experiment
+        else:
+            info_path = Path(run_dir) / "run_info.json"
+            info = _read_json(info_path, Path(run_dir)) if info_path.is_file() else {}
+            row["experiment"] = str(info.get("experiment", ""))
+        rows.append(row)
+        curves.append(metrics)
+
+    # setting ids, per experiment
+    by_experiment: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_experiment.setdefault(row["experiment"], []).append(i)
+    for indices in by_experiment.values():
+        ids = assign_setting_ids([rows[i] for i in indices])
+        for i, sid in zip(indices, ids):
+            rows[i]["setting"] = sid
+        _check_duplicates([rows[i] for i in indices])
+
+    option_keys = sorted({k for row in rows for k in (*row["options"], *row["resolved_options"])})
+    option_columns = {k: (k if k not in BASE_COLUMNS + RESULT_COLUMNS else f"opt_{k}") for k in option_keys}
+    records = []
+    for row in rows:
+        rec = {c: row.get(c) for c in BASE_COLUMNS}
+        rec["options"] = json.dumps(row["options"], sort_keys=True)
+        for key, column in option_columns.items():
+            rec[column] = row["options"].get(key, row["resolved_options"].get(key))
+        rec.update({c: row[c] for c in RESULT_COLUMNS})
+        records.append(rec)
+    results = pd.DataFrame.from_records(records)
+
+    long_frames = []
+    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed", "run_dir"]
+    for rec, metrics in zip(records, curves):
+        keep = [c for c in ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_loss") if c in metrics.columns]
+        frame = metrics[keep].copy()
+        for column in reversed(id_columns):
+            frame.insert(0, column, rec[column])
+        long_frames.append(frame)
+    curves_frame = pd.concat(long_frames, ignore_index=True)
+    return results, curves_frame
+
+
+def _check_duplicates(rows: Sequence[dict[str, Any]]) -> None:
+    seen: dict[tuple, str] = {}
+    for row in rows:
+        key = (row["setting"], row["algorithm"], row["seed"])
+        if key in seen:
+            raise UserError(
+                f"runs {seen[key]} and {row['run_dir']} are the same cell (experiment {row['experiment']!r}, "
+                f"setting {row['setting']}, algorithm {row['algorithm']}, seed {row['seed']}); pass each run once"
+            )
+        seen[key] = row["run_dir"]
+
+
+
+def read_results(path: Path | str) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"results file {path} not found; make it with `fedgmh aggregate --out {path}`")
+    frame = pd.read_csv(path)
+    needed = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed", "best_test_acc"]
+    absent = [c for c in needed if c not in frame.columns]
+    if absent:
+        raise UserError(f"results file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate`?")
+    frame["experiment"] = frame["experiment"].fillna("").astype(str)
+    return frame
+
+
+def read_curves(path: Path | str) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"curves file {path} not found; make it with `fedgmh aggregate --curves {path}`")
+    frame = pd.read_csv(path)
+    needed = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed", "round", "test_acc"]
+    absent = [c for c in needed if c not in frame.columns]
+    if absent:
+        raise UserError(f"curves file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate --curves`?")
+    frame["experiment"] = frame["experiment"].fillna("").astype(str)
+    return frame
+
+
+def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out: Path | str | None = None,
+                    experiment: str | None = None) -> pd.DataFrame:
+    results, curves = aggregate_runs(run_dirs, experiment=experiment)
+    write_csv(results, out)
+    if curves_out:
+        write_csv(curves, curves_out)
+    return results
