@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (CUDA when available)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, cuda:auto (a free GPU, locked for the run: one job per GPU) or auto (CUDA when available)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--set",
