@@ -80,7 +80,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
         threads=args.threads,
         overrides=parse_overrides(args.set),
     )
-    result = run_training(config, Path(args.out), progress=not args.quiet)
+    result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every)
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
@@ -130,11 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=5,
+        metavar="K",
+        help="snapshot the run every K rounds to OUT/checkpoint.pt; a re-run resumes from it (0: never)",
+    )
     p.set_defaults(func=_cmd_train)
 
     from fedgmh import cli_report
 
     cli_report.register(sub)
+    __import__("fedgmh.cli_costs", fromlist=["register"]).register(sub)
     return parser
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -219,6 +220,63 @@ def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
     return rnd % options.eval_every == 0 or rnd == rounds
 
 
+class Checkpoint:
+    """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
+
+    A snapshot holds the algorithm's state, every RNG state and the metrics so far; resuming
+    from it gives exactly the metrics of an uninterrupted run. `identity` describes the run; a
+    snapshot of another run is refused rather than silently mixed in.
+    """
+
+    def __init__(self, path: Path | str, every: int, identity: dict) -> None:
+        self.path, self.every, self.identity = Path(path), every, identity
+
+    def due(self, rnd: int, rounds: int) -> bool:
+        return self.every > 0 and rnd < rounds and (rnd + 1) % self.every == 0
+
+    def save(self, snapshot: dict) -> None:
+        from fedgmh.io import atomic_path
+
+        with atomic_path(self.path) as tmp:
+            torch.save({"identity": self.identity, **snapshot}, tmp)
+
+    def load(self) -> dict | None:
+        from fedgmh.errors import UserError
+
+        if not self.path.exists():
+            return None
+        try:
+            snapshot = torch.load(self.path, map_location="cpu", weights_only=False)
+        except Exception as err:  # noqa: BLE001 - any unreadable file gets the same advice
+            raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
+        if snapshot.get("identity") != self.identity:
+            raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
+        return snapshot
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _restore(fed: Federation, algorithm, snapshot: dict, rng: np.random.RandomState) -> None:
+    fed.generator.set_state(snapshot["generator"])
+    fed.participations[:] = snapshot["participations"]  # in place: algorithms may hold views of fed
+    rng.set_state(snapshot["rng"])
+    algorithm.load_state({k: _to_device(v, fed.device) for k, v in snapshot["algorithm"].items()})
+
+
+def _to_device(value, device: torch.device):
+    """Move the tensors of a (nested) checkpoint value to `device`, keeping shared tensors shared."""
+    if device.type == "cpu":
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
 def run_rounds(
     fed: Federation,
     algorithm,
@@ -226,12 +284,18 @@ def run_rounds(
     join_ratio: float,
     seed: int,
     on_round: Callable[[dict], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> list[dict]:
     """The round loop shared by all algorithms; returns one metrics row per evaluated round."""
     rng = np.random.RandomState(seed)
     num_selected = max(1, int(fed.num_clients * join_ratio))
-    rows = []
-    for rnd in range(rounds + 1):
+    rows: list[dict] = []
+    first = 0
+    snapshot = checkpoint.load() if checkpoint else None
+    if snapshot is not None:
+        _restore(fed, algorithm, snapshot, rng)
+        rows, first = snapshot["rows"], snapshot["next_round"]
+    for rnd in range(first, rounds + 1):
         start = time.perf_counter()
         selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
         algorithm.send(rnd, selected)
@@ -253,4 +317,13 @@ def run_rounds(
             rows.append(row)
             if on_round is not None:
                 on_round(row)
+        if checkpoint is not None and checkpoint.due(rnd, rounds):
+            checkpoint.save({
+                "next_round": rnd + 1,
+                "rows": rows,
+                "rng": rng.get_state(),
+                "generator": fed.generator.get_state(),
+                "participations": fed.participations.copy(),
+                "algorithm": algorithm.state(),
+            })
     return rows

@@ -24,7 +24,7 @@ import fedgmh
 from fedgmh import data, gpu_slots
 from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
-from fedgmh.engine import Federation, run_rounds
+from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_json
 from fedgmh.model import FedAvgCNN
@@ -128,8 +128,12 @@ class ProgressLog:
         )
 
 
-def run_training(config: TrainConfig, out_dir: Path, progress: bool = True) -> dict:
-    """Run one federated training run and write metrics.csv and run.json into `out_dir`."""
+def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5) -> dict:
+    """Run one federated training run and write metrics.csv and run.json into `out_dir`.
+
+    Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
+    started again with the same settings resumes from it (0 = no checkpoints).
+    """
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device)
     if device.type == "cuda":  # same config + seed = same result, also with cuDNN
@@ -141,9 +145,22 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True) -> d
     if fed.num_clients * config.join_ratio < 1:
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
     algorithm = get_algorithm(config.algorithm)(fed, algo_options)
+    out_dir = Path(out_dir)
+    identity = {
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
+        "algorithm_options": dataclasses.asdict(algo_options),
+        "engine_options": dataclasses.asdict(engine),
+        "partition": partition_meta,
+        "fedgmh": fedgmh.__version__,
+    }
+    checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
+    resumed = checkpoint.load()
     started = dt.datetime.now(dt.timezone.utc)
     wall = time.perf_counter()
-    rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, ProgressLog(config.algorithm, config.rounds) if progress else None)
+    log = ProgressLog(config.algorithm, config.rounds) if progress else None
+    if resumed is not None and progress:
+        print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
+    rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint)
     wall = time.perf_counter() - wall
     metrics = pd.DataFrame(rows)
     best = metrics.loc[metrics["test_acc"].idxmax()]
@@ -161,6 +178,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True) -> d
         "final_test_acc": float(metrics["test_acc"].iloc[-1]),
         "evaluated_rounds": len(metrics),
         "wall_time_s": wall,
+        "resumed_from_round": resumed["next_round"] if resumed else None,
         "started_utc": started.isoformat(),
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "threads": torch.get_num_threads(),
@@ -173,7 +191,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True) -> d
         },
         "code_version": _code_version(),
     }
-    out_dir = Path(out_dir)
     write_csv(metrics, out_dir / "metrics.csv")
     write_json(record, out_dir / "run.json")  # written last: its presence marks a finished run
+    checkpoint.remove()
     return record

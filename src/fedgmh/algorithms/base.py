@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor
 
 from fedgmh.engine import Federation, LocalResult, Params
@@ -34,9 +35,27 @@ class Algorithm:
     #: (keys may be engine options too, e.g. drop_last).
     official: ClassVar[dict[str, Any]] = {}
 
+    #: attributes that `__init__` rebuilds and a checkpoint therefore leaves out (views of the
+    #: federation, per-round caches)
+    transient: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, fed: Federation, options: Any) -> None:
         self.fed = fed
         self.options = options
+
+    def state(self) -> dict[str, Any]:
+        """Everything the algorithm keeps between rounds (client and server state), for checkpoints."""
+        skip = {"fed", "options", *self.transient}
+        return {k: v.get_state() if isinstance(v, torch.Generator) else v for k, v in vars(self).items() if k not in skip}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore `state()` into a freshly constructed algorithm (same federation and options)."""
+        for key, value in state.items():
+            current = getattr(self, key, None)
+            if isinstance(current, torch.Generator):
+                current.set_state(value)
+            else:
+                setattr(self, key, value)
 
     def send(self, rnd: int, selected: list[int]) -> None:
         """Server -> clients before evaluation and training."""

@@ -82,6 +82,7 @@ class Ditto(ParameterAveraging):
     name = "ditto"
     display_name = "Ditto"
     Options = DittoOptions
+    transient = ("_reported",)
     official = {**PFLLIB_LOADER, "report": "max_of_both"}
 
     def __init__(self, fed: Federation, options: DittoOptions) -> None:
@@ -91,6 +92,11 @@ class Ditto(ParameterAveraging):
 
     def send(self, rnd: int, selected: list[int]) -> None:
         self._reported = None
+        # the global model goes to the selected clients (for the proximal pull and the global step);
+        # report=max_of_both evaluates it on every client, so then it goes to all (as in PFLlib)
+        receivers = len(selected) if self.options.report == "personal" else self.fed.num_clients
+        for _ in range(receivers):
+            self.fed.channel.download(self.global_params)
 
     def eval_params(self, client: int) -> Params:
         if self.options.report == "personal":
@@ -189,6 +195,8 @@ class FedAMP(Algorithm):
     def send(self, rnd: int, selected: list[int]) -> None:
         if self.options.proximal == "gradient":  # detached: u_i cannot change the training, skip it
             self.clouds = self.cloud_models(selected)
+        for client in selected:  # u_i goes to each selected client; when skipped, counted at its size (= w_i's)
+            self.fed.channel.download(self.clouds[client] if self.options.proximal == "gradient" else self.models[client])
 
     def eval_params(self, client: int) -> Params:
         return self.models[client]
@@ -198,7 +206,7 @@ class FedAMP(Algorithm):
         if self.options.proximal == "gradient":
             hook = proximal_hook(self.options.lamda / self.options.alphaK, self.clouds.pop(client))
         result = local_train(self.fed, self.models[client], client, grad_hook=hook)
-        self.models[client] = result.params
+        self.models[client] = self.fed.channel.upload(result.params)
         return result
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
@@ -273,6 +281,7 @@ class FedFomo(Algorithm):
     name = "fedfomo"
     display_name = "FedFomo"
     Options = FomoOptions
+    transient = ("train_fed",)
     official = {**PFLLIB_LOADER, "selection": "top_m", "baseline": "pre_training", "val_loss": "batch_mean", "local_order": "fixed"}
 
     def __init__(self, fed: Federation, options: FomoOptions) -> None:
@@ -318,6 +327,8 @@ class FedFomo(Algorithm):
     def send(self, rnd: int, selected: list[int]) -> None:
         # references to the models held now, so clients training earlier this round do not leak in
         self.downloads = {c: [(j, self.models[j]) for j in self.choose(rnd, c)] for c in selected}
+        for chosen in self.downloads.values():
+            self.fed.channel.download([m for _, m in chosen])
 
     def eval_params(self, client: int) -> Params:
         return self.models[client]
@@ -347,12 +358,13 @@ class FedFomo(Algorithm):
     def train_client(self, rnd: int, client: int) -> LocalResult:
         downloads = self.downloads.pop(client)
         combined, raw = self.personalise(client, downloads)
+        self.fed.channel.upload(raw)  # the server keeps the affinity matrix: the client sends its weights w_n
         for (j, _), w in zip(downloads, raw.tolist()):
             self.affinity[client, j] += w
         if self.options.baseline == "pre_training":
             self.pre_training[client] = combined
         result = local_train(self.train_fed, combined, client)
-        self.models[client] = result.params
+        self.models[client] = self.fed.channel.upload(result.params)
         return result
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:

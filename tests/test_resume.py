@@ -1,0 +1,94 @@
+"""Fault tolerance: a run stopped mid-way resumes from its last checkpoint with identical metrics."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from conftest import make_federation
+
+from fedgmh.algorithms import REGISTRY
+from fedgmh.engine import Checkpoint, run_rounds
+from fedgmh.errors import UserError
+from fedgmh.train import resolve_options
+
+CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [0, 2, 2, 0, 1], [2, 2, 1, 1], [0, 0, 1, 1, 2], [2, 1, 0, 0]]
+
+
+class Stop(Exception):
+    pass
+
+
+def fresh(name, preset):
+    algo_options, engine = resolve_options(name, {"preset": preset})
+    fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine.drop_last, lr_decay=engine.lr_decay)
+    return fed, REGISTRY[name](fed, algo_options)
+
+
+def without_timing(rows):
+    return pd.DataFrame(rows).drop(columns="seconds")
+
+
+@pytest.mark.parametrize("preset", ["paper", "official"])
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_interrupted_run_resumes_with_identical_metrics(tmp_path, name, preset):
+    fed, algo = fresh(name, preset)
+    expected = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3))
+
+    def stop_after_round_2(row):
+        if row["round"] == 2:
+            raise Stop
+
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
+    fed, algo = fresh(name, preset)
+    with pytest.raises(Stop):
+        run_rounds(fed, algo, 4, 0.5, seed=3, on_round=stop_after_round_2, checkpoint=checkpoint)
+    fed, algo = fresh(name, preset)  # a new process: everything rebuilt, then the snapshot restored
+    resumed = run_rounds(fed, algo, 4, 0.5, seed=3, checkpoint=checkpoint)
+    pd.testing.assert_frame_equal(without_timing(resumed), expected, check_exact=True)
+
+
+def test_checkpoint_of_another_run_is_refused(tmp_path):
+    fed, algo = fresh("fedavg", "paper")
+    run_rounds(fed, algo, 2, 0.5, seed=0, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"lr": 0.1}))
+    with pytest.raises(UserError, match="other settings"):
+        Checkpoint(tmp_path / "ck.pt", every=1, identity={"lr": 0.2}).load()
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="unreadable"):
+        Checkpoint(tmp_path / "bad.pt", every=1, identity={}).load()
+
+
+def test_killed_training_process_resumes_and_matches_an_uninterrupted_run(tmp_path, digits_root):
+    from fedgmh.cli import main
+
+    part = tmp_path / "part.npz"
+    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
+                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(part)]) == 0
+
+    def command(out):
+        return [sys.executable, "-m", "fedgmh.cli", "train", "--dataset", "digits", "--root", str(digits_root),
+                "--partition", str(part), "--algorithm", "fedgmh", "--rounds", "12", "--join-ratio", "0.5",
+                "--local-epochs", "1", "--threads", "1", "--checkpoint-every", "1", "--quiet", "--out", str(out)]
+
+    subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (killed / "checkpoint.pt").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    os.kill(process.pid, signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (killed / "metrics.csv").exists() and not (killed / "run.json").exists()
+    subprocess.run(command(killed), check=True, capture_output=True)
+    assert not (killed / "checkpoint.pt").exists()  # removed once the run is complete
+    whole = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns="seconds")
+    resumed = pd.read_csv(killed / "metrics.csv").drop(columns="seconds")
+    pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
+    import json
+
+    assert json.loads((killed / "run.json").read_text())["resumed_from_round"] >= 1
