@@ -139,10 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_train)
 
-    from fedgmh import cli_report
+    from fedgmh import cli_costs, cli_report
 
     cli_report.register(sub)
-    __import__("fedgmh.cli_costs", fromlist=["register"]).register(sub)
+    cli_costs.register(sub)
     return parser
 
 

@@ -33,6 +33,12 @@ class ParameterAveraging(Algorithm):
         """The client's current model: the latest global shared part + its own local part."""
         return {**self.global_params, **self.local.get(client, self.initial_local)}
 
+    def send(self, rnd: int, selected: list[int]) -> None:
+        # Every client's model (evaluated on every client, see eval_params / client_params) holds
+        # the latest shared part, so it goes to ALL clients each round (PFLlib's send_models too).
+        for _ in range(self.fed.num_clients):
+            self.fed.channel.download(self.global_params)
+
     def eval_params(self, client: int) -> Params:
         if not self.personalised or not self.initial_local:
             return self.global_params
@@ -47,7 +53,7 @@ class ParameterAveraging(Algorithm):
         """Store the unshared part locally and the shared part as this round's upload."""
         if self.initial_local:
             self.local[client] = {k: params[k] for k in self.initial_local}
-        self.uploads[client] = {k: params[k] for k in self.global_params}
+        self.uploads[client] = self.fed.channel.upload({k: params[k] for k in self.global_params})
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         sizes = self.fed.train_sizes()[selected].astype(float)

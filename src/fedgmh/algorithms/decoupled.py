@@ -212,6 +212,7 @@ class FedCP(ParameterAveraging):
         local = self.local.get(client, self.initial_local)
         update = {k: v for k, v in self.global_params.items() if k.startswith("cpn.") or (is_body(k) and k in local)}
         update.update({"g" + k: v for k, v in self.global_params.items() if is_head(k)})
+        self.fed.channel.download(update)  # the context is computed on the client, not sent
         if context is not None:
             update["context"] = context
         self.local[client] = {**local, **update}
@@ -244,5 +245,8 @@ class FedCP(ParameterAveraging):
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         super().aggregate(rnd, selected)
         if self.options.sync == "after_round":
+            body = {k: v for k, v in self.global_params.items() if is_body(k)}
+            for _ in range(self.fed.num_clients):  # every client's model uses the averaged body
+                self.fed.channel.download(body)
             for client in selected:
                 self.receive(client, client_vector(self.local[client]))

@@ -114,12 +114,13 @@ class GlobalMultiHead(Algorithm):
 
     def mixed_head(self, client: int) -> Params:
         """H_m = sum_s w_m[s] * h_s over the client's labels (the single head in the -o ablations)."""
+        download = self.fed.channel.download  # the client receives the heads of its labels (one head in -o)
         if self.options.heads == "single":
-            return {k: v[0].clone() for k, v in self.heads.items()}  # not a view the server step moves
+            return download({k: v[0].clone() for k, v in self.heads.items()})  # not a view the server step moves
         weights = self.label_weights[client]
         labels = torch.tensor(list(weights), device=self.fed.device)
         w = torch.tensor(list(weights.values()), dtype=torch.float32, device=self.fed.device)
-        return {k: torch.tensordot(w, v[labels], dims=1) for k, v in self.heads.items()}
+        return {k: torch.tensordot(w, v, dims=1) for k, v in download({k: v[labels] for k, v in self.heads.items()}).items()}
 
     def personalise_head(self, client: int) -> None:
         mixed = self.mixed_head(client)
@@ -149,9 +150,13 @@ class GlobalMultiHead(Algorithm):
         heads_after = {k: v for k, v in result.params.items() if is_head(k)}
         critical = critical_mask(heads_before, heads_after, self.options.beta, self.options.score, self.options.selection)
         self.masks[client] = critical if self.options.mix == "critical" else {k: ~m for k, m in critical.items()}
-        self.uploads.extend(self.prototypes(client, result.params))
-        if self.options.head_alias == "client0" and client == 0:
-            self.heads = {k: result.params[k].unsqueeze(0).clone() for k in self.heads}
+        prototypes = self.prototypes(client, result.params)
+        # upload: one d_f-float prototype per label, and the labels as int32 (4 bytes each, as the
+        # paper's 0.39 KB for 100 labels); the server uses them as Python ints
+        self.fed.channel.upload([p for _, p in prototypes] + [torch.tensor([s for s, _ in prototypes], dtype=torch.int32)])
+        self.uploads.extend(prototypes)
+        if self.options.head_alias == "client0" and client == 0:  # client 0's head becomes the server head
+            self.heads = {k: self.fed.channel.upload(result.params[k]).unsqueeze(0).clone() for k in self.heads}
         return result
 
     @torch.no_grad()
@@ -176,8 +181,8 @@ class GlobalMultiHead(Algorithm):
         uploads, self.uploads = self.uploads, []
         if uploads:
             self.train_heads(uploads)
-        if self.options.head_alias == "client0":
-            self.params[0] = {**self.params[0], **{k: v[0].clone() for k, v in self.heads.items()}}
+        if self.options.head_alias == "client0":  # the server head goes back into client 0's model
+            self.params[0] = {**self.params[0], **self.fed.channel.download({k: v[0].clone() for k, v in self.heads.items()})}
 
     def train_heads(self, uploads: list[tuple[int, torch.Tensor]]) -> None:
         if self.options.server_pass == "per_prototype":

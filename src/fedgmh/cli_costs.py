@@ -1,0 +1,37 @@
+"""CLI subcommand `fedgmh costs`: the section 2.3 cost table (analytic, and measured from runs)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _cmd_costs(args: argparse.Namespace) -> None:
+    from fedgmh import costs
+    from fedgmh.errors import UserError
+    from fedgmh.io import write_csv, write_text
+
+    if args.labels is not None and args.labels < 1:
+        raise UserError(f"--labels must be >= 1, got {args.labels}")
+    table = costs.cost_table(args.dataset, labels=args.labels, runs=args.runs or ())
+    write_csv(table, args.out)
+    if args.tex:
+        write_text(costs.to_latex(table), args.tex)
+    figures = table[table["kind"] == "model"]
+    matched = figures[figures["matches_paper"] == True]  # noqa: E712 - a column of True / False / None
+    runs = table[table["kind"] == "run"]["run"].nunique() if "run" in table else 0
+    print(f"costs: {len(figures)} model figures ({len(matched)} equal to the paper's), "
+          f"{table[table['kind'] == 'algorithm']['algorithm'].nunique()} algorithms, {runs} runs -> {args.out}"
+          + (f", {args.tex}" if args.tex else ""))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `costs` to the `fedgmh` parser."""
+    from fedgmh.costs import DEFAULT_DATASETS
+
+    p = sub.add_parser("costs", help="section 2.3 storage / communication costs: analytic from the actual models, measured from runs")
+    p.add_argument("--out", required=True, help="CSV: model figures vs the paper's, KB per round per algorithm, and per run analytic vs measured")
+    p.add_argument("--tex", help="the same as LaTeX (booktabs) tables")
+    p.add_argument("--runs", nargs="+", metavar="RUNDIR", help="finished run directories (metrics.csv with bytes_up / bytes_down, run.json)")
+    p.add_argument("--dataset", nargs="+", default=list(DEFAULT_DATASETS), help=f"datasets whose models are tabulated (default: {' '.join(DEFAULT_DATASETS)})")
+    p.add_argument("--labels", type=int, help="|S_m| of a FedGMH-family client in the per-algorithm rows (default: all the dataset's classes)")
+    p.set_defaults(func=_cmd_costs)

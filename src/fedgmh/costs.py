@@ -1,0 +1,346 @@
+"""Storage and communication costs (paper section 2.3): analytic, from the actual model, and measured.
+
+Sizes come from a real `FedAvgCNN` (and FedCP's real policy network), never typed in: bytes are
+numel x element size (float32 parameters, int32 labels, a bool mask psi of 1 byte per head entry,
+float64 FedFomo weights); 1 KB = 1024 bytes. `exchange` says, per algorithm and with OUR
+implementation's semantics, what one client uploads and downloads in one training round, i.e. what
+the algorithms pass through `fed.channel` (see docs/costs.md); `round_traffic` sums it over a
+round, as the engine's `bytes_up` / `bytes_down` columns do. `measured_costs` reads finished runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+import torch
+
+from fedgmh.errors import UserError
+
+KB = 1024
+LABEL_DTYPE = torch.int32  # labels uploaded with FedGMH prototypes (the paper: 0.39 KB for 100 labels)
+WEIGHT_DTYPE = torch.float64  # FedFomo's weights w_n, uploaded with the model
+PSI_DTYPE = torch.bool  # the mask psi over the head, one byte per entry (NumPy / torch bool)
+
+#: what the parameter-averaging baselines share (download and upload), by algorithm name
+SHARED_PART = {"fedavg": "model", "fedprox": "model", "fedrod": "model", "fedper": "body", "fedrep": "body", "lgfedavg": "head"}
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Byte sizes of the pieces the algorithms store and exchange, read off an actual model."""
+
+    model: int
+    body: int  # the feature extractor phi
+    head: int  # one head h (weight + bias)
+    head_entries: int  # L, the number of head parameters (entries of psi)
+    feature_dim: int  # d_f
+    num_classes: int
+    prototype: int  # one mean feature vector: d_f floats
+    label: int  # one uploaded label
+    psi: int  # the boolean mask over the head
+    cpn: int  # FedCP's conditional policy network
+    weight: int  # one FedFomo weight w_n
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> Sizes:
+        from fedgmh.algorithms.decoupled import initial_cpn
+        from fedgmh.engine import Channel
+        from fedgmh.model import is_body, is_head
+
+        params = dict(model.named_parameters())
+        nbytes = lambda keep: sum(Channel.size(p) for k, p in params.items() if keep(k))  # noqa: E731
+        head = params["head.weight"]
+        dim = head.shape[1]
+        cpn = initial_cpn(SimpleNamespace(generator=torch.Generator().manual_seed(0), device=head.device), dim)
+        entries = sum(p.numel() for k, p in params.items() if is_head(k))
+        return cls(
+            model=nbytes(lambda k: True),
+            body=nbytes(is_body),
+            head=nbytes(is_head),
+            head_entries=entries,
+            feature_dim=dim,
+            num_classes=head.shape[0],
+            prototype=dim * head.element_size(),  # the body output has the parameters' dtype
+            label=_element_size(LABEL_DTYPE),
+            psi=entries * _element_size(PSI_DTYPE),
+            cpn=Channel.size(cpn),
+            weight=_element_size(WEIGHT_DTYPE),
+        )
+
+    @classmethod
+    def for_dataset(cls, name: str) -> Sizes:
+        """Sizes of the model a run on dataset `name` trains (built on the meta device: no weights drawn)."""
+        from fedgmh import data
+        from fedgmh.model import FedAvgCNN
+
+        info = data.get_info(name)
+        with torch.device("meta"):
+            model = FedAvgCNN(info.channels, info.num_classes, info.height)
+        return cls.of(model)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Bytes one client moves in one training round."""
+
+    up: int  # a participating client uploads
+    down: int  # a participating client downloads (at the round's start and after aggregation)
+    down_other: int  # a client that does not participate downloads
+
+
+def exchange(algorithm: str, options: Any, sizes: Sizes, labels: int, models: int | None = None) -> Exchange:
+    """What one client with `labels` = |S_m| local labels exchanges per training round.
+
+    `options` are the algorithm's resolved options; `models` is how many models a FedFomo client
+    downloads (default M; fewer while fewer clients have uploaded, none in round 0). FedGMH's
+    official `head_alias=client0` (client 0's head IS the server head) adds one head up when
+    client 0 trains and one head down to client 0 per round; that is in `round_traffic` only.
+    """
+    from fedgmh.algorithms import get_algorithm
+    from fedgmh.algorithms.fedgmh import GlobalMultiHead
+
+    cls = get_algorithm(algorithm)
+    if issubclass(cls, GlobalMultiHead):
+        heads = labels if options.heads == "per_label" else 1
+        down = heads * sizes.head
+        return Exchange(labels * (sizes.prototype + sizes.label), down, down if options.broadcast == "all" else 0)
+    if algorithm in SHARED_PART:  # sent to every client each round, uploaded by the participants
+        shared = getattr(sizes, SHARED_PART[algorithm])
+        return Exchange(shared, shared, shared)
+    if algorithm == "ditto":
+        return Exchange(sizes.model, sizes.model, sizes.model if options.report == "max_of_both" else 0)
+    if algorithm == "fedamp":  # down: the cloud model u_i; up: the trained w_i
+        return Exchange(sizes.model, sizes.model, 0)
+    if algorithm == "fedfomo":
+        n = options.M if models is None else models
+        return Exchange(sizes.model + n * sizes.weight, n * sizes.model, 0)
+    if algorithm == "fedcp":
+        part = sizes.body + sizes.head + sizes.cpn  # up: body, (head + global head) / 2, CPN
+        if options.sync == "round_start":  # down: global body, head (kept frozen as ghead), CPN
+            return Exchange(part, part, 0)
+        return Exchange(part, sizes.head + sizes.cpn + sizes.body, sizes.body)  # body to all after aggregation
+    raise ValueError(f"no cost model for algorithm {algorithm!r}: add it to fedgmh.costs.exchange")
+
+
+def round_traffic(
+    algorithm: str,
+    options: Any,
+    sizes: Sizes,
+    labels: Sequence[int],
+    selected: Iterable[int],
+    models: Mapping[int, int] | None = None,
+) -> tuple[int, int]:
+    """Analytic (bytes_up, bytes_down) of one training round, all clients together.
+
+    `labels[c]` = |S_c| of every client c; `models[c]` = models FedFomo client c downloads.
+    """
+    selected = set(selected)
+    up = down = 0
+    for client, count in enumerate(labels):
+        ex = exchange(algorithm, options, sizes, count, (models or {}).get(client))
+        if client in selected:
+            up, down = up + ex.up, down + ex.down
+        else:
+            down += ex.down_other
+    if getattr(options, "head_alias", "server") == "client0":
+        up += sizes.head if 0 in selected else 0
+        down += sizes.head
+    return up, down
+
+
+def resolved_options(algorithm: str, preset: str = "paper") -> Any:
+    from fedgmh.train import resolve_options
+
+    return resolve_options(algorithm, {"preset": preset})[0]
+
+
+# --------------------------------------------------------------------------------- the tables
+
+#: Section 2.3's figures as printed (their precision sets the tolerance of `matches_paper`).
+PAPER_FIGURES = (
+    ("model", "3431.79", "KB", "the whole model omega (FedAvg's transfer)"),
+    ("feature_extractor", "3411.75", "KB", "the feature extractor phi (FedPer's / FedRep's transfer)"),
+    ("head", "", "KB", "one head h"),
+    ("psi", "5.01", "KB", "the boolean mask psi over the head, 1 byte per entry"),
+    ("prototype", "2", "KB", "one prototype: d_f float32"),
+    ("upload_100_labels", "200.39", "KB", "FedGMH upload with |S_m| = 100: 100 prototypes + 100 int32 labels"),
+    ("download_100_heads", "2004", "KB", "FedGMH download with |S_m| = 100: 100 heads of THIS model"),
+    ("storage_100_heads_pct", "58.54", "%", "extra storage of 100 heads (+ psi) relative to the model"),
+    ("second_extractor_pct", "99.42", "%", "extra storage of a second feature extractor relative to the model"),
+)
+
+DEFAULT_DATASETS = ("mnist", "cifar10", "cifar100")
+
+
+def _figures(sizes: Sizes) -> dict[str, float]:
+    return {
+        "model": sizes.model / KB,
+        "feature_extractor": sizes.body / KB,
+        "head": sizes.head / KB,
+        "psi": sizes.psi / KB,
+        "prototype": sizes.prototype / KB,
+        "upload_100_labels": 100 * (sizes.prototype + sizes.label) / KB,
+        "download_100_heads": 100 * sizes.head / KB,
+        "storage_100_heads_pct": 100 * (100 * sizes.head + sizes.psi) / sizes.model,
+        "second_extractor_pct": 100 * sizes.body / sizes.model,
+    }
+
+
+def _matches(paper: str, value: float) -> bool | None:
+    if not paper:
+        return None
+    decimals = len(paper.partition(".")[2])
+    return abs(value - float(paper)) <= 0.5 * 10.0**-decimals + 1e-9
+
+
+def paper_figures(datasets: Sequence[str] = DEFAULT_DATASETS) -> pd.DataFrame:
+    """Section 2.3's quantities computed for each dataset's model, next to the paper's figure."""
+    rows = []
+    for dataset in datasets:
+        sizes = Sizes.for_dataset(dataset)
+        values = _figures(sizes)
+        for quantity, paper, unit, note in PAPER_FIGURES:
+            rows.append({"kind": "model", "dataset": dataset, "algorithm": "", "preset": "", "quantity": quantity, "unit": unit,
+                         "paper": float(paper) if paper else math.nan, "analytic": values[quantity], "measured": math.nan,
+                         "matches_paper": _matches(paper, values[quantity]), "note": note})
+    return pd.DataFrame(rows)
+
+
+def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | None = None) -> pd.DataFrame:
+    """Per algorithm (paper preset; official preset where it moves other bytes): KB per round that a
+    participating client uploads / downloads and that a non-participating client downloads.
+
+    FedGMH-family rows use |S_m| = `labels` (default: all the dataset's classes, the worst case);
+    FedFomo rows assume M models downloaded (steady state).
+    """
+    from fedgmh.algorithms import REGISTRY
+
+    rows = []
+    for dataset in datasets:
+        sizes = Sizes.for_dataset(dataset)
+        count = sizes.num_classes if labels is None else labels
+        for name in sorted(REGISTRY):
+            seen = None
+            for preset in ("paper", "official"):
+                ex = exchange(name, resolved_options(name, preset), sizes, count)
+                if ex == seen:
+                    continue
+                seen = ex
+                for quantity, value in (("up_per_participant", ex.up), ("down_per_participant", ex.down), ("down_per_other_client", ex.down_other)):
+                    rows.append({"kind": "algorithm", "dataset": dataset, "algorithm": name, "preset": preset, "quantity": quantity, "unit": "KB",
+                                 "paper": math.nan, "analytic": value / KB, "measured": math.nan, "matches_paper": None,
+                                 "note": f"|S_m| = {count}" if name in _label_dependent() else ""})
+    return pd.DataFrame(rows)
+
+
+def _label_dependent() -> set[str]:
+    from fedgmh.algorithms import REGISTRY
+    from fedgmh.algorithms.fedgmh import GlobalMultiHead
+
+    return {name for name, cls in REGISTRY.items() if issubclass(cls, GlobalMultiHead)}
+
+
+def _run_preset(run: dict) -> str:
+    return (run.get("config", {}).get("overrides") or {}).get("preset", "paper")
+
+
+def measured_costs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
+    """Per finished run: mean bytes per training round (rounds of the metrics rows that trained),
+    upload per participating client and download of the whole round, next to the analytic value.
+
+    The analytic value uses the run's own options; FedGMH-family clients are taken to hold the
+    partition's classes_per_client labels (nominal |S_m|; the note gives the measured mean number
+    of labels per upload), FedFomo clients to download min(M, clients per round) models.
+    """
+    from fedgmh.algorithms import get_algorithm
+    from fedgmh.config import build_options
+
+    rows = []
+    for run_dir in map(Path, run_dirs):
+        try:
+            run = json.loads((run_dir / "run.json").read_text())
+            metrics = pd.read_csv(run_dir / "metrics.csv")
+        except (OSError, ValueError) as err:
+            raise UserError(f"{run_dir}: not a finished run directory ({err})") from err
+        if not {"bytes_up", "bytes_down"} <= set(metrics.columns):
+            raise UserError(f"{run_dir}: metrics.csv has no bytes_up / bytes_down (a run from before traffic was counted)")
+        trained = metrics[metrics["train_loss"].notna()]
+        if trained.empty:
+            raise UserError(f"{run_dir}: no evaluated round with training (only the final evaluation round was recorded)")
+        algorithm, dataset = run["algorithm"], run["dataset"]
+        num_clients = int(run["num_clients"])
+        per_round = max(1, int(num_clients * float(run["config"]["join_ratio"])))
+        options = build_options(get_algorithm(algorithm).Options, run.get("algorithm_options") or {})
+        sizes = Sizes.for_dataset(dataset)
+        labels = int((run.get("partition") or {}).get("classes_per_client") or sizes.num_classes)
+        models = min(options.M, per_round) if algorithm == "fedfomo" else None
+        ex = exchange(algorithm, options, sizes, labels, models)
+        up_round = per_round * ex.up
+        down_round = per_round * ex.down + (num_clients - per_round) * ex.down_other
+        if getattr(options, "head_alias", "server") == "client0":
+            up_round += sizes.head * per_round / num_clients  # expected: client 0 takes part in per_round / N rounds
+            down_round += sizes.head
+        measured_up = float(trained["bytes_up"].mean()) / per_round
+        note = f"{len(trained)} training rounds, {per_round} of {num_clients} clients per round"
+        if algorithm in _label_dependent():
+            note += f"; nominal |S_m| = {labels}, measured mean {measured_up / (sizes.prototype + sizes.label):.2f} labels per upload"
+        base = {"kind": "run", "dataset": dataset, "algorithm": algorithm, "preset": _run_preset(run), "unit": "KB",
+                "paper": math.nan, "matches_paper": None, "run": str(run_dir), "note": note}
+        rows.append({**base, "quantity": "up_per_participant", "analytic": ex.up / KB, "measured": measured_up / KB})
+        rows.append({**base, "quantity": "down_per_round", "analytic": down_round / KB, "measured": float(trained["bytes_down"].mean()) / KB})
+        rows.append({**base, "quantity": "up_per_round", "analytic": up_round / KB, "measured": float(trained["bytes_up"].mean()) / KB})
+    return pd.DataFrame(rows)
+
+
+def cost_table(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | None = None, runs: Sequence[Path | str] = ()) -> pd.DataFrame:
+    """One long table: the model figures, the per-algorithm analytic costs (with the mean measured
+    upload per participant of matching runs), and one block per run (analytic vs measured)."""
+    figures, algos = paper_figures(datasets), algorithm_costs(datasets, labels)
+    measured = measured_costs(runs) if runs else pd.DataFrame()
+    if not measured.empty:
+        ups = measured[measured["quantity"] == "up_per_participant"].groupby(["dataset", "algorithm", "preset"])["measured"].mean()
+        keys = list(zip(algos["dataset"], algos["algorithm"], algos["preset"]))
+        is_up = algos["quantity"] == "up_per_participant"
+        algos.loc[is_up, "measured"] = [ups.get(k, math.nan) for k, up in zip(keys, is_up) if up]
+    table = pd.concat([figures, algos, measured], ignore_index=True)
+    columns = ["kind", "dataset", "algorithm", "preset", "quantity", "unit", "paper", "analytic", "measured", "matches_paper", "note"]
+    return table[columns + [c for c in table.columns if c not in columns]]
+
+
+def to_latex(table: pd.DataFrame) -> str:
+    """Booktabs tables: the section 2.3 figures, and the per-round KB of each algorithm per dataset."""
+    fmt = lambda v: "--" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"  # noqa: E731
+    esc = lambda s: str(s).replace("_", r"\_").replace("%", r"\%").replace("|", r"$|$")  # noqa: E731
+    out = []
+    figures = table[table["kind"] == "model"]
+    datasets = list(dict.fromkeys(figures["dataset"]))
+    out += [r"\begin{table}[t]", r"\centering", r"\caption{Section 2.3: sizes computed from the actual models (KB = 1024 bytes) and the paper's figures.}",
+            r"\begin{tabular}{l" + "r" * (len(datasets) + 1) + "}", r"\toprule",
+            "Quantity & Paper & " + " & ".join(esc(d) for d in datasets) + r" \\", r"\midrule"]
+    for quantity, group in figures.groupby("quantity", sort=False):
+        unit = group["unit"].iloc[0]
+        cells = [fmt(v) + (r"$^\ast$" if m is True else "") for v, m in zip(group["analytic"], group["matches_paper"])]
+        out.append(f"{esc(quantity)} ({esc(unit)}) & {fmt(group['paper'].iloc[0])} & " + " & ".join(cells) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", r"\\[2pt]{\footnotesize $^\ast$ equals the paper's figure at its printed precision.}", r"\end{table}", ""]
+    algos = table[table["kind"] == "algorithm"]
+    for dataset, group in algos.groupby("dataset", sort=False):
+        wide = group.pivot_table(index=["algorithm", "preset"], columns="quantity", values=["analytic", "measured"], aggfunc="first", sort=False)
+        out += [r"\begin{table}[t]", r"\centering",
+                rf"\caption{{KB per round on {esc(dataset)}: upload and download of a participating client, download of any other client.}}",
+                r"\begin{tabular}{llrrrr}", r"\toprule", r"Algorithm & Preset & Up & Down & Down (others) & Up measured \\", r"\midrule"]
+        for (name, preset), row in wide.iterrows():
+            measured = row.get(("measured", "up_per_participant"), math.nan)
+            out.append(f"{esc(name)} & {preset} & {fmt(row[('analytic', 'up_per_participant')])} & {fmt(row[('analytic', 'down_per_participant')])} & "
+                       f"{fmt(row[('analytic', 'down_per_other_client')])} & {fmt(measured)}" + r" \\")
+        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
+    return "\n".join(out)
