@@ -153,3 +153,23 @@ def test_same_seed_identical_metrics_other_seed_different(tmp_path, digits_parti
     pd.testing.assert_frame_equal(a, b, check_exact=True)
     assert not a.equals(c)
     assert list(a.columns[:5]) == ["round", "test_acc", "test_acc_mean", "test_acc_std", "test_loss"]
+
+
+@pytest.mark.parametrize("name", ["fedgmh", "fedper", "ditto", "fedamp", "fedrod"])
+def test_cached_evaluation_gives_exactly_the_numbers_of_a_full_evaluation(name, monkeypatch):
+    from fedgmh.train import resolve_options
+
+    results, passes = {}, {}
+    for cached in (True, False):
+        algo_options, _ = resolve_options(name, {})
+        fed = make_federation([[0, 1, 0, 1], [1, 2, 2], [0, 2, 2, 1], [2, 1, 1], [0, 0, 2], [1, 0, 2]], num_classes=3,
+                              test_per_client=3, eval_cache=cached)
+        algorithm = get_algorithm(name)(fed, algo_options)
+        calls = []
+        original = algorithm.forward
+        monkeypatch.setattr(algorithm, "forward", lambda p, x, f=original: calls.append(len(x)) or f(p, x))
+        results[cached] = pd.DataFrame(run_rounds(fed, algorithm, rounds=4, join_ratio=0.34, seed=2)).drop(columns="seconds")
+        passes[cached] = len(calls)
+    pd.testing.assert_frame_equal(results[True], results[False], check_exact=True)
+    if name in ("fedgmh", "ditto", "fedamp"):  # unselected clients keep their model: fewer passes
+        assert passes[True] < passes[False]

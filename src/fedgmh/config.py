@@ -37,6 +37,7 @@ class EngineOptions:
     eval_every: int = option(1, "evaluate every k-th round (the paper: every round)")
     eval_last: int = option(0, "evaluate only the last k rounds (0 = all; the official FedGMH code uses 20)")
     eval_batch_size: int = option(1000, "batch size of evaluation passes (does not change results)")
+    eval_cache: bool = option(True, "reuse a client's last evaluation while its model is unchanged (same numbers, less work)")
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_decay <= 1:

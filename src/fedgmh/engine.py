@@ -187,7 +187,35 @@ def count_correct(fed: Federation, params: Params, idx: torch.Tensor, forward: F
     return (torch.cat(correct) if correct else torch.zeros(0, dtype=torch.bool)), loss_sum
 
 
-def evaluate_clients(fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None) -> dict[str, float]:
+class EvalCache:
+    """Each client's last evaluation result, reused while its model is unchanged.
+
+    "Unchanged" = made of the very same tensor objects, none modified in place since (tensor
+    version counters), so a reused result is exactly what a new pass would give. Only clients
+    evaluated alone are cached (a shared model changes every round anyway).
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[tuple, tuple[float, float]]] = {}
+
+    @staticmethod
+    def _signature(params: Params) -> tuple:
+        return tuple((t, t._version) for t in params.values())  # holds the tensors: ids stay unique
+
+    def get(self, client: int, params: Params) -> tuple[float, float] | None:
+        entry = self.entries.get(client)
+        if entry is None or len(entry[0]) != len(params):
+            return None
+        same = all(old is t and version == t._version for (old, version), t in zip(entry[0], params.values()))
+        return entry[1] if same else None
+
+    def put(self, client: int, params: Params, result: tuple[float, float]) -> None:
+        self.entries[client] = (self._signature(params), result)
+
+
+def evaluate_clients(
+    fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None, cache: EvalCache | None = None
+) -> dict[str, float]:
     """Evaluate each client's model on its own test split; clients sharing one model share one pass."""
     groups: dict[int, list[int]] = {}
     models: dict[int, Params] = {}
@@ -199,12 +227,19 @@ def evaluate_clients(fed: Federation, params_of: Callable[[int], Params], forwar
     total = np.array([len(idx) for idx in fed.test_idx], dtype=float)
     loss_sum = 0.0
     for key, clients in groups.items():
+        cached = cache.get(clients[0], models[key]) if cache is not None and len(clients) == 1 else None
+        if cached is not None:
+            correct[clients[0]], loss = cached
+            loss_sum += loss
+            continue
         idx = torch.cat([fed.test_idx[c] for c in clients])
         hits, loss = count_correct(fed, models[key], idx, forward)
         loss_sum += loss
         per_client = torch.split(hits, [len(fed.test_idx[c]) for c in clients])
         for client, h in zip(clients, per_client):
             correct[client] = float(h.sum())
+        if cache is not None and len(clients) == 1:
+            cache.put(clients[0], models[key], (correct[clients[0]], loss))
     accs = correct / np.maximum(total, 1)
     return {
         "test_acc": float(correct.sum() / total.sum()),
@@ -291,6 +326,7 @@ def run_rounds(
     num_selected = max(1, int(fed.num_clients * join_ratio))
     rows: list[dict] = []
     first = 0
+    cache = EvalCache() if fed.options.eval_cache and getattr(algorithm, "deterministic_eval", True) else None
     snapshot = checkpoint.load() if checkpoint else None
     if snapshot is not None:
         _restore(fed, algorithm, snapshot, rng)
@@ -299,7 +335,7 @@ def run_rounds(
         start = time.perf_counter()
         selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
         algorithm.send(rnd, selected)
-        metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward) if should_evaluate(rnd, rounds, fed.options) else None
+        metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if should_evaluate(rnd, rounds, fed.options) else None
         loss_sum, seen = 0.0, 0
         if rnd == rounds:  # PFLlib trains once more here, but nothing could ever evaluate it
             selected = []

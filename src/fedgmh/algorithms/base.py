@@ -35,6 +35,9 @@ class Algorithm:
     #: (keys may be engine options too, e.g. drop_last).
     official: ClassVar[dict[str, Any]] = {}
 
+    #: False when evaluating the same model twice can give different numbers (random forward
+    #: passes): then no evaluation result is reused
+    deterministic_eval: ClassVar[bool] = True
     #: attributes that `__init__` rebuilds and a checkpoint therefore leaves out (views of the
     #: federation, per-round caches)
     transient: ClassVar[tuple[str, ...]] = ()

@@ -201,6 +201,10 @@ class FedCP(ParameterAveraging):
         s, r = self.policy(params, f, noise)
         return linear(params, "head.", s * f) + linear(params, "ghead.", r * f), f
 
+    @property
+    def deterministic_eval(self) -> bool:
+        return self.options.policy != "gumbel"
+
     def forward(self, params: Params, x: Tensor) -> Tensor:
         # Evaluation draws its Gumbel noise from its own generator, so evaluating more or fewer
         # rounds (eval_every, eval_last) never changes the training.
