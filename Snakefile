@@ -2,6 +2,7 @@
 #
 #   snakemake all_tables --cores 2 --configfile config/smoke.yaml      # CI-sized, minutes
 #   snakemake all --cores 16 --resources gpu=2                          # the paper (config/config.yaml)
+#   snakemake --report report.html --configfile ...                    # afterwards: self-contained HTML report
 #
 # The target must come BEFORE --resources: `snakemake --cores 8 --resources gpu=2 all_tables` is
 # read as a resource named "all_tables". Keys of the config: config/README.md.
@@ -13,6 +14,9 @@ min_version("8.0")
 
 
 configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
 
 
 _SCHEMA = "workflow/schemas/config.schema.yaml"
@@ -40,7 +44,7 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
-    """Tables, figures and partition heat-maps of the configured experiments."""
+    """Tables (with rounds-to-target and the comparison with the paper), figures and partition heat-maps."""
     input:
         rules.all_tables.input,
         rules.all_figures.input,

@@ -220,3 +220,132 @@ def test_curves_figure_written(runs: list[Path], tmp_path: Path) -> None:
     assert (tmp_path / "all.pdf").stat().st_size > 1000
     with pytest.raises(UserError, match="not in the curves"):
         report.plot_curves(curves, tmp_path / "x.pdf", settings=["nope"])
+
+
+def test_variants_are_rows_and_part_of_the_setting_id(tmp_path: Path) -> None:
+    variants = {"paper": {"preset": "paper"}, "mix=noncritical": {"preset": "paper", "mix": "noncritical"},
+                "official": {"preset": "official"}}
+    dirs, names = [], []
+    for ds in ("mnist", "cifar10"):
+        for v, (name, options) in enumerate(variants.items()):
+            for s in (0, 1):
+                dirs.append(make_run(tmp_path, experiment="audit", dataset=ds, algorithm="fedgmh", seed=s, best=0.9 - 0.1 * v,
+                                     options=options))
+                names.append(name)
+    results, curves = report.aggregate_runs(dirs, experiment="audit", variants=names)
+    assert set(results["setting"]) == {f"{ds}_c2_a0.5@{n}" for ds in ("mnist", "cifar10") for n in variants}
+    assert list(dict.fromkeys(results["variant"])) == list(variants)
+    assert set(curves["variant"]) == set(variants)
+    table = report.make_table(results, "audit")
+    wide = table["wide"]
+    assert list(wide["Variant"]) == list(variants)  # rows = variants, in config order
+    assert list(wide.columns[1:]) == ["MNIST ExDir(2, 0.5)", "CIFAR-10 ExDir(2, 0.5)"]  # columns = settings
+    assert wide.iloc[0, 1] == "90.00 ± 0.00" and wide.iloc[2, 2] == "70.00 ± 0.00"
+    latex = table["latex"]
+    assert r"\textbf{90.00 $\pm$ 0.00}" in latex and "mix=noncritical &" in latex and "Variant" in latex
+    with pytest.raises(UserError, match="one per run"):
+        report.aggregate_runs(dirs, experiment="audit", variants=names[:-1])
+
+
+def test_variants_with_a_swept_option(tmp_path: Path) -> None:
+    dirs, names = [], []
+    for name, preset in (("paper", "paper"), ("official", "official")):
+        for beta in (0.1, 0.5):
+            dirs.append(make_run(tmp_path, experiment="audit_beta", dataset="cifar100", c=5, algorithm="fedgmh", best=beta,
+                                 options={"beta": beta, "preset": preset}))
+            names.append(name)
+    results, _ = report.aggregate_runs(dirs, experiment="audit_beta", variants=names)
+    assert sorted(set(results["setting"])) == ["cifar100_c5_a0.5_beta0.1@official", "cifar100_c5_a0.5_beta0.1@paper",
+                                               "cifar100_c5_a0.5_beta0.5@official", "cifar100_c5_a0.5_beta0.5@paper"]
+    wide = report.make_table(results, "audit_beta")["wide"]
+    assert list(wide["Variant"]) == ["paper", "official"]
+    assert list(wide.columns[1:]) == ["CIFAR-100 ExDir(5, 0.5) β=0.1", "CIFAR-100 ExDir(5, 0.5) β=0.5"]
+
+
+def test_one_row_sweep_table_matches_the_paper(tmp_path: Path) -> None:
+    """Table 6's layout: one row FedGMH, one column per beta; paper values matched on beta."""
+    dirs = [make_run(tmp_path, experiment="table6", dataset="cifar100", c=5, algorithm="fedgmh", seed=s, best=0.77 + 0.001 * s,
+                     options={"beta": beta, "eta_h": 1.0}) for beta in (0.1, 0.2) for s in (0, 1)]
+    results, _ = report.aggregate_runs(dirs, experiment="table6")
+    reference = pd.read_csv(Path(__file__).resolve().parents[1] / "reference" / "fedgmh_paper_tables.csv")
+    table = report.make_table(results, "table6", reference=reference)
+    assert list(table["wide"]["Method"]) == ["FedGMH"]
+    assert list(table["wide"].columns[1:]) == ["CIFAR-100 ExDir(5, 0.5) β=0.1", "CIFAR-100 ExDir(5, 0.5) β=0.2"]
+    assert list(table["cells"]["paper_mean"]) == [77.76, 77.52]
+
+
+def test_comparison_agree_disagree_not_run(tmp_path: Path) -> None:
+    reference = pd.DataFrame({
+        "table": ["table2"] * 3 + ["table7"], "dataset": ["MNIST", "MNIST", "Cifar10", "Cifar100"], "C": [2, 2, 2, 5],
+        "alpha": [0.5, 0.5, 0.5, 0.5], "algorithm": ["FedAvg", "FedGMH", "FedAvg", "FedGMH"], "local_epochs": [2] * 4,
+        "join_ratio": [0.2] * 4, "beta": [0.5] * 4, "eta_h": [1.0] * 4, "mean": [88.3, 98.66, 31.3, 76.06], "std": [0.95, 0.15, 1.05, 0.3],
+    })
+    dirs = [make_run(tmp_path, algorithm="fedavg", seed=s, best=b) for s, b in enumerate((0.88, 0.89))]  # 88.5 ± 0.5: agrees
+    dirs += [make_run(tmp_path, algorithm="fedgmh", seed=s, best=b) for s, b in enumerate((0.97, 0.97))]  # 97 ± 0: 1.66 > 2*0.15
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    cells, _ = report.summarize(results, "table2")
+    comparison = report.compare_with_paper(cells, reference)
+    assert list(comparison["status"]) == ["agree", "disagree", "not run", "not run"]
+    row = comparison.iloc[0]
+    assert row["our_mean"] == pytest.approx(88.5) and row["diff"] == pytest.approx(0.2)
+    assert row["tolerance"] == pytest.approx(2 * np.sqrt(0.95**2 + 0.5**2))
+    # a larger k makes the FedGMH cell agree: 1.66 <= 6 * 0.15
+    assert report.compare_with_paper(cells, reference, k=12)["status"].tolist()[:2] == ["agree", "agree"]
+
+    results_csv = tmp_path / "table2.results.csv"
+    results.to_csv(results_csv, index=False)
+    ref_csv = tmp_path / "ref.csv"
+    reference.to_csv(ref_csv, index=False)
+    md, tex, csv = tmp_path / "out" / "comparison.md", tmp_path / "out" / "comparison.tex", tmp_path / "out" / "comparison.csv"
+    assert cli_main(["compare", "--results", str(results_csv), "--reference", str(ref_csv), "--out", str(md),
+                     "--tex", str(tex), "--csv", str(csv)]) == 0
+    text = md.read_text()
+    assert "| table2 | 3 | 1 | 1 | 1 |" in text and "| table7 | 1 | 0 | 0 | 1 |" in text and "| **all** | 4 | 1 | 1 | 2 |" in text
+    assert "≤ 2·√(std_paper² + std_ours²)" in text
+    assert "| Cifar10 ExDir(2, 0.5) | FedAvg | 31.30 ± 1.05 | — |  |  |  | not run |" in text
+    latex = tex.read_text()
+    assert r"\begin{longtable}" in latex and r"\toprule" in latex and r"\bottomrule" in latex and "1 agree, 1 disagree, 2 not run" in latex
+    assert len(pd.read_csv(csv)) == 4
+
+
+def _curves(values: dict[tuple[str, int], list[float]]) -> pd.DataFrame:
+    rows = [{"experiment": "table2", "setting": "cifar100_c5_a0.5", "dataset": "cifar100", "classes_per_client": 5, "alpha": 0.5,
+             "algorithm": alg, "seed": seed, "round": r, "test_acc": acc}
+            for (alg, seed), accs in values.items() for r, acc in enumerate(accs)]
+    return pd.DataFrame(rows)
+
+
+def test_rounds_to_target() -> None:
+    curves = _curves({
+        ("fedgmh", 0): [0.1, 0.5, 0.72, 0.76], ("fedgmh", 1): [0.1, 0.7, 0.70, 0.74], ("fedgmh", 2): [0.1, 0.4, 0.6, 0.80],
+        ("fedavg", 0): [0.1, 0.2, 0.3, 0.2], ("fedavg", 1): [0.1, 0.2, 0.3, 0.71], ("fedavg", 2): [0.1, 0.2, 0.3, 0.2],
+    })
+    table = report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70, 75], paper={"fedgmh": [68, 185]})
+    got = table.set_index(["algorithm", "target"])
+    # FedGMH mean curve: 10, 53.3, 67.3, 76.7 -> 70 % and 75 % both first at round 3
+    assert got.loc[("fedgmh", 70.0), "mean_curve"] == "3" and got.loc[("fedgmh", 75.0), "mean_curve"] == "3"
+    # per seed, 70 %: rounds 2, 1, 3 -> median 2; 75 %: 3, never, 3 -> median 3
+    assert got.loc[("fedgmh", 70.0), "median_seed"] == "2" and got.loc[("fedgmh", 75.0), "median_seed"] == "3"
+    assert got.loc[("fedgmh", 75.0), "seeds_reached"] == 2
+    assert got.loc[("fedgmh", 70.0), "paper"] == "68" and got.loc[("fedavg", 70.0), "paper"] == ""
+    assert got.loc[("fedavg", 70.0), "mean_curve"] == "not reached" and got.loc[("fedavg", 70.0), "median_seed"] == "not reached"
+    assert list(table["algorithm"].drop_duplicates()) == ["fedavg", "fedgmh"]  # paper order
+    with pytest.raises(UserError, match="2 targets"):
+        report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70, 75], paper={"fedgmh": [68]})
+    with pytest.raises(UserError, match="its settings"):
+        report.rounds_to_target(curves, "table2", "nope", [70])
+
+
+def test_rounds_cli(tmp_path: Path) -> None:
+    curves_csv = tmp_path / "curves.csv"
+    _curves({("fedgmh", 0): [0.1, 0.72, 0.8], ("fedper", 0): [0.1, 0.3, 0.71]}).to_csv(curves_csv, index=False)
+    tex, csv = tmp_path / "r.tex", tmp_path / "r.csv"
+    assert cli_main(["rounds", "--curves", str(curves_csv), "--experiment", "table2", "--setting", "cifar100_c5_a0.5",
+                     "--target", "70", "75", "--paper", '{"fedgmh": [68, 185], "fedper": [108, null]}', "--out", str(tex),
+                     "--csv", str(csv)]) == 0
+    frame = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    assert list(frame["Method"]) == ["FedPer", "FedGMH"]
+    assert frame.loc[1, "70% mean curve"] == "1" and frame.loc[1, "70% paper"] == "68" and frame.loc[0, "75% mean curve"] == "not reached"
+    assert frame.loc[0, "75% paper"] == "" and frame.loc[1, "75% seeds"] == "1/1"
+    latex = tex.read_text()
+    assert r"\toprule" in latex and r"\multicolumn{4}{c}{70\%}" in latex and "FedGMH & 1 & 1 & 1/1 & 68 & 2 & 2 & 1/1 & 185" in latex

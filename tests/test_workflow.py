@@ -73,22 +73,41 @@ def test_bad_nested_value_and_figure_reference(tmp_path: Path) -> None:
     assert f"experiments.table2.algorithms[{index}]: 'fedsomething' is not one of" in out
 
     config = yaml.safe_load(SMOKE.read_text())
-    config["figures"]["curves_table2"]["setting"] = "digits_c9_a0.5"
+    config["figures"]["figure3"]["setting"] = "digits_c9_a0.5"
     bad.write_text(yaml.safe_dump(config))
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(bad), timeout=120)
     assert result.returncode != 0
-    assert "figures.curves_table2.setting 'digits_c9_a0.5' is not a setting of table2" in result.stdout + result.stderr
+    assert "figures.figure3.setting 'digits_c9_a0.5' is not a setting of table2" in result.stdout + result.stderr
+
+    config = yaml.safe_load(SMOKE.read_text())
+    config["rounds_to_target"] = {"figure": "figure9", "targets": [50]}
+    config["experiments"]["audit"]["variants"]["bad/name"] = {"mix": "noncritical"}
+    bad.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(bad), timeout=120)
+    assert result.returncode != 0
+    assert "experiments.audit.variants: 'bad/name' does not match" in result.stdout + result.stderr
+    del config["experiments"]["audit"]["variants"]["bad/name"]
+    bad.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(bad), timeout=120)
+    assert result.returncode != 0
+    assert "rounds_to_target.figure 'figure9' is not a figure" in result.stdout + result.stderr
 
 
 def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "2", "--configfile", str(PAPER), timeout=180)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     counts = job_counts(result.stdout + result.stderr)
-    # Table 2: 12 algorithms x 6 settings x 5 seeds = 360;
-    # Table 5: 4 algorithms x 3 settings x 5 seeds = 60, of which FedGMH's 15 are Table 2's runs -> 45.
-    assert counts["train"] == 12 * 6 * 5 + (4 - 1) * 3 * 5 == 405
+    # Identical runs are trained once (in the first experiment that asks for them):
+    # Table 2: 12 algorithms x 6 settings x 5 seeds                          = 360
+    # Table 3: 12 x 4 local epochs x 5; Table 4: 12 x 4 join ratios x 5      = 240 + 240
+    # Table 5: 4 ablations x 3 settings x 5, FedGMH's are Table 2's          = 45
+    # Table 6: 10 betas x 5, beta 0.5 is Table 2's; Table 7: 5 eta_h, 1.0 too = 45 + 20
+    # audit: 8 variants x 3 settings x 5, the paper variant is Table 2's     = 105
+    # audit_beta: 3 betas x {paper, official} x 5: paper = Tables 6/2, official 0.5 = audit's = 10
+    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 105 + 10 == 1065
     assert counts["download"] == 3 and counts["partition"] == 6
-    assert counts["aggregate"] == 2 and counts["table"] == 2
+    assert counts["aggregate"] == 8 and counts["table"] == 8
+    assert counts["rounds_to_target"] == 1 and counts["compare"] == 1
     assert not list(tmp_path.glob("results/**/*.csv"))  # a dry run writes nothing
 
     result = snakemake(tmp_path, "-n", "-p", "all", "--cores", "2", "--configfile", str(PAPER), timeout=180)
@@ -103,6 +122,24 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # FedGMH's Table 5 cells come from the Table 2 runs (trained once)
     assert "results/paper/runs/table5/cifar100_c5_a0.5/fedgmh" not in out
     assert "results/paper/runs/table2/cifar100_c5_a0.5/fedgmh/seed4" in out
+    # sweeps: Table 3's local epochs, Table 4's join ratio, Table 6's beta, Table 7's eta_h
+    train = [line for line in out.splitlines() if line.startswith("fedgmh train") or "fedgmh train" in line]
+    assert any("--local-epochs 10" in c and "runs/table3/cifar10_c2_a0.5_e10/fedcp/seed0" in c for c in train)
+    assert any("--join-ratio 1 " in c and "runs/table4/cifar100_c5_a0.5_j1/fedamp/seed2" in c for c in train)
+    assert any("--set beta=0.1" in c and "runs/table6/cifar100_c5_a0.5_beta0.1/fedgmh/seed0" in c for c in train)
+    assert any("--set eta_h=0.01" in c and "runs/table7/cifar100_c5_a0.5_eta_h0.01/fedgmh/seed0" in c for c in train)
+    # the audit: one official option per variant, and the official preset
+    assert any("--set mix=noncritical --set preset=paper" in c and "runs/audit/mnist_c2_a0.5@mix=noncritical/fedgmh/seed0" in c for c in train)
+    assert any("--set preset=official" in c and "runs/audit/cifar10_c2_a0.5@official/fedgmh/seed1" in c for c in train)
+    assert any("--set beta=1.0" in c and "--set preset=official" in c and "runs/audit_beta/cifar100_c5_a0.5_beta1@official" in c
+               for c in train)
+    assert "runs/audit/mnist_c2_a0.5@paper" not in out  # the paper variant is Table 2's FedGMH
+    command = next(line for line in out.splitlines() if "fedgmh aggregate --experiment audit " in line)
+    assert "--variant paper paper paper paper paper mix=noncritical" in command
+    command = next(line for line in out.splitlines() if "fedgmh rounds" in line)
+    assert "--target 70 75" in command and '"fedgmh": [68, 185]' in command
+    command = next(line for line in out.splitlines() if "fedgmh compare" in line)
+    assert str(REPO / "reference" / "fedgmh_paper_tables.csv") in command  # found next to the Snakefile
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
@@ -116,42 +153,82 @@ def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
 
 
 def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
-    """`snakemake all` with the smoke config and the real CLI: tables, CSVs, figures, heat-maps."""
-    result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=420)
+    """`snakemake all` with the smoke config and the real CLI: every table, figure and report, then the HTML report."""
+    result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     art = tmp_path / "paper_artifacts" / "smoke"
     config = yaml.safe_load(SMOKE.read_text())
     from fedgmh.algorithms import REGISTRY
 
     names = {name: cls.display_name for name, cls in REGISTRY.items()}
+    assert {"table2", "table3", "table4", "table5", "table6", "table7", "audit", "audit_beta"} <= set(config["experiments"])
     for experiment, spec in config["experiments"].items():
         tex = (art / f"{experiment}.tex").read_text()
         assert r"\toprule" in tex and r"\bottomrule" in tex and r"\textbf" in tex
         table = pd.read_csv(art / f"{experiment}.csv")
-        expected = [names[a] for a in spec["algorithms"]]
-        assert sorted(table["Method"]) == sorted(expected)  # one row per algorithm
-        assert len(table.columns) == 1 + len(spec["settings"])
-        for method in expected:
-            assert sum(line.startswith(method + " &") for line in tex.splitlines()) == 1
+        seeds = spec.get("seeds", config["seeds"])
+        if "variants" in spec:  # rows = variants, in config order
+            assert list(table["Variant"]) == list(spec["variants"])
+            rows = [v.replace("_", r"\_") for v in spec["variants"]]
+        else:  # rows = algorithms
+            rows = [names[a] for a in spec["algorithms"]]
+            assert sorted(table["Method"]) == sorted(rows)
+        assert len(table.columns) == 1 + len(spec["settings"])  # one column per setting
+        for row in rows:
+            assert sum(line.startswith(row + " &") for line in tex.splitlines()) == 1, (row, tex)
         cells = pd.read_csv(art / f"{experiment}.cells.csv")
-        assert (cells["n_seeds"] == len(config["seeds"])).all()
+        assert len(cells) == len(rows) * len(spec["settings"])
+        assert (cells["n_seeds"] == len(seeds)).all()
         assert cells["mean"].between(0, 100).all()
-        assert f"{len(config['seeds'])} seeds" in tex and f"{config['clients']} clients" in tex
-    for figure in config["figures"]:
+        assert f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}" in tex and f"{config['clients']} clients" in tex
+    assert "$E$=2" in (art / "table3.tex").read_text() and r"$\beta$=0.1" in (art / "table6.tex").read_text()
+    for figure in ("figure3", "figure4"):
         assert (art / f"{figure}.pdf").read_bytes().startswith(b"%PDF")
         assert (art / f"{figure}.png").read_bytes().startswith(b"\x89PNG")
     settings = {(s["dataset"], s["classes_per_client"], s["alpha"]) for e in config["experiments"].values() for s in e["settings"]}
     assert len(list((art / "partitions").glob("*.pdf"))) == len(settings)
+    # rounds to target: one row per method of Figure 3, the smoke config's targets
+    rounds = pd.read_csv(art / "rounds_to_target.csv")
+    assert len(rounds) == len(config["experiments"]["table2"]["algorithms"])
+    targets = [f"{t:g}%" for t in config["rounds_to_target"]["targets"]]
+    assert [c for c in rounds.columns if c.endswith("mean curve")] == [f"{t} mean curve" for t in targets]
+    assert r"\toprule" in (art / "rounds_to_target.tex").read_text()
+    # section 2.3 costs: the paper's model figures, and measured bytes for every Table 2 run
+    costs = pd.read_csv(art / "costs.csv")
+    cifar10 = costs[(costs["kind"] == "model") & (costs["dataset"] == "cifar10")]
+    assert cifar10.set_index("quantity").loc["model", "analytic"] == pytest.approx(3431.79, abs=0.01)
+    measured = costs[costs["measured"].notna() & (costs["kind"] != "model")]
+    assert set(measured["algorithm"]) == set(config["experiments"]["table2"]["algorithms"])
+    assert r"	oprule" in (art / "costs.tex").read_text()
+    # the comparison: digits is not in the paper, so every one of its 195 cells is 'not run'
+    comparison = pd.read_csv(art / "comparison.csv")
+    assert len(comparison) == 195 and (comparison["status"] == "not run").all()
+    md = (art / "comparison.md").read_text()
+    assert "| **all** | 195 | 0 | 0 | 195 |" in md and "| table3 | 48 | 0 | 0 | 48 |" in md
+    assert r"\begin{longtable}" in (art / "comparison.tex").read_text()
+
     results = pd.read_csv(tmp_path / "results" / "smoke" / "aggregate" / "table5.results.csv")
     assert len(results) == 4 * len(config["seeds"])
     # Table 5's FedGMH runs are Table 2's
     assert results.loc[results["algorithm"] == "fedgmh", "run_dir"].str.contains("/table2/").all()
     assert (results["rounds"] == config["rounds"]).all()
+    audit = pd.read_csv(tmp_path / "results" / "smoke" / "aggregate" / "audit.results.csv")
+    assert list(audit["variant"]) == list(config["experiments"]["audit"]["variants"])
+    assert audit.loc[audit["variant"] == "paper", "run_dir"].str.contains("/table2/").all()
+    # one log per training run: Table 2 (12 x 2 seeds) + Table 5 (3 ablations x 2 seeds) + one seed of:
+    # Table 3 and 4 (2 methods x 1 new value), Table 6 and 7 (1 new value), audit (3 new variants),
+    # audit_beta (official beta 0.1; the others are Table 6's, Table 2's and the audit's runs)
     logs = list((tmp_path / "logs" / "smoke" / "train").rglob("*.log"))
-    table2, table5 = config["experiments"]["table2"], config["experiments"]["table5"]
-    # one log per training run; Table 5's FedGMH runs are Table 2's
-    assert len(logs) == len(config["seeds"]) * (len(table2["algorithms"]) * len(table2["settings"]) + 3 * len(table5["settings"]))
+    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 3 + 1 == 40
 
     # nothing to do the second time
     again = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), "-n", timeout=120)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+    # the self-contained HTML report of what was made
+    report = snakemake(tmp_path, "all", "--configfile", str(SMOKE), "--report", "report.html", timeout=300)
+    assert report.returncode == 0, (report.stdout + report.stderr)[-3000:]
+    html = (tmp_path / "report.html").read_text(errors="replace")
+    assert len(html) > 100_000
+    for name in ("figure3.png", "figure4.png", "table2.csv", "table7.tex", "audit.csv", "rounds_to_target.csv", "comparison.md"):
+        assert name in html, name

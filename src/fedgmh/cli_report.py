@@ -8,7 +8,8 @@ import argparse
 def _cmd_aggregate(args: argparse.Namespace) -> None:
     from fedgmh import report
 
-    results = report.write_aggregate(args.runs, args.out, curves_out=args.curves, experiment=args.experiment)
+    results = report.write_aggregate(args.runs, args.out, curves_out=args.curves, experiment=args.experiment,
+                                     variants=args.variant)
     print(f"aggregate: {len(results)} runs, {results['setting'].nunique()} settings, "
           f"{results['algorithm'].nunique()} algorithms -> {args.out}")
 
@@ -31,6 +32,30 @@ def _cmd_curves(args: argparse.Namespace) -> None:
     print(f"curves: {len(panels)} panel(s) ({', '.join(panels)}) -> {args.out}" + (f", {args.png}" if args.png else ""))
 
 
+def _cmd_rounds(args: argparse.Namespace) -> None:
+    import json
+
+    from fedgmh import report
+    from fedgmh.errors import UserError
+
+    try:
+        paper = json.loads(args.paper) if args.paper else None
+    except json.JSONDecodeError as err:
+        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedgmh\": [68, 185]}}'") from err
+    table = report.write_rounds_to_target(args.curves, args.experiment, args.setting, args.target, args.out, out_csv=args.csv,
+                                          paper=paper, title=args.title)
+    print(f"rounds: {table['algorithm'].nunique()} methods x {len(args.target)} targets -> {args.out}")
+
+
+def _cmd_compare(args: argparse.Namespace) -> None:
+    from fedgmh import report
+
+    comparison = report.write_comparison(args.results, args.reference, args.out, out_tex=args.tex, out_csv=args.csv, k=args.k)
+    counts = comparison["status"].value_counts()
+    print(f"compare: {len(comparison)} paper cells: {counts.get('agree', 0)} agree, {counts.get('disagree', 0)} disagree, "
+          f"{counts.get('not run', 0)} not run -> {args.out}")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the reporting subcommands to the `fedgmh` parser."""
     p = sub.add_parser("aggregate", help="collect run directories into a tidy results CSV (and per-round curves)")
@@ -38,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="results CSV: one row per run")
     p.add_argument("--curves", help="curves CSV: one row per run and evaluated round (long format)")
     p.add_argument("--experiment", help="experiment / table id for every run (default: run_info.json's, else empty)")
+    p.add_argument("--variant", nargs="+", metavar="NAME",
+                   help="variant name of each run, in the order of --runs (rows of an audit table; setting ids get @NAME)")
     p.set_defaults(func=_cmd_aggregate)
 
     p = sub.add_parser("table", help="LaTeX table (booktabs) of mean ± std best accuracy per algorithm and setting")
@@ -59,3 +86,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithm", nargs="+", help="only these algorithms (default: all)")
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=_cmd_curves)
+
+    p = sub.add_parser("rounds", help="table: first round at which each method's accuracy curve reaches target accuracies")
+    p.add_argument("--curves", required=True, help="curves CSV from `fedgmh aggregate --curves`")
+    p.add_argument("--experiment", required=True, help="experiment whose runs to use, e.g. table2")
+    p.add_argument("--setting", required=True, help="setting id, e.g. cifar100_c5_a0.5")
+    p.add_argument("--target", nargs="+", type=float, required=True, help="target accuracies in percent, e.g. 70 75")
+    p.add_argument("--paper", help='the paper\'s rounds per algorithm, aligned with --target, as JSON: {"fedgmh": [68, 185]}')
+    p.add_argument("--out", required=True, help="LaTeX file (.tex)")
+    p.add_argument("--csv", help="the same table as CSV")
+    p.add_argument("--title", default="Rounds to target", help="caption's first words")
+    p.set_defaults(func=_cmd_rounds)
+
+    p = sub.add_parser("compare", help="every cell of the paper's tables next to ours: Markdown report (+ LaTeX, CSV)")
+    p.add_argument("--results", nargs="+", required=True, help="results CSVs from `fedgmh aggregate` (experiment ids = table ids)")
+    p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
+    p.add_argument("--out", required=True, help="Markdown report (.md)")
+    p.add_argument("--tex", help="LaTeX longtable (.tex)")
+    p.add_argument("--csv", help="one row per paper cell (CSV)")
+    p.add_argument("--k", type=float, default=2.0, help="agree when |ours - paper| <= k*sqrt(std_paper^2 + std_ours^2) (default 2)")
+    p.set_defaults(func=_cmd_compare)

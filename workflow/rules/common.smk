@@ -2,7 +2,8 @@
 #
 # A run is (experiment, setting, algorithm, seed). Its setting id comes from
 # fedgmh.report.assign_setting_ids (the same function names the columns of the tables):
-# <dataset>_c<C>_a<alpha>, plus a suffix per swept dimension (e.g. _e4 for local_epochs 4).
+# <dataset>_c<C>_a<alpha>, plus a suffix per swept dimension (e.g. _e4 for local_epochs 4), plus
+# @<variant> for experiments with `variants` (rows of the audit tables: one option set each).
 # Identical runs requested by several experiments (same dataset, partition, algorithm, options,
 # rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
 # trained ONCE, in the folder of the first experiment (in config order) that asks for them; the
@@ -35,12 +36,13 @@ def partition_id(dataset, classes_per_client, alpha):
     return f"{dataset}_c{int(classes_per_client)}_a{format_number(alpha)}"
 
 
-def _options_for(experiment, setting, algorithm):
-    """--set pairs of one run: train_options < algorithm_options < experiment options < setting options."""
+def _options_for(experiment, setting, algorithm, variant_options):
+    """--set pairs of one run: train_options < algorithm_options < experiment options < setting options < variant."""
     options = dict(config.get("train_options") or {})
     options.update((config.get("algorithm_options") or {}).get(algorithm, {}))
     options.update((experiment.get("options") or {}).get(algorithm, {}))
     options.update(setting.get("options") or {})
+    options.update(variant_options)
     return options
 
 
@@ -49,21 +51,25 @@ def _expand_experiments():
     owner = {}  # physical identity of a run -> its canonical run directory
     for exp_name, exp in config["experiments"].items():
         cells = []
+        # an experiment without `variants` is one unnamed variant with no options
+        variants = exp.get("variants") or {"": {}}
         for setting in exp["settings"]:
-            for algorithm in exp["algorithms"]:
-                cells.append(
-                    {
-                        "experiment": exp_name,
-                        "dataset": setting["dataset"],
-                        "classes_per_client": int(setting["classes_per_client"]),
-                        "alpha": setting["alpha"],
-                        "algorithm": algorithm,
-                        "rounds": int(setting.get("rounds", config["rounds"])),
-                        "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
-                        "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
-                        "options": _options_for(exp, setting, algorithm),
-                    }
-                )
+            for variant, variant_options in variants.items():
+                for algorithm in exp["algorithms"]:
+                    cells.append(
+                        {
+                            "experiment": exp_name,
+                            "variant": variant,
+                            "dataset": setting["dataset"],
+                            "classes_per_client": int(setting["classes_per_client"]),
+                            "alpha": setting["alpha"],
+                            "algorithm": algorithm,
+                            "rounds": int(setting.get("rounds", config["rounds"])),
+                            "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
+                            "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
+                            "options": _options_for(exp, setting, algorithm, variant_options or {}),
+                        }
+                    )
         ids = assign_setting_ids(cells)
         seen = {}
         for cell, sid in zip(cells, ids):
@@ -126,6 +132,48 @@ def experiment_run_dirs(experiment):
     return dirs
 
 
+def experiment_variant_arguments(experiment):
+    """`--variant NAME ...` for `fedgmh aggregate` (one per run, aligned with the run directories), or ''."""
+    names = [run["variant"] for run in RUNS if run["experiment"] == experiment]
+    return "--variant " + " ".join(shlex.quote(n) for n in names) if any(names) else ""
+
+
+def reference_path():
+    """config `reference_tables`: as given, else (a relative path missing in the working directory)
+    next to the Snakefile, i.e. in the repository; None when null."""
+    path = config.get("reference_tables")
+    if not path:
+        return None
+    if not os.path.isabs(path) and not os.path.exists(path):
+        in_repo = os.path.join(workflow.basedir, path)
+        if os.path.exists(in_repo):
+            return in_repo
+    if not os.path.exists(path):
+        raise WorkflowError(f"config: reference_tables {path!r} not found (neither in the working directory nor in {workflow.basedir})")
+    return path
+
+
+REFERENCE = reference_path()
+ROUNDS_TO_TARGET = config.get("rounds_to_target") or {}
+
+
+def _check_rounds_to_target():
+    spec = ROUNDS_TO_TARGET
+    if not spec:
+        return
+    figure = spec["figure"]
+    if figure not in config["figures"]:
+        raise WorkflowError(f"config: rounds_to_target.figure {figure!r} is not a figure; figures: {', '.join(config['figures']) or 'none'}")
+    for algorithm, rounds in (spec.get("paper") or {}).items():
+        if len(rounds) != len(spec["targets"]):
+            raise WorkflowError(
+                f"config: rounds_to_target.paper.{algorithm} has {len(rounds)} rounds for {len(spec['targets'])} targets"
+            )
+
+
+_check_rounds_to_target()
+
+
 def train_job(wildcards):
     """The run to train in the folder named by these wildcards (a WorkflowError if it is not one)."""
     run_dir = f"{RESULTS}/runs/{wildcards.experiment}/{wildcards.setting}/{wildcards.algorithm}/seed{wildcards.seed}"
@@ -150,7 +198,7 @@ def partition_of(wildcards):
 def run_info_json(wildcards):
     """run_info.json: what the run's own record does not say (the partition and who owns the run)."""
     run = train_job(wildcards)
-    info = {k: run[k] for k in ("experiment", "setting", "dataset", "classes_per_client", "alpha")}
+    info = {k: run[k] for k in ("experiment", "variant", "setting", "dataset", "classes_per_client", "alpha")}
     info.update(
         clients=config["clients"],
         train_ratio=config["train_ratio"],

@@ -1,4 +1,6 @@
-# Results: aggregate the runs of each experiment, then LaTeX tables (+ CSV) and accuracy curves.
+# Results: aggregate the runs of each experiment, then LaTeX tables (+ CSV), accuracy curves, the
+# rounds-to-target table and the comparison with the paper. Outputs marked with report(...) go into
+# `snakemake --report report.html` (captions: workflow/report/*.rst).
 
 
 rule aggregate:
@@ -12,18 +14,21 @@ rule aggregate:
         f"{LOGS}/report/aggregate_{{experiment}}.log",
     params:
         run_dirs=lambda wildcards: " ".join(shlex.quote(d) for d in experiment_run_dirs(wildcards.experiment)),
+        variants=lambda wildcards: experiment_variant_arguments(wildcards.experiment),
     shell:
-        "fedgmh aggregate --experiment {wildcards.experiment} --runs {params.run_dirs}"
+        "fedgmh aggregate --experiment {wildcards.experiment} --runs {params.run_dirs} {params.variants}"
         " --out {output.results} --curves {output.curves} > {log} 2>&1"
 
 
 rule table:
     input:
         results=rules.aggregate.output.results,
-        reference=[config["reference_tables"]] if config["reference_tables"] else [],
+        reference=[REFERENCE] if REFERENCE else [],
     output:
-        tex=f"{ARTIFACTS}/{{experiment}}.tex",
-        csv=f"{ARTIFACTS}/{{experiment}}.csv",
+        tex=report(f"{ARTIFACTS}/{{experiment}}.tex", caption="../report/table.rst", category="Tables",
+                   subcategory="{experiment}", labels={"table": "{experiment}", "format": "LaTeX"}),
+        csv=report(f"{ARTIFACTS}/{{experiment}}.csv", caption="../report/table.rst", category="Tables",
+                   subcategory="{experiment}", labels={"table": "{experiment}", "format": "CSV"}),
         cells=f"{ARTIFACTS}/{{experiment}}.cells.csv",
     log:
         f"{LOGS}/report/table_{{experiment}}.log",
@@ -40,7 +45,8 @@ rule curves:
         curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=config["figures"][wildcards.figure]["experiment"]),
     output:
         pdf=f"{ARTIFACTS}/{{figure}}.pdf",
-        png=f"{ARTIFACTS}/{{figure}}.png",
+        png=report(f"{ARTIFACTS}/{{figure}}.png", caption="../report/figure.rst", category="Figures",
+                   labels={"figure": "{figure}"}),
     log:
         f"{LOGS}/report/curves_{{figure}}.log",
     params:
@@ -56,10 +62,69 @@ rule curves:
         " {params.algorithms} --out {output.pdf} --png {output.png} > {log} 2>&1"
 
 
+rule rounds_to_target:
+    input:
+        curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"]),
+    output:
+        tex=report(f"{ARTIFACTS}/rounds_to_target.tex", caption="../report/rounds.rst", category="Tables",
+                   subcategory="rounds to target", labels={"table": "rounds to target", "format": "LaTeX"}),
+        csv=report(f"{ARTIFACTS}/rounds_to_target.csv", caption="../report/rounds.rst", category="Tables",
+                   subcategory="rounds to target", labels={"table": "rounds to target", "format": "CSV"}),
+    log:
+        f"{LOGS}/report/rounds_to_target.log",
+    params:
+        experiment=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"],
+        setting=lambda wildcards: shlex.quote(config["figures"][ROUNDS_TO_TARGET["figure"]]["setting"]),
+        targets=" ".join(format_number(t) for t in ROUNDS_TO_TARGET.get("targets", [])),
+        paper=shlex.quote(json.dumps(ROUNDS_TO_TARGET.get("paper") or {})),
+    shell:
+        "fedgmh rounds --curves {input.curves} --experiment {params.experiment} --setting {params.setting}"
+        " --target {params.targets} --paper {params.paper} --out {output.tex} --csv {output.csv} > {log} 2>&1"
+
+
+rule compare:
+    input:
+        results=expand(rules.aggregate.output.results, experiment=list(config["experiments"])),
+        reference=[REFERENCE] if REFERENCE else [],
+    output:
+        md=report(f"{ARTIFACTS}/comparison.md", caption="../report/comparison.rst", category="Comparison with the paper",
+                  labels={"file": "comparison.md"}),
+        tex=f"{ARTIFACTS}/comparison.tex",
+        csv=report(f"{ARTIFACTS}/comparison.csv", caption="../report/comparison.rst", category="Comparison with the paper",
+                   labels={"file": "comparison.csv"}),
+    log:
+        f"{LOGS}/report/compare.log",
+    shell:
+        "fedgmh compare --results {input.results} --reference {input.reference} --out {output.md}"
+        " --tex {output.tex} --csv {output.csv} > {log} 2>&1"
+
+
+rule costs:
+    """Section 2.3: storage and communication from the actual model (mnist, cifar10, cifar100),
+    next to the bytes measured in Table 2's runs (every algorithm counts what it sends)."""
+    input:
+        records=[f"{d}/run.json" for d in experiment_run_dirs("table2")] if "table2" in config["experiments"] else [],
+    output:
+        csv=report(f"{ARTIFACTS}/costs.csv", caption="../report/costs.rst", category="Tables",
+                   subcategory="costs", labels={"table": "costs", "format": "CSV"}),
+        tex=report(f"{ARTIFACTS}/costs.tex", caption="../report/costs.rst", category="Tables",
+                   subcategory="costs", labels={"table": "costs", "format": "LaTeX"}),
+    log:
+        f"{LOGS}/report/costs.log",
+    params:
+        runs=lambda wildcards, input: ("--runs " + " ".join(shlex.quote(os.path.dirname(r)) for r in input.records)) if input.records else "",
+    shell:
+        "fedgmh costs --out {output.csv} --tex {output.tex} {params.runs} > {log} 2>&1"
+
+
 rule all_tables:
-    """The LaTeX tables (and CSVs) of every configured experiment."""
+    """The LaTeX tables (and CSVs) of every configured experiment, the rounds-to-target table
+    (config `rounds_to_target`) and the comparison with the paper (config `reference_tables`)."""
     input:
         expand(rules.table.output, experiment=list(config["experiments"])),
+        rules.rounds_to_target.output if ROUNDS_TO_TARGET else [],
+        rules.compare.output if REFERENCE else [],
+        rules.costs.output,
 
 
 rule all_figures:

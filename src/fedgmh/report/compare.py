@@ -1,50 +1,225 @@
-"""The paper's numbers next to ours: per table cell, and the whole comparison report."""
+"""The paper's numbers next to ours: per table cell, and the whole comparison report.
+
+The reference is a CSV with the columns of reference/fedgmh_paper_tables.csv: table, dataset, C,
+alpha, algorithm (display name), local_epochs, join_ratio, beta, eta_h, mean, std (one row per
+cell of the paper's Tables 2-7). A cell of ours matches a reference row on table = experiment id,
+dataset and algorithm names (case and punctuation ignored), C, alpha, and every swept dimension
+our cell records (local_epochs, join_ratio, beta, eta_h). Cells of named variants never match.
+
+Agreement criterion (`compare_with_paper`): |ours - paper| <= k * sqrt(std_paper^2 + std_ours^2),
+k = 2 by default, with both std the population std over seeds as each side reports it.
+"""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.report.names import _norm_name
+from fedgmh.io import write_csv, write_text
+from fedgmh.report.names import _norm_name, format_number
+
+REFERENCE_COLUMNS = ("table", "dataset", "C", "alpha", "algorithm", "mean", "std")
+# our cells' column -> the reference's column, for the swept dimensions
+MATCHED_DIMS = (("local_epochs", "local_epochs"), ("join_ratio", "join_ratio"), ("opt_beta", "beta"), ("opt_eta_h", "eta_h"))
+DIM_LABELS = {"local_epochs": ("E", "$E$"), "join_ratio": ("ρ", r"$\rho$"), "beta": ("β", r"$\beta$"), "eta_h": ("η_h", r"$\eta_h$")}
+
+
+def read_reference(path: Path | str) -> pd.DataFrame:
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"reference table {path} not found")
+    reference = pd.read_csv(path)
+    absent = set(REFERENCE_COLUMNS) - set(reference.columns)
+    if absent:
+        raise UserError(f"reference table {path} lacks column(s) {', '.join(sorted(absent))}")
+    return reference
+
+
+def _reference_keys(reference: pd.DataFrame) -> list[tuple]:
+    return [
+        (str(t), _norm_name(d), int(c), float(a), _norm_name(alg))
+        for t, d, c, a, alg in zip(reference["table"], reference["dataset"], reference["C"], reference["alpha"], reference["algorithm"])
+    ]
+
 
 def attach_reference(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Add the paper's mean/std (columns paper_mean, paper_std, diff) where a reference row matches.
+    """Add the paper's mean/std (columns paper_mean, paper_std, diff, paper_row) where a reference row matches.
 
-    `reference` has the columns of shared/reference/fedgmh_paper_tables.csv: table, dataset, C,
-    alpha, algorithm (display name), local_epochs, join_ratio, beta, eta_h, mean, std. A cell
-    matches on table = experiment, dataset and algorithm names (case and punctuation ignored), C,
-    alpha, and every swept dimension the reference has (local_epochs, join_ratio, beta, eta_h).
+    `paper_row` is the matching row's index in `reference` (-1: none).
     """
-    needed = {"table", "dataset", "C", "alpha", "algorithm", "mean", "std"}
-    absent = needed - set(reference.columns)
+    absent = set(REFERENCE_COLUMNS) - set(reference.columns)
     if absent:
         raise UserError(f"reference table lacks column(s) {', '.join(sorted(absent))}")
     ref = reference.copy()
-    ref["_key"] = [
-        (str(t), _norm_name(d), int(c), float(a), _norm_name(alg))
-        for t, d, c, a, alg in zip(ref["table"], ref["dataset"], ref["C"], ref["alpha"], ref["algorithm"])
-    ]
-    paper_mean, paper_std = [], []
+    ref["_key"] = _reference_keys(ref)
+    paper_mean, paper_std, paper_row = [], [], []
     for rec in cells.to_dict("records"):
-        key = (rec["experiment"], _norm_name(rec["dataset"]), rec["classes_per_client"], rec["alpha"], _norm_name(rec["algorithm_name"]))
-        match = ref[ref["_key"] == key]
-        for column, ref_column in (("local_epochs", "local_epochs"), ("join_ratio", "join_ratio"), ("opt_beta", "beta"), ("opt_eta_h", "eta_h")):
+        match = ref.iloc[0:0]
+        if not rec.get("variant"):
+            key = (rec["experiment"], _norm_name(rec["dataset"]), rec["classes_per_client"], rec["alpha"], _norm_name(rec["algorithm_name"]))
+            match = ref[ref["_key"] == key]
+        for column, ref_column in MATCHED_DIMS:
             if column in rec and ref_column in match.columns and rec[column] not in (None, ""):
                 try:
                     wanted = float(str(rec[column]).split("/")[0])
                 except ValueError:
                     continue
-                match = match[np.isclose(match[ref_column].astype(float), wanted)]
+                if not math.isnan(wanted):
+                    match = match[np.isclose(match[ref_column].astype(float), wanted)]
         if len(match) == 1:
             paper_mean.append(float(match["mean"].iloc[0]))
             paper_std.append(float(match["std"].iloc[0]))
+            paper_row.append(int(match.index[0]))
         else:
             paper_mean.append(np.nan)
             paper_std.append(np.nan)
+            paper_row.append(-1)
     out = cells.copy()
     out["paper_mean"] = paper_mean
     out["paper_std"] = paper_std
     out["diff"] = out["mean"] - out["paper_mean"]
+    out["paper_row"] = paper_row
     return out
 
+
+def _swept(reference: pd.DataFrame) -> dict[str, list[str]]:
+    """Per reference table: the dimensions it varies (its columns besides dataset and ExDir)."""
+    out = {}
+    for table, group in reference.groupby("table", sort=False):
+        out[str(table)] = [d for d in DIM_LABELS if d in group.columns and group[d].nunique() > 1]
+    return out
+
+
+def compare_with_paper(cells: pd.DataFrame, reference: pd.DataFrame, k: float = 2.0) -> pd.DataFrame:
+    """One row per reference cell: the paper's mean ± std, ours, the difference and a status.
+
+    `cells`: our table cells (`fedgmh.report.summarize` of any number of experiments, concatenated).
+    status: 'agree' when |diff| <= k * sqrt(paper_std^2 + our_std^2), 'disagree' otherwise, 'not run'
+    when we have no such cell (experiment not configured, dataset or value not run).
+    """
+    matched = attach_reference(cells, reference) if len(cells) else cells.assign(paper_row=[])
+    ours = {int(r): rec for r, rec in zip(matched["paper_row"], matched.to_dict("records")) if int(r) >= 0}
+    swept = _swept(reference)
+    rows = []
+    for index, ref in reference.iterrows():
+        table = str(ref["table"])
+        setting = f"{ref['dataset']} ExDir({int(ref['C'])}, {format_number(float(ref['alpha']))})"
+        extra = [f"{DIM_LABELS[d][0]}={format_number(float(ref[d]))}" for d in swept.get(table, [])]
+        row = {
+            "table": table, "dataset": ref["dataset"], "C": int(ref["C"]), "alpha": float(ref["alpha"]),
+            "setting": " ".join([setting, *extra]), "algorithm": ref["algorithm"],
+            **{d: ref[d] for d in DIM_LABELS if d in reference.columns},
+            "paper_mean": float(ref["mean"]), "paper_std": float(ref["std"]),
+        }
+        cell = ours.get(int(index))
+        if cell is None:
+            row.update(our_mean=np.nan, our_std=np.nan, n_seeds=0, diff=np.nan, tolerance=np.nan, status="not run")
+        else:
+            diff = float(cell["mean"]) - row["paper_mean"]
+            tolerance = k * math.sqrt(row["paper_std"] ** 2 + float(cell["std"]) ** 2)
+            row.update(our_mean=float(cell["mean"]), our_std=float(cell["std"]), n_seeds=int(cell["n_seeds"]), diff=diff,
+                       tolerance=tolerance, status="agree" if abs(diff) <= tolerance + 1e-9 else "disagree")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary_counts(comparison: pd.DataFrame) -> pd.DataFrame:
+    """Per table (and 'all'): how many cells agree, disagree, were not run."""
+    counts = pd.crosstab(comparison["table"], comparison["status"]).reindex(columns=["agree", "disagree", "not run"], fill_value=0)
+    counts = counts.reindex(list(dict.fromkeys(comparison["table"])))
+    counts.loc["all"] = counts.sum()
+    counts["cells"] = counts.sum(axis=1)
+    return counts.reset_index().rename(columns={"table": "table"})
+
+
+def _pm(mean: float, std: float) -> str:
+    return "—" if math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+
+
+def comparison_markdown(comparison: pd.DataFrame, k: float, experiments: Sequence[str] = ()) -> str:
+    counts = summary_counts(comparison)
+    lines = [
+        "# Our results next to the paper's",
+        "",
+        f"Every cell of the paper's Tables 2-7 (reference CSV), the paper's mean ± std next to ours (best test accuracy, %, "
+        f"mean ± population std over seeds). **Criterion**: a cell *agrees* when |ours − paper| ≤ {format_number(k)}·√(std_paper² + std_ours²); "
+        "*not run*: we have no such cell (experiment not in this config, or dataset / swept value not run).",
+        "",
+        f"Experiments in this config: {', '.join(experiments) if experiments else '(none)'}.",
+        "",
+        "## Summary",
+        "",
+        "| table | cells | agree | disagree | not run |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for rec in counts.to_dict("records"):
+        name = f"**{rec['table']}**" if rec["table"] == "all" else rec["table"]
+        lines.append(f"| {name} | {rec['cells']} | {rec['agree']} | {rec['disagree']} | {rec['not run']} |")
+    for table, group in comparison.groupby("table", sort=False):
+        lines += ["", f"## {table}", "", "| setting | method | paper | ours | seeds | diff | tolerance | status |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for rec in group.to_dict("records"):
+            diff = "" if math.isnan(rec["diff"]) else f"{rec['diff']:+.2f}"
+            tol = "" if math.isnan(rec["tolerance"]) else f"{rec['tolerance']:.2f}"
+            lines.append(f"| {rec['setting']} | {rec['algorithm']} | {_pm(rec['paper_mean'], rec['paper_std'])} | "
+                         f"{_pm(rec['our_mean'], rec['our_std'])} | {rec['n_seeds'] or ''} | {diff} | {tol} | {rec['status']} |")
+    return "\n".join(lines) + "\n"
+
+
+def comparison_latex(comparison: pd.DataFrame, k: float) -> str:
+    def tex(text: str) -> str:
+        return (str(text).replace("±", r"$\pm$").replace("—", "--").replace("ρ", r"$\rho$").replace("β", r"$\beta$")
+                .replace("η_h", r"$\eta_h$"))
+
+    counts = summary_counts(comparison).set_index("table").loc["all"]
+    lines = [
+        "% Generated by `fedgmh compare`. Needs \\usepackage{booktabs,longtable}.",
+        r"\begin{longtable}{llllrrl}",
+        rf"\caption{{The paper's numbers next to ours (best test accuracy, \%, mean $\pm$ std over seeds). Agree: "
+        rf"$|\Delta| \le {format_number(k)}\sqrt{{\sigma_p^2 + \sigma_o^2}}$. {counts['agree']} agree, {counts['disagree']} disagree, "
+        rf"{counts['not run']} not run.}}\label{{tab:comparison}}\\",
+        r"\toprule",
+        r"Table & Setting & Method & Paper & Ours & $\Delta$ & Status \\",
+        r"\midrule",
+        r"\endhead",
+    ]
+    previous = None
+    for rec in comparison.to_dict("records"):
+        if previous is not None and rec["table"] != previous:
+            lines.append(r"\midrule")
+        previous = rec["table"]
+        diff = "" if math.isnan(rec["diff"]) else f"{rec['diff']:+.2f}"
+        lines.append(" & ".join([rec["table"], tex(rec["setting"]), rec["algorithm"], tex(_pm(rec["paper_mean"], rec["paper_std"])),
+                                 tex(_pm(rec["our_mean"], rec["our_std"])), diff, rec["status"]]) + r" \\")
+    lines += [r"\bottomrule", r"\end{longtable}", ""]
+    return "\n".join(lines)
+
+
+def write_comparison(results_paths: Sequence[Path | str], reference_path: Path | str, out_md: Path | str,
+                     out_tex: Path | str | None = None, out_csv: Path | str | None = None, k: float = 2.0) -> pd.DataFrame:
+    """Summarize every experiment of the results files, compare with the reference, write the report."""
+    from fedgmh.report.runs import read_results
+    from fedgmh.report.tables import summarize
+
+    if not k > 0:
+        raise UserError(f"k must be positive, got {k}")
+    reference = read_reference(reference_path)
+    frames, experiments = [], []
+    for path in results_paths:
+        results = read_results(path)
+        for experiment in dict.fromkeys(results["experiment"]):
+            experiments.append(experiment)
+            frames.append(summarize(results, experiment)[0])
+    cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    comparison = compare_with_paper(cells, reference, k=k)
+    write_text(comparison_markdown(comparison, k, experiments), out_md)
+    if out_tex:
+        write_text(comparison_latex(comparison, k), out_tex)
+    if out_csv:
+        write_csv(comparison, out_csv)
+    return comparison

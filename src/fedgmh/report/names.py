@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,7 +62,7 @@ OPTION_LABELS: dict[str, tuple[str, str]] = {
 }
 
 BASE_COLUMNS = [
-    "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "algorithm", "seed",
+    "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "algorithm", "variant", "seed",
     "rounds", "local_epochs", "join_ratio", "batch_size", "lr", "options",
 ]
 RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "rounds_evaluated", "wall_time_s", "run_dir"]

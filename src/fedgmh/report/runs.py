@@ -23,6 +23,7 @@ from fedgmh.report.names import (
 )
 from fedgmh.report.settings import assign_setting_ids
 
+
 def _read_json(path: Path, run_dir: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
@@ -120,22 +121,28 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     return row, metrics
 
 
-def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None,
+                   variants: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy results (one row per run) and curves (one row per run and evaluated round).
 
     `experiment` labels every row (the workflow passes the table id); otherwise each run's
     run_info.json `experiment` is used, or '' when absent. Setting ids are assigned per experiment.
+    `variants`, one name per run directory (the workflow passes them for experiments with
+    `variants`), become the `variant` column and the `@<variant>` part of the setting ids.
     """
     if not run_dirs:
         raise UserError("no run directories given")
+    if variants is not None and len(variants) != len(run_dirs):
+        raise UserError(f"{len(variants)} variant names for {len(run_dirs)} run directories; give one per run")
     rows, curves = [], []
     seen: dict[str, str] = {}
-    for run_dir in run_dirs:
+    for index, run_dir in enumerate(run_dirs):
         key = str(Path(run_dir).resolve())
         if key in seen:
             raise UserError(f"run {run_dir} is listed twice")
         seen[key] = str(run_dir)
         row, metrics = load_run(run_dir)
+        row["variant"] = variants[index] if variants is not None else ""
         if experiment is not None:
             row["experiment"] = experiment
         else:
@@ -168,7 +175,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     results = pd.DataFrame.from_records(records)
 
     long_frames = []
-    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed", "run_dir"]
+    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "variant", "seed", "run_dir"]
     for rec, metrics in zip(records, curves):
         keep = [c for c in ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_loss") if c in metrics.columns]
         frame = metrics[keep].copy()
@@ -191,7 +198,6 @@ def _check_duplicates(rows: Sequence[dict[str, Any]]) -> None:
         seen[key] = row["run_dir"]
 
 
-
 def read_results(path: Path | str) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
@@ -202,6 +208,7 @@ def read_results(path: Path | str) -> pd.DataFrame:
     if absent:
         raise UserError(f"results file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate`?")
     frame["experiment"] = frame["experiment"].fillna("").astype(str)
+    frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
     return frame
 
 
@@ -215,12 +222,13 @@ def read_curves(path: Path | str) -> pd.DataFrame:
     if absent:
         raise UserError(f"curves file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate --curves`?")
     frame["experiment"] = frame["experiment"].fillna("").astype(str)
+    frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
     return frame
 
 
 def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out: Path | str | None = None,
-                    experiment: str | None = None) -> pd.DataFrame:
-    results, curves = aggregate_runs(run_dirs, experiment=experiment)
+                    experiment: str | None = None, variants: Sequence[str] | None = None) -> pd.DataFrame:
+    results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants)
     write_csv(results, out)
     if curves_out:
         write_csv(curves, curves_out)

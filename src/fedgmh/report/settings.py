@@ -12,8 +12,15 @@ from typing import Any
 
 from fedgmh.report.names import SWEEP_DIMS, _freeze, format_number
 
+
+def variant_of(record: dict[str, Any]) -> str:
+    """The record's variant name, '' when it has none (a missing value read from a CSV is NaN)."""
+    value = record.get("variant")
+    return value if isinstance(value, str) else ""
+
+
 def sweep_dimensions(records: Iterable[dict[str, Any]]) -> list[str]:
-    """Fields that vary for a fixed (algorithm, dataset, C, alpha) among `records`.
+    """Fields that vary for a fixed (variant, algorithm, dataset, C, alpha) among `records`.
 
     `records` are dicts with dataset, classes_per_client, alpha, algorithm, local_epochs,
     join_ratio, rounds and options (a dict). Option dimensions are returned as 'opt:<key>'.
@@ -21,7 +28,7 @@ def sweep_dimensions(records: Iterable[dict[str, Any]]) -> list[str]:
     """
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for rec in records:
-        key = (rec["algorithm"], rec["dataset"], int(rec["classes_per_client"]), float(rec["alpha"]))
+        key = (variant_of(rec), rec["algorithm"], rec["dataset"], int(rec["classes_per_client"]), float(rec["alpha"]))
         groups.setdefault(key, []).append(rec)
     dims: list[str] = []
     for field in SWEEP_DIMS:
@@ -34,7 +41,6 @@ def sweep_dimensions(records: Iterable[dict[str, Any]]) -> list[str]:
     return dims
 
 
-
 def _dim_value(record: dict[str, Any], dim: str) -> Any:
     if dim.startswith("opt:"):
         return (record.get("options") or {}).get(dim[4:])
@@ -42,13 +48,20 @@ def _dim_value(record: dict[str, Any], dim: str) -> Any:
 
 
 def setting_id(record: dict[str, Any], dims: Sequence[str] = ()) -> str:
-    """`<dataset>_c<C>_a<alpha>` plus `_<suffix><value>` for every swept dimension in `dims`."""
+    """`<dataset>_c<C>_a<alpha>` plus `_<suffix><value>` for every swept dimension in `dims`, plus `@<variant>`."""
     text = f"{record['dataset']}_c{int(record['classes_per_client'])}_a{format_number(record['alpha'])}"
     for dim in dims:
         value = _dim_value(record, dim)
         suffix = dim[4:] if dim.startswith("opt:") else SWEEP_DIMS[dim][0]
         text += f"_{suffix}{format_number(value) if value is not None else 'default'}"
+    if variant_of(record):
+        text += f"@{variant_of(record)}"
     return text
+
+
+def base_setting(setting: str) -> str:
+    """A setting id without its `@<variant>` part: the column of a variant table."""
+    return setting.split("@", 1)[0]
 
 
 def assign_setting_ids(records: Sequence[dict[str, Any]]) -> list[str]:

@@ -22,8 +22,10 @@ from fedgmh.report.names import (
     ALGORITHM_ORDER, DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, _freeze, _order_key, _parse_scalar, _sort_value,
     algorithm_name, dataset_name, format_number,
 )
+from fedgmh.report.compare import attach_reference, read_reference
 from fedgmh.report.runs import read_results
-from fedgmh.report.settings import _dim_value, sweep_dimensions
+from fedgmh.report.settings import _dim_value, base_setting, sweep_dimensions, variant_of
+
 
 def _option_dims(frame: pd.DataFrame) -> tuple[list[str], list[dict[str, Any]]]:
     records = []
@@ -37,13 +39,17 @@ def _option_dims(frame: pd.DataFrame) -> tuple[list[str], list[dict[str, Any]]]:
 def summarize(results: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, list[str]]:
     """One row per (setting, algorithm) of `experiment`: mean / std (percent) over seeds.
 
-    Returns the cells frame (sorted in table order) and the swept dimensions.
+    Returns the cells frame (sorted in table order) and the swept dimensions. Each cell also says
+    where it goes in the table: `row` / `row_name` (the algorithm, or the variant for runs of a
+    named variant, in order of appearance) and `column` (the setting id without `@<variant>`).
     """
     frame = results[results["experiment"] == experiment]
     if frame.empty:
         known = sorted(set(results["experiment"]))
         raise UserError(f"no runs of experiment {experiment!r} in the results; experiments present: {', '.join(known) or 'none'}")
     dims, records = _option_dims(frame)
+    variant_order = list(dict.fromkeys(variant_of(rec) for rec in records))
+    several_algorithms = len({rec["algorithm"] for rec in records}) > 1
     cells: dict[tuple, dict[str, Any]] = {}
     for rec in records:
         key = (rec["setting"], rec["algorithm"])
@@ -56,6 +62,10 @@ def summarize(results: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, lis
             **{dim: _dim_value(rec, dim) for dim in dims},
             "algorithm": rec["algorithm"],
             "algorithm_name": algorithm_name(rec["algorithm"]),
+            "variant": variant_of(rec),
+            "row": f"{rec['algorithm']}@{variant_of(rec)}" if variant_of(rec) else rec["algorithm"],
+            "row_name": _row_name(rec["algorithm"], variant_of(rec), several_algorithms),
+            "column": base_setting(rec["setting"]),
             "_acc": [], "_seeds": [], "_rounds": set(), "_clients": set(), "_join": set(), "_epochs": set(),
         })
         cell["_acc"].append(100.0 * float(rec["best_test_acc"]))
@@ -84,9 +94,16 @@ def summarize(results: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, lis
     alg_key = _order_key(ALGORITHM_ORDER)
     out["_ds"] = out["dataset"].map(lambda d: ds_key(d)[0])
     out["_alg"] = out["algorithm"].map(lambda a: alg_key(a)[0])
-    sort_by = ["_alg", "algorithm", "_ds", "dataset", "classes_per_client", "alpha"] + dim_columns
-    out = out.sort_values(sort_by, kind="stable").drop(columns=["_ds", "_alg"]).reset_index(drop=True)
+    out["_variant"] = out["variant"].map(variant_order.index)
+    sort_by = ["_variant", "_alg", "algorithm", "_ds", "dataset", "classes_per_client", "alpha"] + dim_columns
+    out = out.sort_values(sort_by, kind="stable").drop(columns=["_ds", "_alg", "_variant"]).reset_index(drop=True)
     return out, dim_columns
+
+
+def _row_name(algorithm: str, variant: str, several_algorithms: bool) -> str:
+    if not variant:
+        return algorithm_name(algorithm)
+    return f"{algorithm_name(algorithm)} ({variant})" if several_algorithms else variant
 
 
 def _dim_label(column: str, value: Any, latex: bool) -> str:
@@ -106,15 +123,18 @@ def _column_label(cell: dict[str, Any], dim_columns: Sequence[str], latex: bool)
     return dataset_name(cell["dataset"]), sub
 
 
-def _setting_order(cells: pd.DataFrame, dim_columns: Sequence[str]) -> list[str]:
+def _column_order(cells: pd.DataFrame, dim_columns: Sequence[str]) -> list[str]:
     ds_key = _order_key(DATASET_ORDER)
-    settings = cells.drop_duplicates("setting")
+    settings = cells.drop_duplicates("column")
     keyed = sorted(
         settings.to_dict("records"),
         key=lambda c: (ds_key(c["dataset"]), c["classes_per_client"], c["alpha"], *[_sort_value(c[d]) for d in dim_columns]),
     )
-    return [c["setting"] for c in keyed]
+    return [c["column"] for c in keyed]
 
+
+def _latex_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "_&%#$" else ch for ch in str(text))
 
 
 def _describe(values: Iterable[str]) -> str:
@@ -124,29 +144,36 @@ def _describe(values: Iterable[str]) -> str:
 
 def make_table(results: pd.DataFrame, experiment: str, title: str | None = None, label: str | None = None,
                reference: pd.DataFrame | None = None) -> dict[str, Any]:
-    """The table of `experiment`: LaTeX text, the same table as a wide frame, and the cells frame."""
+    """The table of `experiment`: LaTeX text, the same table as a wide frame, and the cells frame.
+
+    Rows: algorithms in the paper's order, or variants (experiments with `variants`) in config
+    order. Columns: settings (dataset, ExDir and swept values). `reference`: see attach_reference.
+    """
     cells, dim_columns = summarize(results, experiment)
-    settings = _setting_order(cells, dim_columns)
-    algorithms = list(dict.fromkeys(cells["algorithm"]))  # already in paper order
-    first = {s: cells[cells["setting"] == s].iloc[0].to_dict() for s in settings}
+    settings = _column_order(cells, dim_columns)
+    rows = list(dict.fromkeys(cells["row"]))  # already in table order
+    row_names = dict(zip(cells["row"], cells["row_name"]))
+    first = {s: cells[cells["column"] == s].iloc[0].to_dict() for s in settings}
+    corner = "Variant" if (cells["variant"] != "").any() else "Method"
 
     cells["cell"] = [f"{m:.2f} ± {s:.2f}" for m, s in zip(cells["mean"], cells["std"])]
     rounded = cells["mean"].round(2)
-    best = rounded.groupby(cells["setting"]).transform("max")
+    best = rounded.groupby(cells["column"]).transform("max")
     cells["is_best"] = rounded == best
     if reference is not None:
         cells = attach_reference(cells, reference)
 
     def frame_for(latex: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
         # LaTeX: "Method" sits top-left (as the name of the first column level), no index-name row
-        names = ["Method", ""] if latex else ["dataset", "setting"]
+        names = [corner, ""] if latex else ["dataset", "setting"]
         columns = pd.MultiIndex.from_tuples([_column_label(first[s], dim_columns, latex) for s in settings], names=names)
-        index = pd.Index([algorithm_name(a) for a in algorithms], name=None if latex else "Method")
+        labels = [_latex_escape(row_names[r]) if latex else row_names[r] for r in rows]
+        index = pd.Index(labels, name=None if latex else corner)
         text = pd.DataFrame("--" if latex else "", index=index, columns=columns)
         bold = pd.DataFrame(False, index=index, columns=columns)
         for rec in cells.to_dict("records"):
-            r = algorithms.index(rec["algorithm"])
-            c = settings.index(rec["setting"])
+            r = rows.index(rec["row"])
+            c = settings.index(rec["column"])
             value = f"{rec['mean']:.2f} $\\pm$ {rec['std']:.2f}" if latex else rec["cell"]
             text.iat[r, c] = value
             bold.iat[r, c] = bool(rec["is_best"])
@@ -191,16 +218,10 @@ def make_table(results: pd.DataFrame, experiment: str, title: str | None = None,
     return {"latex": header + latex, "wide": wide_csv, "cells": cells, "caption": caption, "settings": settings}
 
 
-
 def write_table(results_path: Path | str, experiment: str, out_tex: Path | str, out_csv: Path | str | None = None,
                 cells_csv: Path | str | None = None, title: str | None = None, reference_path: Path | str | None = None) -> dict[str, Any]:
     results = read_results(results_path)
-    reference = None
-    if reference_path:
-        reference_path = Path(reference_path)
-        if not reference_path.is_file():
-            raise UserError(f"reference table {reference_path} not found")
-        reference = pd.read_csv(reference_path)
+    reference = read_reference(reference_path) if reference_path else None
     table = make_table(results, experiment, title=title, reference=reference)
     write_text(table["latex"], out_tex)
     if out_csv:
