@@ -46,12 +46,12 @@ def test_paper_dry_run_with_the_slurm_profile(tmp_path: Path) -> None:
 
     stats = out.split("Job stats:", 1)[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
-    assert counts["train"] == 405 and counts["download"] == 3 and counts["partition"] == 6
+    assert counts["train"] == 1065 and counts["download"] == 3 and counts["partition"] == 6
 
     # each rule's block: "rule NAME:" ... "resources: ..." ; training jobs ask SLURM for one GPU each
     blocks = re.findall(r"^rule (\w+):\n(.*?)^Shell command: (.*?)$", out, re.MULTILINE | re.DOTALL)
     train = [(body, shell) for name, body, shell in blocks if name == "train"]
-    assert len(train) == 405
+    assert len(train) == counts["train"]
     for body, shell in train:
         resources = re.search(r"resources: (.*)", body).group(1)
         for part in ("gpu=1", "slurm_partition=<gpu-partition>", "slurm_account=<account>", "cpus_per_task=2", "mem_mb=16000", "runtime=360"):

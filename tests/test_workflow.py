@@ -199,7 +199,7 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert cifar10.set_index("quantity").loc["model", "analytic"] == pytest.approx(3431.79, abs=0.01)
     measured = costs[costs["measured"].notna() & (costs["kind"] != "model")]
     assert set(measured["algorithm"]) == set(config["experiments"]["table2"]["algorithms"])
-    assert r"	oprule" in (art / "costs.tex").read_text()
+    assert r"\toprule" in (art / "costs.tex").read_text()
     # the comparison: digits is not in the paper, so every one of its 195 cells is 'not run'
     comparison = pd.read_csv(art / "comparison.csv")
     assert len(comparison) == 195 and (comparison["status"] == "not run").all()
