@@ -198,32 +198,29 @@ def _check_duplicates(rows: Sequence[dict[str, Any]]) -> None:
         seen[key] = row["run_dir"]
 
 
-def read_results(path: Path | str) -> pd.DataFrame:
+IDENTITY_COLUMNS = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed"]
+
+
+def _read_aggregate_csv(path: Path | str, what: str, flag: str, value_columns: list[str]) -> pd.DataFrame:
+    """Read a CSV written by `fedgmh aggregate` (results or curves), checking its columns."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"results file {path} not found; make it with `fedgmh aggregate --out {path}`")
+        raise UserError(f"{what} file {path} not found; make it with `fedgmh aggregate {flag} {path}`")
     frame = pd.read_csv(path)
-    needed = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed", "best_test_acc"]
-    absent = [c for c in needed if c not in frame.columns]
+    absent = [c for c in IDENTITY_COLUMNS + value_columns if c not in frame.columns]
     if absent:
-        raise UserError(f"results file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate`?")
+        raise UserError(f"{what} file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate {flag}`?")
     frame["experiment"] = frame["experiment"].fillna("").astype(str)
     frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
     return frame
+
+
+def read_results(path: Path | str) -> pd.DataFrame:
+    return _read_aggregate_csv(path, "results", "--out", ["best_test_acc"])
 
 
 def read_curves(path: Path | str) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"curves file {path} not found; make it with `fedgmh aggregate --curves {path}`")
-    frame = pd.read_csv(path)
-    needed = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed", "round", "test_acc"]
-    absent = [c for c in needed if c not in frame.columns]
-    if absent:
-        raise UserError(f"curves file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate --curves`?")
-    frame["experiment"] = frame["experiment"].fillna("").astype(str)
-    frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
-    return frame
+    return _read_aggregate_csv(path, "curves", "--curves", ["round", "test_acc"])
 
 
 def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out: Path | str | None = None,
