@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 
 from fedgmh.errors import UserError
+from fedgmh.io import atomic_path
 
 
 @dataclass(frozen=True)
@@ -129,22 +129,12 @@ def _is_prepared(path: Path) -> bool:
 
 
 def _save_atomic(out: Path, arrays: tuple[np.ndarray, ...], meta: dict) -> None:
-    """Write to a temporary file in the same folder and rename it: `out` is complete or absent."""
+    """Write the prepared file through `atomic_path`: `out` is complete or absent."""
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    except OSError as err:
-        raise UserError(f"cannot write into {out.parent} ({err}); choose another --root") from err
-    try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_path(out) as tmp, open(tmp, "wb") as f:
             np.savez(f, **dict(zip(_KEYS, arrays)), meta=np.array(json.dumps(meta, sort_keys=True)))
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except PermissionError as err:
+        raise UserError(f"cannot write into {out.parent} ({err}); choose another --root") from err
 
 
 def _check_arrays(info: DatasetInfo, arrays: tuple[np.ndarray, ...], origin: str, hint: str) -> None:

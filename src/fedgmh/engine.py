@@ -129,6 +129,11 @@ class Federation:
         return {name: p.detach().clone() for name, p in self.model.named_parameters()}
 
 
+def proximal_hook(coef: float, anchor: Params) -> GradHook:
+    """g -> g + coef * (p - anchor): adds the gradient of (coef / 2) * ||p - anchor||^2."""
+    return lambda name, p, g: g + coef * (p - anchor[name])
+
+
 def cross_entropy_loss(fed: Federation) -> LossFn:
     return lambda params, x, y: F.cross_entropy(fed.forward(params, x), y)
 

@@ -21,11 +21,12 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `path` (same suffix); rename it to `path` on success."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix + ".tmp" if not path.suffix else path.suffix, dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are ordinary readable files
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -4,7 +4,7 @@ Ditto trains a FedAvg global model and, beside it, a personal model pulled towar
 each client toward a "cloud model" that the server mixes from the uploaded models with attention
 weights. FedFomo lets each client mix downloaded models with weights from their validation-loss
 gain. FedAMP and FedFomo move a client's model toward other models (`pull_toward`, on flattened
-models), Ditto and FedAMP add a proximal gradient (`proximal_hook`); each is written once here.
+models), Ditto and FedAMP add a proximal gradient (`engine.proximal_hook`, shared with FedProx).
 
 Every point where PFLlib departs from the papers is an option; `preset=official` selects them all.
 See docs/baselines.md.
@@ -21,15 +21,10 @@ import torch
 from fedgmh.algorithms.averaging import ParameterAveraging
 from fedgmh.algorithms.base import Algorithm, register
 from fedgmh.config import choice, option
-from fedgmh.engine import Federation, GradHook, LocalResult, Params, count_correct, evaluate_clients, local_train
+from fedgmh.engine import Federation, LocalResult, Params, count_correct, evaluate_clients, local_train, proximal_hook
 from fedgmh.errors import UserError
 
 PFLLIB_LOADER = {"drop_last": True}  # PFLlib's DataLoader drops the last partial batch
-
-
-def proximal_hook(coef: float, anchor: Params) -> GradHook:
-    """g -> g + coef * (p - anchor): the gradient of (coef / 2) * ||p - anchor||^2 added to the loss's."""
-    return lambda name, p, g: g + coef * (p - anchor[name])
 
 
 def flatten(params: Params) -> torch.Tensor:

@@ -14,7 +14,7 @@ from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
 from fedgmh.algorithms.base import register
 from fedgmh.algorithms.fedgmh import GlobalMultiHead
 from fedgmh.config import option
-from fedgmh.engine import LocalResult, local_train
+from fedgmh.engine import LocalResult, local_train, proximal_hook
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
 
@@ -43,8 +43,8 @@ class FedProx(FedAvg):
     Options = FedProxOptions
 
     def train_client(self, rnd: int, client: int) -> LocalResult:
-        received, mu = self.global_params, self.options.mu
-        result = local_train(self.fed, self.client_params(client), client, grad_hook=lambda k, p, g: g + mu * (p - received[k]))
+        hook = proximal_hook(self.options.mu, self.global_params)  # the global model received this round
+        result = local_train(self.fed, self.client_params(client), client, grad_hook=hook)
         self.keep(client, result.params)
         return result
 
