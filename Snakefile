@@ -13,7 +13,11 @@ from snakemake.exceptions import WorkflowError
 min_version("8.0")
 
 
-configfile: "config/config.yaml"
+# The default config applies only when no --configfile is given: Snakemake would otherwise MERGE
+# the two recursively (e.g. the paper's table3 and audit variants leaking into config/mini.yaml).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"

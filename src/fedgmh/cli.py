@@ -52,8 +52,8 @@ def _cmd_partition(args: argparse.Namespace) -> None:
     stats = partition.client_statistics(part, dataset.labels, dataset.num_classes)
     stats_path = Path(args.stats) if args.stats else out.with_suffix(".stats.csv")
     write_csv(stats, stats_path)
-    if args.heatmap:
-        partition.plot_heatmap(stats, Path(args.heatmap), title=f"{args.dataset} ExDir({args.classes_per_client}, {args.alpha})")
+    for heatmap in args.heatmap:
+        partition.plot_heatmap(stats, Path(heatmap), title=f"{args.dataset} ExDir({args.classes_per_client}, {args.alpha})")
     sizes = part.client_sizes()
     print(
         f"partition: {args.clients} clients, sizes min {sizes.min()} / median {int(sorted(sizes)[len(sizes) // 2])} "
@@ -105,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-ratio", type=float, default=0.75)
     p.add_argument("--out", required=True, help="partition file (.npz)")
     p.add_argument("--stats", help="per-client statistics CSV (default: OUT with .stats.csv)")
-    p.add_argument("--heatmap", help="clients x classes heat-map figure (PDF or PNG)")
+    p.add_argument(
+        "--heatmap", action="append", default=[], help="clients x classes heat-map figure (PDF or PNG; repeatable)"
+    )
     p.set_defaults(func=_cmd_partition)
 
     p = sub.add_parser("train", help="run one federated training run and write metrics.csv + run.json")

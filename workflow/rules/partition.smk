@@ -9,6 +9,8 @@ rule partition:
         partition=f"{RESULTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.npz",
         stats=f"{RESULTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.stats.csv",
         heatmap=f"{ARTIFACTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.pdf",
+        heatmap_png=report(f"{ARTIFACTS}/partitions/{{dataset}}_c{{C}}_a{{alpha}}.png", caption="../report/partition.rst",
+                           category="Partitions", labels={"partition": "{dataset} ExDir({C}, {alpha})"}),
     log:
         f"{LOGS}/partition/{{dataset}}_c{{C}}_a{{alpha}}.log",
     params:
@@ -20,7 +22,7 @@ rule partition:
         "fedgmh partition --dataset {wildcards.dataset} --root {params.root} --clients {params.clients}"
         " --classes-per-client {wildcards.C} --alpha {wildcards.alpha} --seed {params.seed}"
         " --train-ratio {params.train_ratio} --out {output.partition} --stats {output.stats}"
-        " --heatmap {output.heatmap} > {log} 2>&1"
+        " --heatmap {output.heatmap} --heatmap {output.heatmap_png} > {log} 2>&1"
 
 
 rule all_partitions:

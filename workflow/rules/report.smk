@@ -125,6 +125,7 @@ rule all_tables:
         rules.rounds_to_target.output if ROUNDS_TO_TARGET else [],
         rules.compare.output if REFERENCE else [],
         rules.costs.output,
+        run_records(),
 
 
 rule all_figures:

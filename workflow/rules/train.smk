@@ -36,6 +36,29 @@ rule train:
         " && printf '%s\\n' {params.info:q} > {output.info}.tmp && mv {output.info}.tmp {output.info}"
 
 
+rule run_record:
+    """A finished run's record (metrics per round, run.json, run_info.json) copied next to the
+    artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed."""
+    input:
+        metrics=rules.train.output.metrics,
+        record=rules.train.output.record,
+        info=rules.train.output.info,
+    output:
+        metrics=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/metrics.csv",
+        record=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run.json",
+        info=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run_info.json",
+    log:
+        f"{LOGS}/run_record/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
+    localrule: True
+    shell:
+        "(cp {input.metrics} {output.metrics} && cp {input.record} {output.record} && cp {input.info} {output.info}) > {log} 2>&1"
+
+
+def run_records():
+    """The artifact copies of every trained run's record."""
+    return [f"{ARTIFACTS}/runs/{run_dir[len(RESULTS + '/runs/'):]}/run.json" for run_dir in TRAIN_JOBS]
+
+
 rule all_runs:
     """Every training run of the config (no tables)."""
     input:
