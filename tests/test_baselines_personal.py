@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_federation
 
-from fedgmh.algorithms import averaging, get_algorithm, personal
+from fedgmh.algorithms import base, get_algorithm, personal
 from fedgmh.algorithms.personal import (
     attention_weights, flatten, fomo_weights, proximal_hook, pull_toward, squared_distances, unflatten,
 )
@@ -52,7 +52,7 @@ def recording_local_train(monkeypatch):
         return local_train(fed, params, client, **kwargs)
 
     monkeypatch.setattr(personal, "local_train", wrapper)
-    monkeypatch.setattr(averaging, "local_train", wrapper)
+    monkeypatch.setattr(base, "local_train", wrapper)
     return hooks
 
 

@@ -106,11 +106,11 @@ def test_round_loop_order_and_selection_size():
         def forward(self, params, x):
             return fed.forward(params, x)
 
-        def train_client(self, rnd, client):
-            calls.append(("train", client))
+        def train_clients(self, rnd, selected):
             from fedgmh.engine import LocalResult
 
-            return LocalResult(params, 1.0, 1)
+            calls.extend(("train", client) for client in selected)
+            return [LocalResult(params, 1.0, 1) for _ in selected]
 
         def aggregate(self, rnd, selected):
             calls.append(("aggregate", rnd))

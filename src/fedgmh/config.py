@@ -38,6 +38,16 @@ class EngineOptions:
     eval_last: int = option(0, "evaluate only the last k rounds (0 = all; the official FedGMH code uses 20)")
     eval_batch_size: int = option(1000, "batch size of evaluation passes (does not change results)")
     eval_cache: bool = option(True, "reuse a client's last evaluation while its model is unchanged (same numbers, less work)")
+    vectorise: str = choice(
+        "auto", "on", "off",
+        help="train the selected clients in one vmap step where an algorithm allows it (same results to float "
+        "tolerance); auto = on for CUDA, off on CPU, where it is slower (BENCHMARKS.md)",
+    )
+    memory_format: str = choice(
+        "contiguous", "channels_last",
+        help="layout of the images in memory; channels_last is faster for CIFAR-shaped data on CPU but not "
+        "bit-identical, so it is opt-in (BENCHMARKS.md)",
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_decay <= 1:

@@ -92,6 +92,8 @@ class Federation:
     channel: Channel = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.options.memory_format == "channels_last" and self.images.dim() == 4:
+            self.images = self.images.contiguous(memory_format=torch.channels_last)  # batches keep the layout
         self.generator = torch.Generator().manual_seed(self.seed)
         self.participations = np.zeros(self.num_clients, dtype=np.int64)
         self.channel = Channel()
@@ -103,6 +105,13 @@ class Federation:
     @property
     def device(self) -> torch.device:
         return self.images.device
+
+    @property
+    def vectorised(self) -> bool:
+        """Whether algorithms that allow it train all selected clients in one vmap step (vectorised.py)."""
+        if self.options.vectorise == "auto":
+            return self.device.type == "cuda"
+        return self.options.vectorise == "on"
 
     def train_sizes(self) -> np.ndarray:
         return np.array([len(idx) for idx in self.train_idx])
@@ -317,6 +326,33 @@ def _to_device(value, device: torch.device):
     return value
 
 
+def play_round(
+    fed: Federation, algorithm, rnd: int, selected: list[int], *, evaluate: bool = True, train: bool = True, cache: EvalCache | None = None
+) -> dict | None:
+    """One round: send to `selected`, evaluate every client (if `evaluate`), train `selected` (if
+    `train`), aggregate. Returns the round's metrics row, or None when it was not evaluated."""
+    start = time.perf_counter()
+    algorithm.send(rnd, selected)
+    metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if evaluate else None
+    trained = selected if train else []
+    loss_sum, seen = 0.0, 0
+    for result in algorithm.train_clients(rnd, trained) if trained else []:
+        loss_sum += result.loss_sum
+        seen += result.num_samples
+    if trained:
+        fed.participations[trained] += 1
+        algorithm.aggregate(rnd, trained)
+    traffic = fed.channel.take_round()
+    if metrics is None:
+        return None
+    return {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan, **traffic, "seconds": time.perf_counter() - start}
+
+
+def make_eval_cache(fed: Federation, algorithm) -> EvalCache | None:
+    """A cache of evaluation results, unless switched off or the algorithm evaluates at random."""
+    return EvalCache() if fed.options.eval_cache and getattr(algorithm, "deterministic_eval", True) else None
+
+
 def run_rounds(
     fed: Federation,
     algorithm,
@@ -331,30 +367,16 @@ def run_rounds(
     num_selected = max(1, int(fed.num_clients * join_ratio))
     rows: list[dict] = []
     first = 0
-    cache = EvalCache() if fed.options.eval_cache and getattr(algorithm, "deterministic_eval", True) else None
+    cache = make_eval_cache(fed, algorithm)
     snapshot = checkpoint.load() if checkpoint else None
     if snapshot is not None:
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]
     for rnd in range(first, rounds + 1):
-        start = time.perf_counter()
         selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
-        algorithm.send(rnd, selected)
-        metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if should_evaluate(rnd, rounds, fed.options) else None
-        loss_sum, seen = 0.0, 0
-        if rnd == rounds:  # PFLlib trains once more here, but nothing could ever evaluate it
-            selected = []
-        for client in selected:
-            result = algorithm.train_client(rnd, client)
-            fed.participations[client] += 1
-            loss_sum += result.loss_sum
-            seen += result.num_samples
-        if selected:
-            algorithm.aggregate(rnd, selected)
-        traffic = fed.channel.take_round()
-        if metrics is not None:
-            row = {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan, **traffic}
-            row["seconds"] = time.perf_counter() - start
+        # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
+        row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
+        if row is not None:
             rows.append(row)
             if on_round is not None:
                 on_round(row)

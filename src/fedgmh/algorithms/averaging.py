@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from fedgmh.algorithms.base import Algorithm, register
-from fedgmh.engine import LocalResult, Params, local_train
+from fedgmh.engine import LocalResult, Params
 
 
 class ParameterAveraging(Algorithm):
@@ -44,10 +44,11 @@ class ParameterAveraging(Algorithm):
             return self.global_params
         return self.client_params(client)
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        result = local_train(self.fed, self.client_params(client), client)
+    def start_training(self, rnd: int, client: int) -> Params:
+        return self.client_params(client)
+
+    def finish_training(self, rnd: int, client: int, start: Params, result: LocalResult) -> None:
         self.keep(client, result.params)
-        return result
 
     def keep(self, client: int, params: Params) -> None:
         """Store the unshared part locally and the shared part as this round's upload."""

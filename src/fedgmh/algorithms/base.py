@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fedgmh.engine import Federation, LocalResult, Params
+from fedgmh.engine import Federation, LocalResult, Params, local_train
 from fedgmh.errors import UserError
 
 REGISTRY: dict[str, type["Algorithm"]] = {}
@@ -24,6 +24,10 @@ class Algorithm:
 
     send(rnd, selected) -> eval_params(client) for every client (when evaluating)
     -> train_client(rnd, client) for each selected client -> aggregate(rnd, selected).
+
+    An algorithm whose local step is plain SGD on cross-entropy implements `start_training` and
+    `finish_training` instead of `train_client`; the engine may then train all selected clients
+    at once (`vectorised.local_train_many`, engine option `vectorise`).
     """
 
     name: ClassVar[str] = ""
@@ -71,8 +75,36 @@ class Algorithm:
         """Logits of a model at evaluation (an algorithm with extra heads combines them here)."""
         return self.fed.forward(params, x)
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
+    def start_training(self, rnd: int, client: int) -> Params:
+        """The model the client's plain local training starts from."""
         raise NotImplementedError
+
+    def finish_training(self, rnd: int, client: int, start: Params, result: LocalResult) -> None:
+        """Keep/upload what the client's plain local training produced."""
+        raise NotImplementedError
+
+    def train_client(self, rnd: int, client: int) -> LocalResult:
+        start = self.start_training(rnd, client)
+        result = local_train(self.fed, start, client)
+        self.finish_training(rnd, client, start, result)
+        return result
+
+    def vectorisable(self) -> bool:
+        """True when training a client is exactly start -> plain `local_train` -> finish, drawing no
+        other random numbers in between (which a batched pass would reorder)."""
+        return type(self).train_client is Algorithm.train_client
+
+    def train_clients(self, rnd: int, selected: list[int]) -> list[LocalResult]:
+        """Train the selected clients: one vectorised step when allowed, else one after the other."""
+        if len(selected) > 1 and self.fed.vectorised and self.vectorisable():
+            from fedgmh.vectorised import local_train_many
+
+            starts = [self.start_training(rnd, client) for client in selected]
+            results = local_train_many(self.fed, starts, selected)
+            for client, start, result in zip(selected, starts, results):
+                self.finish_training(rnd, client, start, result)
+            return results
+        return [self.train_client(rnd, client) for client in selected]
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         """Server step after the selected clients have trained."""

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from fedgmh.algorithms.base import Algorithm, register
 from fedgmh.config import choice, option
-from fedgmh.engine import LocalResult, Params, local_train
+from fedgmh.engine import LocalResult, Params
 from fedgmh.errors import UserError
 from fedgmh.model import is_head
 
@@ -142,9 +142,14 @@ class GlobalMultiHead(Algorithm):
     def eval_params(self, client: int) -> Params:
         return self.params[client]
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        before = self.params[client]
-        result = local_train(self.fed, before, client)
+    def vectorisable(self) -> bool:
+        # with drop_last the prototypes are taken over a fresh shuffle, drawn between two clients' training
+        return not self.fed.options.drop_last
+
+    def start_training(self, rnd: int, client: int) -> Params:
+        return self.params[client]
+
+    def finish_training(self, rnd: int, client: int, before: Params, result: LocalResult) -> None:
         self.params[client] = result.params
         heads_before = {k: v for k, v in before.items() if is_head(k)}
         heads_after = {k: v for k, v in result.params.items() if is_head(k)}
@@ -157,7 +162,6 @@ class GlobalMultiHead(Algorithm):
         self.uploads.extend(prototypes)
         if self.options.head_alias == "client0" and client == 0:  # client 0's head becomes the server head
             self.heads = {k: self.fed.channel.upload(result.params[k]).unsqueeze(0).clone() for k in self.heads}
-        return result
 
     @torch.no_grad()
     def prototypes(self, client: int, params: Params) -> list[tuple[int, torch.Tensor]]:
