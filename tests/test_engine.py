@@ -173,3 +173,26 @@ def test_cached_evaluation_gives_exactly_the_numbers_of_a_full_evaluation(name, 
     pd.testing.assert_frame_equal(results[True], results[False], check_exact=True)
     if name in ("fedgmh", "ditto", "fedamp"):  # unselected clients keep their model: fewer passes
         assert passes[True] < passes[False]
+
+
+def test_clients_sharing_an_unchanged_model_are_not_evaluated_again():
+    from fedgmh.engine import EvalCache
+
+    fed = make_federation([[0, 1]] * 4, test_per_client=2)
+    params = fed.initial_params()
+    cache, calls = EvalCache(), []
+
+    def forward(p, x):
+        calls.append(len(x))
+        return fed.forward(p, x)
+
+    first = evaluate_clients(fed, lambda c: params, forward, cache)
+    assert sum(calls) == 8  # every client's test split once
+    assert evaluate_clients(fed, lambda c: params, forward, cache) == first
+    assert sum(calls) == 8  # nothing changed: nothing evaluated
+    changed = {**params, "head.bias": params["head.bias"] + 1.0}
+    evaluate_clients(fed, lambda c: changed if c == 0 else params, forward, cache)
+    assert sum(calls) == 10  # only client 0 again
+    params["head.bias"].add_(1.0)  # an in-place change is seen too (tensor version counter)
+    evaluate_clients(fed, lambda c: params, forward, cache)
+    assert sum(calls) == 18

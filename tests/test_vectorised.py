@@ -79,3 +79,23 @@ def test_algorithms_with_their_own_local_step_stay_sequential():
 def test_auto_selects_the_vectorised_path_only_on_cuda():
     assert make_federation(CLIENTS).vectorised is False  # CPU, vectorise=auto
     assert make_federation(CLIENTS, vectorise="on").vectorised is True
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", ["fedavg", "fedgmh"])
+def test_on_cuda_auto_vectorises_and_matches_the_sequential_path(name, monkeypatch):
+    from fedgmh.train import resolve_options
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # as `fedgmh train` (engine option tf32)
+
+    runs = {}
+    for mode in ("off", "auto"):
+        options, _ = resolve_options(name, {})
+        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, vectorise=mode)
+        fed.images, fed.labels = fed.images.cuda(), fed.labels.cuda()
+        fed.train_idx = [i.cuda() for i in fed.train_idx]
+        fed.test_idx = [i.cuda() for i in fed.test_idx]
+        fed.model = fed.model.cuda()
+        assert fed.vectorised is (mode == "auto")
+        runs[mode] = pd.DataFrame(run_rounds(fed, get_algorithm(name)(fed, options), rounds=4, join_ratio=0.6, seed=3)).drop(columns="seconds")
+    pd.testing.assert_frame_equal(runs["auto"], runs["off"], check_exact=False, rtol=1e-3, atol=1e-4)

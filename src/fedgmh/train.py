@@ -27,6 +27,7 @@ from fedgmh.config import EngineOptions, TrainConfig, build_options, option_name
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_json
+from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
 
@@ -101,6 +102,20 @@ def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.d
     return fed, meta
 
 
+def memory_record(fed: Federation, algorithm, device: torch.device) -> dict[str, int]:
+    """Bytes held at the end of a run: one model, the algorithm's state (all clients' and the
+    server's tensors, shared storages once), the data set, and the process's peak."""
+    record = {
+        "model_bytes": tensor_bytes(fed.initial_params()),
+        "algorithm_state_bytes": tensor_bytes(algorithm.state()),
+        "data_bytes": tensor_bytes([fed.images, fed.labels]),
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
+    if device.type == "cuda":
+        record["peak_cuda_bytes"] = torch.cuda.max_memory_allocated(device)
+    return record
+
+
 def _code_version() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
@@ -139,6 +154,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if device.type == "cuda":  # same config + seed = same result, also with cuDNN
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = engine.tf32
     if config.threads:
         torch.set_num_threads(config.threads)
     fed, partition_meta = build_federation(config, engine, device)
@@ -178,6 +194,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "final_test_acc": float(metrics["test_acc"].iloc[-1]),
         "evaluated_rounds": len(metrics),
         "wall_time_s": wall,
+        "memory": memory_record(fed, algorithm, device),
         "resumed_from_round": resumed["next_round"] if resumed else None,
         "started_utc": started.isoformat(),
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",

@@ -21,13 +21,19 @@ def _batch_plan(fed: Federation, clients: list[int], epochs: int) -> tuple[torch
     """Index [steps, clients, batch] and mask of real samples, from the sequential shuffles."""
     plans = [[b for _ in range(epochs) for b in fed.shuffled_batches(client)] for client in clients]
     steps = max((len(plan) for plan in plans), default=0)
-    index = torch.zeros(steps, len(clients), fed.batch_size, dtype=torch.long, device=fed.device)
-    mask = torch.zeros(steps, len(clients), fed.batch_size, device=fed.device)
-    for i, plan in enumerate(plans):
-        for step, batch in enumerate(plan):
-            index[step, i, : len(batch)] = batch
-            mask[step, i, : len(batch)] = 1.0
-    return index, mask
+    width = fed.batch_size
+    # where each sample of each batch goes in the flattened [steps, clients, batch] layout; one
+    # scatter instead of a copy per batch (which would be a kernel launch each on a GPU)
+    positions = [
+        (step * len(clients) + i) * width + j for i, plan in enumerate(plans) for step, batch in enumerate(plan) for j in range(len(batch))
+    ]
+    positions = torch.tensor(positions, dtype=torch.long, device=fed.device)
+    index = torch.zeros(steps * len(clients) * width, dtype=torch.long, device=fed.device)
+    mask = torch.zeros(steps * len(clients) * width, device=fed.device)
+    if len(positions):
+        index[positions] = torch.cat([b for plan in plans for b in plan])
+        mask[positions] = 1.0
+    return index.view(steps, len(clients), width), mask.view(steps, len(clients), width)
 
 
 def local_train_many(fed: Federation, starts: list[Params], clients: list[int], epochs: int | None = None) -> list[LocalResult]:

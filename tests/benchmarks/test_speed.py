@@ -1,0 +1,157 @@
+"""Speed of the engine against the hardware: run with
+
+    python -m pytest tests/benchmarks -o addopts="" -m benchmark --benchmark-columns=mean,stddev,rounds
+
+Each benchmark stores what it measured in `extra_info` (samples/s, GFLOP/s, efficiency), shown with
+`--benchmark-json FILE`; BENCHMARKS.md records the numbers of this machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import BATCH, SHAPES, bare_inference, bare_training, bench_device, inference_flops_per_sample, synchronize, synthetic_federation, train_flops_per_sample
+from fedgmh.algorithms import get_algorithm
+from fedgmh.engine import evaluate_clients, local_train, make_eval_cache, play_round
+from fedgmh.train import resolve_options
+
+pytestmark = pytest.mark.benchmark
+
+PAPER_ALGORITHMS = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod", "lgfedavg", "fedgmh"]
+SHAPE_NAMES = list(SHAPES)
+
+
+def _record(benchmark, samples: int, flops_per_sample: float) -> None:
+    rate = samples / benchmark.stats.stats.mean
+    benchmark.extra_info.update(samples_per_s=round(rate, 1), gflop_per_s=round(rate * flops_per_sample / 1e9, 2))
+
+
+# ------------------------------------------------------------------ local training and evaluation
+
+
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_bare_training_loop(benchmark, shape, memory_format):
+    """The reference: nn.Module + torch.optim.SGD, 20 batches of 100."""
+    fmt = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
+    run = bare_training(SHAPES[shape], 20, memory_format=fmt)
+    benchmark.pedantic(run, rounds=3, warmup_rounds=1)
+    _record(benchmark, 20 * BATCH, train_flops_per_sample(SHAPES[shape]))
+
+
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_engine_local_training(benchmark, shape, memory_format):
+    """`engine.local_train` (the routine of every algorithm) on one client of 2000 samples, 1 epoch."""
+    fed = synthetic_federation(SHAPES[shape], clients=1, local_epochs=1, memory_format=memory_format)
+    fed.train_idx = [fed.train_idx[0][:2000]]
+    params = fed.initial_params()
+
+    def run():
+        local_train(fed, params, 0)
+        synchronize()
+
+    benchmark.pedantic(run, rounds=3, warmup_rounds=1)
+    _record(benchmark, 2000, train_flops_per_sample(SHAPES[shape]))
+
+
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_bare_inference(benchmark, shape, memory_format):
+    """The reference: batched inference (batch 1000) over the 17 500 / 15 000 test samples of 100 clients."""
+    samples = SHAPES[shape].total // 4
+    fmt = torch.channels_last if memory_format == "channels_last" else torch.contiguous_format
+    benchmark.pedantic(bare_inference(SHAPES[shape], samples, memory_format=fmt), rounds=3, warmup_rounds=1)
+    _record(benchmark, samples, inference_flops_per_sample(SHAPES[shape]))
+
+
+@pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_engine_evaluation_of_all_clients(benchmark, shape, memory_format):
+    """`engine.evaluate_clients`: 100 personalised models, each on its own test split (no cache)."""
+    fed = synthetic_federation(SHAPES[shape], memory_format=memory_format)
+    models = [fed.initial_params() for _ in range(fed.num_clients)]
+
+    def run():
+        evaluate_clients(fed, lambda c: models[c])
+        synchronize()
+
+    benchmark.pedantic(run, rounds=3, warmup_rounds=1)
+    _record(benchmark, sum(len(i) for i in fed.test_idx), inference_flops_per_sample(SHAPES[shape]))
+
+
+# ------------------------------------------------------------------------------ full-scale rounds
+
+
+class Rounds:
+    """Plays successive full-scale rounds (100 clients, 20 % selected, E = 2, all evaluated)
+    of one algorithm, counting the samples that go through training and inference."""
+
+    def __init__(self, algorithm: str, shape: str, **engine) -> None:
+        self.fed = synthetic_federation(SHAPES[shape], **engine)
+        options, _ = resolve_options(algorithm, {})
+        self.algorithm = get_algorithm(algorithm)(self.fed, options)
+        self.cache = make_eval_cache(self.fed, self.algorithm)
+        self.rng, self.rnd, self.counts = np.random.RandomState(0), 0, []
+        # training samples from what local training reports (the vectorised path bypasses
+        # fed.forward); inference samples from the gradient-free forward passes
+        forward, features, train_clients = self.fed.forward, self.fed.features, self.algorithm.train_clients
+        self.fed.forward = lambda p, x: self._count_inference(len(x)) or forward(p, x)
+        self.fed.features = lambda p, x: self._count_inference(len(x)) or features(p, x)
+        self.algorithm.train_clients = lambda rnd, selected: self._count_training(train_clients(rnd, selected))
+
+    def _count_inference(self, n: int) -> None:
+        if not torch.is_grad_enabled():
+            self.counts[-1]["infer"] += n
+
+    def _count_training(self, results):
+        self.counts[-1]["train"] += sum(r.num_samples for r in results)
+        return results
+
+    def __call__(self) -> None:
+        self.counts.append({"train": 0, "infer": 0})
+        selected = [int(c) for c in self.rng.choice(self.fed.num_clients, self.fed.num_clients // 5, replace=False)]
+        play_round(self.fed, self.algorithm, self.rnd, selected, cache=self.cache)
+        self.rnd += 1
+        synchronize()
+
+
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
+def test_round_efficiency(benchmark, bare_rates, algorithm, shape):
+    """Seconds per steady-state round, and the share of it that the bare loops would need for the
+    same samples: efficiency = (train samples / bare training rate + inference samples / bare
+    inference rate) / round time. The issue's target: >= 0.85."""
+    rounds = Rounds(algorithm, shape)
+    benchmark.pedantic(rounds, rounds=2, warmup_rounds=1)
+    train_rate, infer_rate = bare_rates(shape)
+    measured = rounds.counts[1:]
+    ideal = np.mean([c["train"] / train_rate + c["infer"] / infer_rate for c in measured])
+    benchmark.extra_info.update(
+        train_samples=measured[-1]["train"],
+        inference_samples=measured[-1]["infer"],
+        bare_train_samples_per_s=round(train_rate, 1),
+        bare_inference_samples_per_s=round(infer_rate, 1),
+        efficiency=round(float(ideal / benchmark.stats.stats.mean), 3),
+    )
+
+
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+@pytest.mark.parametrize("algorithm", PAPER_ALGORITHMS)
+def test_seconds_per_round(benchmark, algorithm, shape):
+    """One steady-state full-scale round of each of the paper's algorithms (after one warm-up round)."""
+    rounds = Rounds(algorithm, shape)
+    benchmark.pedantic(rounds, rounds=1, warmup_rounds=1)
+    benchmark.extra_info.update(rounds.counts[-1])
+
+
+@pytest.mark.parametrize("path", ["sequential", "vectorised"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
+def test_sequential_vs_vectorised_round(benchmark, algorithm, shape, path):
+    """The same round trained client by client or in one vmap step (rounds/s in extra_info)."""
+    rounds = Rounds(algorithm, shape, vectorise="on" if path == "vectorised" else "off")
+    benchmark.pedantic(rounds, rounds=2, warmup_rounds=1)
+    benchmark.extra_info.update(rounds_per_s=round(1 / benchmark.stats.stats.mean, 3), device=str(bench_device()))
