@@ -232,3 +232,39 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert len(html) > 100_000
     for name in ("figure3.png", "figure4.png", "table2.csv", "table7.tex", "audit.csv", "rounds_to_target.csv", "comparison.md"):
         assert name in html, name
+
+
+def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> None:
+    """Kill snakemake (and its jobs) with SIGKILL mid-way through training; `--unlock`, then the
+    same command again: finished runs are kept untouched, unfinished ones are trained."""
+    import signal
+    import time
+
+    config = yaml.safe_load(SMOKE.read_text())  # Table 2 of the smoke config, one seed: 12 runs
+    config["experiments"] = {"table2": {**config["experiments"]["table2"], "seeds": [0]}}
+    config["figures"] = {"figure3": config["figures"]["figure3"]}
+    (tmp_path / "crash.yaml").write_text(yaml.safe_dump(config))
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    target = ["all_runs", "--cores", "2", "--configfile", str(tmp_path / "crash.yaml")]
+    crashing = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), *target],
+        cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    runs = tmp_path / "results" / "smoke" / "runs"
+    deadline = time.monotonic() + 300
+    while len(list(runs.rglob("run.json"))) < 3 and time.monotonic() < deadline and crashing.poll() is None:
+        time.sleep(0.1)
+    os.killpg(crashing.pid, signal.SIGKILL)
+    crashing.wait()
+    # a job is finished once its last output (run_info.json) exists; nothing is ever half-written
+    finished = {p.parent / "run.json": (p.parent / "run.json").stat().st_mtime_ns for p in runs.rglob("run_info.json")}
+    assert 2 <= len(finished) < 12, len(finished)
+    assert all((p.parent / "metrics.csv").stat().st_size > 0 for p in finished)
+    assert not list(runs.rglob("*.tmp*"))
+
+    assert snakemake(tmp_path, "--unlock", *target[3:], timeout=120).returncode == 0
+    again = snakemake(tmp_path, *target, "--rerun-incomplete", timeout=600)
+    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
+    assert job_counts(again.stdout + again.stderr).get("train") == 12 - len(finished)
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished
+    assert len(list(runs.rglob("run_info.json"))) == 12
