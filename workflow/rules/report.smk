@@ -57,9 +57,12 @@ rule curves:
             if config["figures"][wildcards.figure].get("algorithms")
             else ""
         ),
+        title=lambda wildcards: (
+            "--title " + shlex.quote(config["figures"][wildcards.figure]["title"]) if config["figures"][wildcards.figure].get("title") else ""
+        ),
     shell:
         "fedgmh curves --curves {input.curves} --experiment {params.experiment} --setting {params.setting}"
-        " {params.algorithms} --out {output.pdf} --png {output.png} > {log} 2>&1"
+        " {params.algorithms} {params.title} --out {output.pdf} --png {output.png} > {log} 2>&1"
 
 
 rule rounds_to_target:
