@@ -84,7 +84,13 @@ def test_killed_training_process_resumes_and_matches_an_uninterrupted_run(tmp_pa
     os.kill(process.pid, signal.SIGKILL)
     assert process.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (killed / "metrics.csv").exists() and not (killed / "run.json").exists()
+    # what a kill in the middle of an atomic write leaves: temporaries, removed by the next attempt
+    leftovers = [killed / ".checkpoint.k1ll3d.pt", killed / ".metrics.k1ll3d.csv", killed / ".run.k1ll3d.json"]
+    for leftover in leftovers:
+        leftover.write_bytes(b"half")
+    (killed / ".notes.csv").write_text("kept")  # not ours: kept
     subprocess.run(command(killed), check=True, capture_output=True)
+    assert not any(p.exists() for p in leftovers) and (killed / ".notes.csv").exists()
     assert not (killed / "checkpoint.pt").exists()  # removed once the run is complete
     whole = pd.read_csv(tmp_path / "whole" / "metrics.csv").drop(columns="seconds")
     resumed = pd.read_csv(killed / "metrics.csv").drop(columns="seconds")

@@ -117,7 +117,7 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # the command line of a FedGMH run of Table 5 on CIFAR-100, with the paper's hyper-parameters
     command = next(line for line in out.splitlines() if "--algorithm gmh_a" in line and "cifar100_c5_a0.5.npz" in line)
     for part in ("--rounds 300", "--join-ratio 0.2", "--local-epochs 2", "--batch-size 100", "--lr 0.01",
-                 "--set beta=0.5", "--set eta_h=1.0", "--threads 2", "results/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed"):
+                 "--set beta=0.5", "--set eta_h=1.0", "--threads 1", "results/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed"):
         assert part in command, command
     # FedGMH's Table 5 cells come from the Table 2 runs (trained once)
     assert "results/paper/runs/table5/cifar100_c5_a0.5/fedgmh" not in out
@@ -260,7 +260,6 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     finished = {p.parent / "run.json": (p.parent / "run.json").stat().st_mtime_ns for p in runs.rglob("run_info.json")}
     assert 2 <= len(finished) < 12, len(finished)
     assert all((p.parent / "metrics.csv").stat().st_size > 0 for p in finished)
-    assert not list(runs.rglob("*.tmp*"))
 
     assert snakemake(tmp_path, "--unlock", *target[3:], timeout=120).returncode == 0
     again = snakemake(tmp_path, *target, "--rerun-incomplete", timeout=600)
@@ -268,3 +267,5 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     assert job_counts(again.stdout + again.stderr).get("train") == 12 - len(finished)
     assert {p: p.stat().st_mtime_ns for p in finished} == finished
     assert len(list(runs.rglob("run_info.json"))) == 12
+    # no temporaries left anywhere (a killed job's are removed when it runs again)
+    assert not [p for p in runs.rglob("*") if p.is_file() and (p.name.startswith(".") or p.name.endswith(".tmp"))]

@@ -41,12 +41,11 @@ class EngineOptions:
     vectorise: str = choice(
         "auto", "on", "off",
         help="train the selected clients in one vmap step where an algorithm allows it (same results to float "
-        "tolerance); auto = on for CUDA, off on CPU, where it is slower (BENCHMARKS.md)",
+        "tolerance on CPU; on CUDA see BENCHMARKS.md); auto = on for CUDA, off on CPU, where it is slower",
     )
     tf32: bool = option(
         False,
-        "allow TensorFloat-32 on CUDA (PyTorch's default for convolutions: faster, ~1e-3 relative error, and the "
-        "vectorised and sequential paths then differ by more than float tolerance); off = plain fp32",
+        "allow TensorFloat-32 on CUDA (PyTorch's default for convolutions: ~1e-3 relative error); off = plain fp32",
     )
     memory_format: str = choice(
         "contiguous", "channels_last",

@@ -33,6 +33,13 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
             tmp.unlink()
 
 
+def remove_leftovers(path: Path | str) -> None:
+    """Delete the temporaries of `atomic_path(path)` that a killed process left behind."""
+    path = Path(path)
+    for leftover in path.parent.glob(f".{path.stem}.*{path.suffix or '.tmp'}"):
+        leftover.unlink(missing_ok=True)
+
+
 def write_json(data: Any, path: Path | str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")

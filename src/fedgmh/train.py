@@ -26,7 +26,7 @@ from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import UserError
-from fedgmh.io import write_csv, write_json
+from fedgmh.io import remove_leftovers, write_csv, write_json
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
@@ -170,6 +170,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "fedgmh": fedgmh.__version__,
     }
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
+    for name in ("metrics.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
+        remove_leftovers(out_dir / name)
     resumed = checkpoint.load()
     started = dt.datetime.now(dt.timezone.utc)
     wall = time.perf_counter()

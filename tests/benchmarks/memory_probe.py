@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from conftest import SHAPES, bench_device, synthetic_federation  # noqa: E402
+from bench_support import SHAPES, bench_device, synthetic_federation  # noqa: E402
 from fedgmh.algorithms import get_algorithm  # noqa: E402
 from fedgmh.engine import run_rounds  # noqa: E402
 from fedgmh.memory import peak_rss_bytes, tensor_bytes  # noqa: E402
@@ -29,7 +29,7 @@ def main(algorithm: str, shape: str) -> dict:
     run_rounds(fed, algo, rounds=1, join_ratio=1.0, seed=0)
     model = tensor_bytes(fed.initial_params())
     state = tensor_bytes(algo.state())
-    return {
+    record = {
         "algorithm": algorithm,
         "shape": shape,
         "device": str(bench_device()),
@@ -40,6 +40,11 @@ def main(algorithm: str, shape: str) -> dict:
         "peak_rss_mb": peak_rss_bytes() / 2**20,
         "peak_rss_before_algorithm_mb": baseline / 2**20,
     }
+    if fed.device.type == "cuda":
+        import torch
+
+        record["peak_cuda_mb"] = torch.cuda.max_memory_allocated(fed.device) / 2**20
+    return record
 
 
 if __name__ == "__main__":

@@ -12,7 +12,19 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import BATCH, SHAPES, bare_inference, bare_training, bench_device, inference_flops_per_sample, synchronize, synthetic_federation, train_flops_per_sample
+from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_precision
+    BATCH,
+    SHAPES,
+    bare_inference,
+    bare_rates,
+    bare_training,
+    bench_device,
+    inference_flops_per_sample,
+    synchronize,
+    synthetic_federation,
+    threads_and_precision,
+    train_flops_per_sample,
+)
 from fedgmh.algorithms import get_algorithm
 from fedgmh.engine import evaluate_clients, local_train, make_eval_cache, play_round
 from fedgmh.train import resolve_options

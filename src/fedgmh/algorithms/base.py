@@ -20,10 +20,11 @@ class NoOptions:
 
 
 class Algorithm:
-    """Hooks called by `engine.run_rounds`, in this order every round:
+    """Hooks called by `engine.play_round`, in this order every round:
 
     send(rnd, selected) -> eval_params(client) for every client (when evaluating)
-    -> train_client(rnd, client) for each selected client -> aggregate(rnd, selected).
+    -> train_clients(rnd, selected), by default train_client(rnd, client) for each one in turn
+    -> aggregate(rnd, selected).
 
     An algorithm whose local step is plain SGD on cross-entropy implements `start_training` and
     `finish_training` instead of `train_client`; the engine may then train all selected clients

@@ -144,7 +144,7 @@ class GlobalMultiHead(Algorithm):
 
     def vectorisable(self) -> bool:
         # with drop_last the prototypes are taken over a fresh shuffle, drawn between two clients' training
-        return not self.fed.options.drop_last
+        return super().vectorisable() and not self.fed.options.drop_last
 
     def start_training(self, rnd: int, client: int) -> Params:
         return self.params[client]

@@ -1,4 +1,7 @@
-"""Synthetic full-scale federations for the speed benchmarks (no dataset files needed).
+"""Shared pieces of the speed benchmarks: synthetic full-scale federations (no dataset files
+needed), reference loops, FLOP counts, and the fixtures the benchmark modules import.
+
+(Not named conftest.py: tests/conftest.py is imported under that module name by the other tests.)
 
 FEDGMH_BENCH_TF32=1 allows TensorFloat-32 on CUDA (off by default, as in `fedgmh train`).
 
@@ -40,7 +43,7 @@ def bench_device() -> torch.device:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _threads_and_precision():
+def threads_and_precision():
     torch.set_num_threads(int(os.environ.get("FEDGMH_BENCH_THREADS", "1")))
     # as `fedgmh train` by default (engine option tf32=false); FEDGMH_BENCH_TF32=1 measures TF32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = os.environ.get("FEDGMH_BENCH_TF32") == "1"
@@ -101,17 +104,18 @@ def inference_flops_per_sample(shape: Shape) -> float:
 
 
 def bare_training(shape: Shape, batches: int, memory_format=torch.contiguous_format):
-    """A plain single-model loop (nn.Module + torch.optim.SGD) over `batches` batches of 100."""
+    """A plain single-model loop (nn.Module + torch.optim.SGD) over `batches` batches of 100
+    (data laid out in `memory_format` beforehand, as the engine does)."""
     device = bench_device()
     model = FedAvgCNN(shape.channels, shape.num_classes, shape.side).to(device).to(memory_format=memory_format)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.randn(batches, BATCH, shape.channels, shape.side, shape.side, device=device)
+    x = [torch.randn(BATCH, shape.channels, shape.side, shape.side, device=device).contiguous(memory_format=memory_format) for _ in range(batches)]
     y = torch.randint(shape.num_classes, (batches, BATCH), device=device)
 
     def run():
         for i in range(batches):
             opt.zero_grad(set_to_none=True)
-            torch.nn.functional.cross_entropy(model(x[i].contiguous(memory_format=memory_format)), y[i]).backward()
+            torch.nn.functional.cross_entropy(model(x[i]), y[i]).backward()
             opt.step()
         synchronize()
 
@@ -133,19 +137,26 @@ def bare_inference(shape: Shape, samples: int, batch: int = 1000, memory_format=
     return run
 
 
+def _best_time(run, repeats: int = 3) -> float:
+    run()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 @pytest.fixture(scope="session")
 def bare_rates():
-    """Samples/s of the bare training loop and of bare inference, per shape (measured once)."""
+    """Samples/s of the bare training loop and of bare inference (batch 1000), per shape: the best
+    of 3 repetitions, measured once per session."""
     cache: dict[str, tuple[float, float]] = {}
 
     def rates(name: str) -> tuple[float, float]:
         if name not in cache:
             shape = SHAPES[name]
-            train, infer = bare_training(shape, 20), bare_inference(shape, 10_000)
-            train(), infer()  # warm-up
-            t = time.perf_counter(); train(); t = time.perf_counter() - t
-            e = time.perf_counter(); infer(); e = time.perf_counter() - e
-            cache[name] = (20 * BATCH / t, 10_000 / e)
+            cache[name] = (20 * BATCH / _best_time(bare_training(shape, 20)), 10_000 / _best_time(bare_inference(shape, 10_000)))
         return cache[name]
 
     return rates
