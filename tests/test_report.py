@@ -349,3 +349,26 @@ def test_rounds_cli(tmp_path: Path) -> None:
     assert frame.loc[0, "75% paper"] == "" and frame.loc[1, "75% seeds"] == "1/1"
     latex = tex.read_text()
     assert r"\toprule" in latex and r"\multicolumn{4}{c}{70\%}" in latex and "FedGMH & 1 & 1 & 1/1 & 68 & 2 & 2 & 1/1 & 185" in latex
+
+
+def test_cells_at_another_protocol_are_compared_and_flagged() -> None:
+    """A reduced run (8 rounds, E = 1, one seed) is compared with Table 2's cell and says how it
+    differs; a Table 3 cell still matches only its own E."""
+    reference = pd.DataFrame({
+        "table": ["table2", "table3", "table3"], "dataset": ["MNIST", "Cifar10", "Cifar10"], "C": [2, 2, 2], "alpha": [0.5] * 3,
+        "algorithm": ["FedAvg"] * 3, "local_epochs": [2, 4, 6], "join_ratio": [0.2] * 3, "beta": [0.5] * 3, "eta_h": [1.0] * 3,
+        "mean": [88.3, 30.0, 31.0], "std": [0.95, 1.0, 1.0],
+    })
+    common = {"classes_per_client": 2, "alpha": 0.5, "algorithm": "fedavg", "algorithm_name": "FedAvg", "variant": "", "std": 0.0,
+              "clients": 100, "join_ratio": 0.2}
+    cells = pd.DataFrame([
+        {**common, "experiment": "table2", "dataset": "mnist", "mean": 17.4, "n_seeds": 1, "rounds": 8, "local_epochs": 1},
+        {**common, "experiment": "table3", "dataset": "cifar10", "mean": 29.0, "n_seeds": 5, "rounds": 200, "local_epochs": 6},
+    ])
+    comparison = report.compare_with_paper(cells, reference)
+    assert list(comparison["status"]) == ["disagree", "not run", "agree"]
+    assert comparison["protocol"].tolist() == ["8 rounds (paper 200), E=1 (paper 2), 1 seed (paper 5)", "", ""]
+    from fedgmh.report.compare import comparison_markdown
+
+    md = comparison_markdown(comparison, 2.0, ["table2", "table3"])
+    assert "| table2 | 1 | 0 | 1 | 0 | 1 |" in md and "| **all** | 3 | 1 | 1 | 1 | 1 |" in md

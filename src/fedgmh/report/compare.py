@@ -4,7 +4,10 @@ The reference is a CSV with the columns of reference/fedgmh_paper_tables.csv: ta
 alpha, algorithm (display name), local_epochs, join_ratio, beta, eta_h, mean, std (one row per
 cell of the paper's Tables 2-7). A cell of ours matches a reference row on table = experiment id,
 dataset and algorithm names (case and punctuation ignored), C, alpha, and every swept dimension
-our cell records (local_epochs, join_ratio, beta, eta_h). Cells of named variants never match.
+the reference table varies (Table 3: local_epochs, Table 4: join_ratio, Table 6: beta, Table 7:
+eta_h). Cells of named variants never match. Where our run's protocol differs from the paper's in a
+dimension the table does not vary (rounds, clients, local epochs, participation, number of seeds:
+e.g. config/mini.yaml), the cell is still compared and its `protocol` column says how it differs.
 
 Agreement criterion (`compare_with_paper`): |ours - paper| <= k * sqrt(std_paper^2 + std_ours^2),
 k = 2 by default, with both std the population std over seeds as each side reports it.
@@ -27,6 +30,9 @@ REFERENCE_COLUMNS = ("table", "dataset", "C", "alpha", "algorithm", "mean", "std
 # our cells' column -> the reference's column, for the swept dimensions
 MATCHED_DIMS = (("local_epochs", "local_epochs"), ("join_ratio", "join_ratio"), ("opt_beta", "beta"), ("opt_eta_h", "eta_h"))
 DIM_LABELS = {"local_epochs": ("E", "$E$"), "join_ratio": ("ρ", r"$\rho$"), "beta": ("β", r"$\beta$"), "eta_h": ("η_h", r"$\eta_h$")}
+# the paper's protocol outside the swept dimensions (protocol.md)
+PAPER_ROUNDS = {"mnist": 200, "cifar10": 200, "cifar100": 300}
+PAPER_CLIENTS, PAPER_SEEDS = 100, 5
 
 
 def read_reference(path: Path | str) -> pd.DataFrame:
@@ -47,23 +53,48 @@ def _reference_keys(reference: pd.DataFrame) -> list[tuple]:
     ]
 
 
-def attach_reference(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Add the paper's mean/std (columns paper_mean, paper_std, diff, paper_row) where a reference row matches.
+def _protocol_differences(rec: dict, ref: pd.Series, swept: list[str]) -> str:
+    """How our cell's run differs from the paper's protocol outside the table's swept dimensions."""
+    notes = []
+    paper_rounds = PAPER_ROUNDS.get(_norm_name(rec["dataset"]))
+    if paper_rounds and rec.get("rounds") not in (None, "") and int(rec["rounds"]) != paper_rounds:
+        notes.append(f"{int(rec['rounds'])} rounds (paper {paper_rounds})")
+    if rec.get("clients") not in (None, "") and int(rec["clients"]) != PAPER_CLIENTS:
+        notes.append(f"{int(rec['clients'])} clients (paper {PAPER_CLIENTS})")
+    for column in ("local_epochs", "join_ratio"):
+        if column in swept or column not in ref.index or rec.get(column) in (None, ""):
+            continue
+        ours = float(str(rec[column]).split("/")[0])
+        if not math.isnan(ours) and not np.isclose(ours, float(ref[column])):
+            notes.append(f"{DIM_LABELS[column][0]}={format_number(ours)} (paper {format_number(float(ref[column]))})")
+    if rec.get("n_seeds") not in (None, "") and int(rec["n_seeds"]) != PAPER_SEEDS:
+        notes.append(f"{int(rec['n_seeds'])} seed{'s' if int(rec['n_seeds']) != 1 else ''} (paper {PAPER_SEEDS})")
+    return ", ".join(notes)
 
-    `paper_row` is the matching row's index in `reference` (-1: none).
+
+def attach_reference(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """Add the paper's mean/std (columns paper_mean, paper_std, diff, paper_row, protocol) where a
+    reference row matches.
+
+    `paper_row` is the matching row's index in `reference` (-1: none); `protocol` lists how our run
+    differs from the paper's protocol (empty: same protocol).
     """
     absent = set(REFERENCE_COLUMNS) - set(reference.columns)
     if absent:
         raise UserError(f"reference table lacks column(s) {', '.join(sorted(absent))}")
     ref = reference.copy()
     ref["_key"] = _reference_keys(ref)
-    paper_mean, paper_std, paper_row = [], [], []
+    swept = _swept(reference)
+    paper_mean, paper_std, paper_row, protocol = [], [], [], []
     for rec in cells.to_dict("records"):
         match = ref.iloc[0:0]
         if not rec.get("variant"):
             key = (rec["experiment"], _norm_name(rec["dataset"]), rec["classes_per_client"], rec["alpha"], _norm_name(rec["algorithm_name"]))
             match = ref[ref["_key"] == key]
+        table_swept = swept.get(str(rec["experiment"]), [])
         for column, ref_column in MATCHED_DIMS:
+            if ref_column not in table_swept:
+                continue
             if column in rec and ref_column in match.columns and rec[column] not in (None, ""):
                 try:
                     wanted = float(str(rec[column]).split("/")[0])
@@ -75,15 +106,18 @@ def attach_reference(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFra
             paper_mean.append(float(match["mean"].iloc[0]))
             paper_std.append(float(match["std"].iloc[0]))
             paper_row.append(int(match.index[0]))
+            protocol.append(_protocol_differences(rec, match.iloc[0], table_swept))
         else:
             paper_mean.append(np.nan)
             paper_std.append(np.nan)
             paper_row.append(-1)
+            protocol.append("")
     out = cells.copy()
     out["paper_mean"] = paper_mean
     out["paper_std"] = paper_std
     out["diff"] = out["mean"] - out["paper_mean"]
     out["paper_row"] = paper_row
+    out["protocol"] = protocol
     return out
 
 
@@ -118,12 +152,13 @@ def compare_with_paper(cells: pd.DataFrame, reference: pd.DataFrame, k: float = 
         }
         cell = ours.get(int(index))
         if cell is None:
-            row.update(our_mean=np.nan, our_std=np.nan, n_seeds=0, diff=np.nan, tolerance=np.nan, status="not run")
+            row.update(our_mean=np.nan, our_std=np.nan, n_seeds=0, diff=np.nan, tolerance=np.nan, status="not run", protocol="")
         else:
             diff = float(cell["mean"]) - row["paper_mean"]
             tolerance = k * math.sqrt(row["paper_std"] ** 2 + float(cell["std"]) ** 2)
             row.update(our_mean=float(cell["mean"]), our_std=float(cell["std"]), n_seeds=int(cell["n_seeds"]), diff=diff,
-                       tolerance=tolerance, status="agree" if abs(diff) <= tolerance + 1e-9 else "disagree")
+                       tolerance=tolerance, status="agree" if abs(diff) <= tolerance + 1e-9 else "disagree",
+                       protocol=cell.get("protocol", ""))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -134,6 +169,8 @@ def summary_counts(comparison: pd.DataFrame) -> pd.DataFrame:
     counts = counts.reindex(list(dict.fromkeys(comparison["table"])))
     counts.loc["all"] = counts.sum()
     counts["cells"] = counts.sum(axis=1)
+    other = comparison["protocol"].fillna("").astype(bool) if "protocol" in comparison else pd.Series(False, index=comparison.index)
+    counts["other protocol"] = other.groupby(comparison["table"]).sum().reindex(counts.index[:-1], fill_value=0).tolist() + [int(other.sum())]
     return counts.reset_index().rename(columns={"table": "table"})
 
 
@@ -148,26 +185,29 @@ def comparison_markdown(comparison: pd.DataFrame, k: float, experiments: Sequenc
         "",
         f"Every cell of the paper's Tables 2-7 (reference CSV), the paper's mean ± std next to ours (best test accuracy, %, "
         f"mean ± population std over seeds). **Criterion**: a cell *agrees* when |ours − paper| ≤ {format_number(k)}·√(std_paper² + std_ours²); "
-        "*not run*: we have no such cell (experiment not in this config, or dataset / swept value not run).",
+        "*not run*: we have no such cell (experiment not in this config, or dataset / swept value not run). "
+        "*protocol*: how our runs differ from the paper's protocol outside the table's swept dimension (empty: the same); "
+        "cells compared at another protocol (e.g. a reduced config) measure the pipeline, not the paper's claim.",
         "",
         f"Experiments in this config: {', '.join(experiments) if experiments else '(none)'}.",
         "",
         "## Summary",
         "",
-        "| table | cells | agree | disagree | not run |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| table | cells | agree | disagree | not run | compared at another protocol |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for rec in counts.to_dict("records"):
         name = f"**{rec['table']}**" if rec["table"] == "all" else rec["table"]
-        lines.append(f"| {name} | {rec['cells']} | {rec['agree']} | {rec['disagree']} | {rec['not run']} |")
+        lines.append(f"| {name} | {rec['cells']} | {rec['agree']} | {rec['disagree']} | {rec['not run']} | {rec['other protocol']} |")
     for table, group in comparison.groupby("table", sort=False):
-        lines += ["", f"## {table}", "", "| setting | method | paper | ours | seeds | diff | tolerance | status |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        lines += ["", f"## {table}", "", "| setting | method | paper | ours | seeds | diff | tolerance | status | protocol |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
         for rec in group.to_dict("records"):
             diff = "" if math.isnan(rec["diff"]) else f"{rec['diff']:+.2f}"
             tol = "" if math.isnan(rec["tolerance"]) else f"{rec['tolerance']:.2f}"
             lines.append(f"| {rec['setting']} | {rec['algorithm']} | {_pm(rec['paper_mean'], rec['paper_std'])} | "
-                         f"{_pm(rec['our_mean'], rec['our_std'])} | {rec['n_seeds'] or ''} | {diff} | {tol} | {rec['status']} |")
+                         f"{_pm(rec['our_mean'], rec['our_std'])} | {rec['n_seeds'] or ''} | {diff} | {tol} | {rec['status']} | "
+                         f"{rec.get('protocol') or ''} |")
     return "\n".join(lines) + "\n"
 
 
