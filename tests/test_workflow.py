@@ -220,6 +220,14 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     # audit_beta (official beta 0.1; the others are Table 6's, Table 2's and the audit's runs)
     logs = list((tmp_path / "logs" / "smoke" / "train").rglob("*.log"))
     assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 3 + 1 == 40
+    # every run's record travels with the artifacts, identical to the run's own files
+    records = sorted((art / "runs").rglob("run.json"))
+    assert len(records) == 40
+    for record in records[:3]:
+        run_dir = tmp_path / "results" / "smoke" / record.parent.relative_to(art)
+        for name in ("run.json", "metrics.csv", "run_info.json"):
+            assert (record.parent / name).read_bytes() == (run_dir / name).read_bytes()
+    assert (art / "partitions" / "digits_c2_a0.5.png").read_bytes().startswith(b"\x89PNG")
 
     # nothing to do the second time
     again = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), "-n", timeout=120)
@@ -230,7 +238,8 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert report.returncode == 0, (report.stdout + report.stderr)[-3000:]
     html = (tmp_path / "report.html").read_text(errors="replace")
     assert len(html) > 100_000
-    for name in ("figure3.png", "figure4.png", "table2.csv", "table7.tex", "audit.csv", "rounds_to_target.csv", "comparison.md"):
+    for name in ("figure3.png", "figure4.png", "table2.csv", "table7.tex", "audit.csv", "rounds_to_target.csv", "comparison.md",
+                 "digits_c2_a0.5.png"):
         assert name in html, name
 
 
