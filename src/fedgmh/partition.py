@@ -10,6 +10,7 @@ already full) we discard the draw and redraw; the reference's output is undefine
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from dataclasses import dataclass
@@ -43,6 +44,16 @@ class Partition:
 
     def client_sizes(self) -> np.ndarray:
         return np.array([len(a) + len(b) for a, b in zip(self.train, self.test)])
+
+    def digest(self) -> str:
+        """sha256 of the client index arrays (train lists, then test lists, each with its lengths):
+        two partitions have the same digest exactly when every client holds the same samples."""
+        h = hashlib.sha256()
+        for parts in (self.train, self.test):
+            h.update(np.array([len(p) for p in parts], dtype="<i8").tobytes())
+            for part in parts:
+                h.update(np.ascontiguousarray(part, dtype="<i8").tobytes())
+        return h.hexdigest()
 
 
 def _check_parameters(labels: np.ndarray, num_clients: int, classes_per_client: int, alpha: float, train_ratio: float) -> int:

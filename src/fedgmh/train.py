@@ -99,7 +99,7 @@ def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.d
         options=engine,
         seed=config.seed,
     )
-    return fed, meta
+    return fed, {**meta, "digest": partition.digest()}
 
 
 def memory_record(fed: Federation, algorithm, device: torch.device) -> dict[str, int]:
@@ -202,6 +202,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "threads": torch.get_num_threads(),
         "host": platform.node(),
+        "results_version": fedgmh.RESULTS_VERSION,
         "versions": {
             "fedgmh": fedgmh.__version__,
             "python": platform.python_version(),
