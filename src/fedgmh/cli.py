@@ -13,19 +13,92 @@ from pathlib import Path
 from fedgmh.errors import UserError
 
 
+def _os_error(err: OSError, hint: str) -> UserError:
+    """One line for an operating-system error: the file, the reason, what to do."""
+    what = f" {err.filename}" if err.filename is not None else ""
+    return UserError(f"cannot access{what} ({err.strerror or err}); {hint}")
+
+
 def _cmd_download(args: argparse.Namespace) -> None:
     from fedgmh import data
 
-    path = data.download(args.dataset, Path(args.root), mirror=Path(args.mirror) if args.mirror else None)
+    try:
+        path = data.download(args.dataset, Path(args.root), mirror=Path(args.mirror) if args.mirror else None)
+    except OSError as err:
+        raise _os_error(err, "--root must be a writable folder and the --mirror files readable") from err
     print(f"{args.dataset}: ready at {path}")
 
 
-def _cmd_partition(args: argparse.Namespace) -> None:
+HEATMAP_SUFFIXES = (".pdf", ".png")
+
+
+def _check_partition_args(args: argparse.Namespace) -> None:
+    """Everything that can be checked before the dataset is read: parameters and output paths."""
+    import math
+
     from fedgmh import data, partition
-    from fedgmh.io import write_csv
 
     if args.scheme != "exdir":
         raise UserError(f"unknown partition scheme {args.scheme!r}; available: exdir")
+    info = data.get_info(args.dataset)
+    if args.clients < 2:
+        raise UserError(f"--clients {args.clients}: a federation needs at least 2 clients")
+    if not 1 <= args.classes_per_client <= info.num_classes:
+        raise UserError(
+            f"--classes-per-client {args.classes_per_client}: must be between 1 and the {info.num_classes} classes of {args.dataset}"
+        )
+    if not (math.isfinite(args.alpha) and args.alpha > 0):
+        raise UserError(f"--alpha {args.alpha}: must be a positive finite number")
+    if not (math.isfinite(args.train_ratio) and 0 < args.train_ratio < 1):
+        raise UserError(f"--train-ratio {args.train_ratio}: must be strictly between 0 and 1")
+    if not 0 <= args.seed <= partition.MAX_SEED:
+        raise UserError(f"--seed {args.seed}: must be an integer from 0 to {partition.MAX_SEED} (2**32 - 1)")
+    for heatmap in args.heatmap:
+        if Path(heatmap).suffix.lower() not in HEATMAP_SUFFIXES:
+            raise UserError(f"--heatmap {heatmap}: unsupported figure type; give a name ending in .pdf or .png")
+    out = Path(args.out)
+    dataset_file = data.prepared_path(args.dataset, Path(args.root))
+    stats = _stats_path(args)
+    outputs = [("--out", out), ("--stats", stats), *(("--heatmap", Path(h)) for h in args.heatmap)]
+    for option, path in outputs:
+        if path.exists() and dataset_file.exists() and path.resolve() == dataset_file.resolve():
+            raise UserError(f"{option} {path} is the prepared dataset; refusing to overwrite it: choose another {option}")
+        if path.is_dir():
+            raise UserError(f"{option} {path} is a folder; give a file name")
+        for parent in path.absolute().parents:
+            if parent.exists() and not parent.is_dir():
+                raise UserError(f"{option} {path}: {parent} is a file, not a folder; choose another {option}")
+    partition.check_partition_target(out)
+    if stats.absolute() == out.absolute():
+        raise UserError(f"--stats {stats} is the partition file itself; choose another --stats")
+    if stats.is_file() and not _is_stats_file(stats):
+        raise UserError(f"--stats {stats} exists and is not a statistics file of `fedgmh partition`; refusing to overwrite it: choose another --stats")
+
+
+def _stats_path(args: argparse.Namespace) -> Path:
+    return Path(args.stats) if args.stats else Path(args.out).with_suffix(".stats.csv")
+
+
+def _is_stats_file(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(b"client,num_train,num_test")) == b"client,num_train,num_test"
+    except OSError:
+        return False
+
+
+def _cmd_partition(args: argparse.Namespace) -> None:
+    try:
+        _partition(args)
+    except OSError as err:
+        raise _os_error(err, "--root must be a readable folder and --out, --stats and --heatmap writable paths") from err
+
+
+def _partition(args: argparse.Namespace) -> None:
+    from fedgmh import data, partition
+    from fedgmh.io import write_csv
+
+    _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
     part = partition.exdir(
         dataset.labels,
@@ -48,9 +121,10 @@ def _cmd_partition(args: argparse.Namespace) -> None:
         "seed": args.seed,
     }
     out = Path(args.out)
+    partition.check_partition_target(out)  # again: the file may have appeared while we were drawing
     partition.save_partition(out, part, meta)
     stats = partition.client_statistics(part, dataset.labels, dataset.num_classes)
-    stats_path = Path(args.stats) if args.stats else out.with_suffix(".stats.csv")
+    stats_path = _stats_path(args)
     write_csv(stats, stats_path)
     for heatmap in args.heatmap:
         partition.plot_heatmap(stats, Path(heatmap), title=f"{args.dataset} ExDir({args.classes_per_client}, {args.alpha})")

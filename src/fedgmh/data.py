@@ -7,6 +7,12 @@ archives, or a `cifar10.npz` / `cifar100.npz` in HWC layout), or the embedded `d
 The prepared file holds uint8 `x_train`/`x_test` (N x C x H x W), int64 `y_train`/`y_test` and a
 JSON string `meta` (source, archive names + md5, and a fingerprint of the pooled data).
 Raw archives and torchvision's extraction live in the staging folder `ROOT/raw/NAME/`.
+
+Every load (`load_dataset`, `load_labels`) and `download`'s "already prepared" check read every
+array of the prepared file (zip CRC-32 checked), check dtypes, shapes and labels, and recompute the
+fingerprint (sha256 of the arrays: about 0.05 s for MNIST): a damaged or edited file is an error
+on load, and `download` prepares it again. The mirror's archives are checked against torchvision's
+md5 before use.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tarfile
@@ -58,6 +65,7 @@ _TORCHVISION = {
 }
 _KEYS = ("x_train", "y_train", "x_test", "y_test")
 _READ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,33 +107,71 @@ def fingerprint(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_
 
 
 def download(name: str, root: Path, mirror: Path | None = None) -> Path:
-    """Write `root/<name>.npz` (unless a readable one exists) and return its path; `digits` ignores `mirror`."""
+    """Write `root/<name>.npz` (unless a verified one exists) and return its path; `digits` ignores `mirror`.
+
+    An existing file that fails verification (unreadable, a damaged zip member, arrays that do not
+    match the stored fingerprint) is prepared again. Errors of the operating system (a read-only or
+    non-folder root, an unreadable mirror) are raised as one-line UserErrors.
+    """
     info = get_info(name)
     root = Path(root)
     out = prepared_path(name, root)
-    if _is_prepared(out):
+    if root.exists() and not root.is_dir():
+        raise UserError(f"--root {root} is a file, not a folder; choose a folder for the prepared datasets")
+    if mirror is not None and name != "digits" and Path(mirror).exists() and not Path(mirror).is_dir():
+        raise UserError(f"mirror {mirror} is a file, not a folder; pass a folder laid out like shared/data")
+    problem = prepared_problem(name, root)
+    if problem is None:
         return out
+    if out.exists() or out.is_symlink():
+        _log.warning("%s failed verification (%s); preparing it again", out, problem)
     staging = root / "raw" / name
-    if name == "digits":
-        arrays, meta = _digits()
-    elif mirror is not None:
-        arrays, meta = _from_mirror(info, Path(mirror), staging)
-    else:
-        arrays = _load_torchvision(info, staging, origin=None)
-        archives = _archives(_torchvision_class(name))
-        meta = {"source": "torchvision", "archives": [{"file": f, "md5": m} for f, m in archives]}
-    _check_arrays(info, arrays, meta.get("mirror", meta["source"]), f"delete {staging} and run again")
-    meta = {"dataset": name, **meta, "fingerprint": fingerprint(*arrays)}
-    _save_atomic(out, arrays, meta)
+    try:
+        if name == "digits":
+            arrays, meta = _digits()
+        elif mirror is not None:
+            arrays, meta = _from_mirror(info, Path(mirror), staging)
+        else:
+            arrays = _load_torchvision(info, staging, origin=None)
+            archives = _archives(_torchvision_class(name))
+            meta = {"source": "torchvision", "archives": [{"file": f, "md5": m} for f, m in archives]}
+        _check_arrays(info, arrays, meta.get("mirror", meta["source"]), f"delete {staging} and run again")
+        meta = {"dataset": name, **meta, "fingerprint": fingerprint(*arrays)}
+        _save_atomic(out, arrays, meta)
+    except OSError as err:
+        if err.errno is None:  # not an error of the operating system: let it through
+            raise
+        raise UserError(_os_error_message(err, root, mirror)) from err
     return out
 
 
-def _is_prepared(path: Path) -> bool:
+def _os_error_message(err: OSError, root: Path, mirror: Path | None) -> str:
+    """One line for an operating-system error during `download`: which file, why, what to do."""
+    what = err.filename if err.filename is not None else "a file"
+    why = err.strerror or type(err).__name__
+    if mirror is not None and err.filename is not None and _is_within(Path(err.filename), Path(mirror)):
+        return f"cannot read {what} ({why}); make the mirror's files readable or pass another --mirror"
+    return f"cannot write {what} ({why}); --root {root} must be a writable folder: choose another --root"
+
+
+def _is_within(path: Path, folder: Path) -> bool:
     try:
-        with np.load(path) as z:
-            return set(_KEYS + ("meta",)) <= set(z.files)
-    except _READ_ERRORS:  # absent or unreadable: prepare it again
+        path.absolute().relative_to(folder.absolute())
+    except ValueError:
         return False
+    return True
+
+
+def prepared_problem(name: str, root: Path) -> str | None:
+    """Why `root/<name>.npz` is not a verified prepared dataset (absent, unreadable, damaged, edited), or None."""
+    path = prepared_path(name, root)
+    if not path.is_file():
+        return "absent" if not path.exists() else "not a file"
+    try:
+        _read_verified(name, root, _KEYS)
+    except UserError as err:
+        return str(err)
+    return None
 
 
 def _save_atomic(out: Path, arrays: tuple[np.ndarray, ...], meta: dict) -> None:
@@ -134,7 +180,7 @@ def _save_atomic(out: Path, arrays: tuple[np.ndarray, ...], meta: dict) -> None:
         with atomic_path(out) as tmp, open(tmp, "wb") as f:
             np.savez(f, **dict(zip(_KEYS, arrays)), meta=np.array(json.dumps(meta, sort_keys=True)))
     except PermissionError as err:
-        raise UserError(f"cannot write into {out.parent} ({err}); choose another --root") from err
+        raise UserError(f"cannot write into {out.parent} ({err.strerror or err}); choose another --root") from err
 
 
 def _check_arrays(info: DatasetInfo, arrays: tuple[np.ndarray, ...], origin: str, hint: str) -> None:
@@ -205,6 +251,8 @@ def _load_torchvision(info: DatasetInfo, staging: Path, origin: Path | None) -> 
 
 
 def _from_mirror(info: DatasetInfo, mirror: Path, staging: Path) -> tuple[tuple[np.ndarray, ...], dict]:
+    if mirror.exists() and not mirror.is_dir():
+        raise UserError(f"mirror {mirror} is a file, not a folder; pass a folder laid out like shared/data")
     if not mirror.is_dir():
         raise UserError(f"mirror folder {mirror} does not exist; pass a folder laid out like shared/data")
     if info.name in ("mnist", "fashion_mnist"):
@@ -286,25 +334,42 @@ def _from_npz(info: DatasetInfo, path: Path) -> tuple[tuple[np.ndarray, ...], di
     return tuple(arrays), {"source": "mirror", "mirror": str(path.parent), "archives": [{"file": path.name, "md5": _md5(path)}]}
 
 
-def _read_prepared(name: str, root: Path, keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], str]:
+def _read_verified(name: str, root: Path, keys: tuple[str, ...]) -> tuple[dict[str, np.ndarray], str]:
+    """`keys` of the prepared file, after verifying all of it: every array read (zip CRC-32), dtypes,
+    shapes and labels checked, meta naming this dataset, and the arrays matching the stored fingerprint."""
+    info = get_info(name)
     path = prepared_path(name, root)
+    download_cmd = f"`fedgmh download {name} --root {root}`"
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a prepared dataset; move it away and run {download_cmd}")
     if not path.is_file():
-        raise UserError(f"{path} not found: run `fedgmh download {name} --root {root}` first")
-    hint = f"delete it and run `fedgmh download {name} --root {root}` again"
-    a = _read_npz(path, keys + ("meta",), hint)
+        raise UserError(f"{path} not found: run {download_cmd} first")
+    hint = f"delete it and run {download_cmd} again"
+    a = _read_npz(path, _KEYS + ("meta",), hint)
     try:
-        fp = json.loads(str(a["meta"]))["fingerprint"]
+        meta = json.loads(str(a["meta"]))
+        stored = meta["fingerprint"]
     except (ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{path} has no valid meta ({err}); {hint}") from err
-    return a, fp
+        raise UserError(f"{path} has no valid meta ({type(err).__name__}: {err}); {hint}") from err
+    if not isinstance(stored, str):
+        raise UserError(f"{path} has no valid meta (fingerprint {stored!r} is not a string); {hint}")
+    if meta.get("dataset", name) != name:
+        raise UserError(f"{path} holds the dataset {meta['dataset']!r}, not {name!r}; {hint}")
+    arrays = tuple(a[k] for k in _KEYS)
+    _check_arrays(info, arrays, str(path), hint)
+    if fingerprint(*arrays) != stored:
+        raise UserError(
+            f"{path} does not match its stored fingerprint (its arrays were changed or damaged after download); {hint}"
+        )
+    return {k: a[k] for k in keys}, stored
 
 
 def load_dataset(name: str, root: Path, device: str | torch.device = "cpu") -> LoadedDataset:
-    """Pooled images normalised like ToTensor + Normalize(0.5, 0.5): (x / 255 - 0.5) / 0.5 in float32."""
+    """Pooled images normalised like ToTensor + Normalize(0.5, 0.5): (x / 255 - 0.5) / 0.5 in float32.
+
+    The file is verified first (see `_read_verified`): a damaged or edited file raises a UserError."""
     info = get_info(name)
-    a, fp = _read_prepared(name, root, _KEYS)
-    path = prepared_path(name, root)
-    _check_arrays(info, tuple(a[k] for k in _KEYS), str(path), f"delete it and run `fedgmh download {name} --root {root}` again")
+    a, fp = _read_verified(name, root, _KEYS)
     images = torch.from_numpy(np.concatenate([a["x_train"], a["x_test"]])).to(torch.float32)
     images.div_(255).sub_(0.5).div_(0.5)
     labels = torch.from_numpy(np.concatenate([a["y_train"], a["y_test"]]))
@@ -313,10 +378,8 @@ def load_dataset(name: str, root: Path, device: str | torch.device = "cpu") -> L
 
 
 def load_labels(name: str, root: Path) -> LabelsInfo:
-    """Only the label arrays are read from the npz (the images stay on disk)."""
+    """The pooled labels; the whole file is read and verified like `load_dataset` (the images are not kept)."""
     info = get_info(name)
-    a, fp = _read_prepared(name, root, ("y_train", "y_test"))
+    a, fp = _read_verified(name, root, ("y_train", "y_test"))
     labels = np.concatenate([a["y_train"], a["y_test"]]).astype(np.int64)
-    if len(labels) and (labels.min() < 0 or labels.max() >= info.num_classes):
-        raise UserError(f"{prepared_path(name, root)} has labels outside 0..{info.num_classes - 1}; delete it and download again")
     return LabelsInfo(labels=labels, num_classes=info.num_classes, fingerprint=fp)

@@ -2,11 +2,14 @@
 
 Every writer goes through `atomic_path`, which hands out a temporary name in the destination's
 folder and renames it over the destination only when the block finishes without an exception.
+Before the rename the temporary file is flushed to the disk (fsync), and after it the folder is,
+so that after a power loss the destination holds either the old or the new complete content.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -27,10 +30,27 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     try:
         yield tmp
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are ordinary readable files
+        _fsync(tmp)  # the content reaches the disk before the rename makes it visible
         os.replace(tmp, path)
+        _fsync(path.parent, directory=True)  # and so does the rename itself
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _fsync(path: Path, directory: bool = False) -> None:
+    """Flush `path` (a file, or a folder's entries) to the disk."""
+    if directory and os.name == "nt":  # Windows cannot open folders; its renames are journaled
+        return
+    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        # a few file systems cannot sync a folder (EINVAL); the file itself is on the disk already
+        if not (directory and err.errno in (errno.EINVAL, errno.ENOTSUP)):
+            raise
+    finally:
+        os.close(fd)
 
 
 def remove_leftovers(path: Path | str) -> None:

@@ -5,7 +5,14 @@
 makes every draw in the same order as the reference's global-RNG calls (see
 ../shared/spec/exdir.md). Unlike the reference, impossible parameters fail fast with a message and
 every retry loop is bounded. Where the reference would divide by zero (every holder of a class
-already full) we discard the draw and redraw; the reference's output is undefined there.
+already full) we discard the draw and redraw; the reference's output is undefined there. Where
+alpha is so small that a Dirichlet draw underflows (every gamma variate is 0, so the shares are
+0/0 = NaN: likely below alpha ~ 1e-3 with few clients, ~ 1e-4 with 100) the reference's output is
+undefined too, and we stop with a PartitionError that asks for a larger alpha.
+
+Every partition file is validated on load (`load_partition`, `validate_partition`): integer
+index arrays, consistent offsets, no sample twice (so no test sample in any client's training
+data), every index within the dataset, every client with training and test samples, a JSON meta.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +33,8 @@ from fedgmh.io import atomic_path
 
 MIN_CLIENT_SIZE = 10  # the reference's `min_require_size`
 PARTITION_KEYS = ("train_indices", "train_offsets", "test_indices", "test_offsets")
+DATASET_KEYS = ("x_train", "y_train", "x_test", "y_test")  # the arrays of a prepared dataset (data.py)
+MAX_SEED = 2**32 - 1  # numpy's RandomState takes seeds 0..2**32-1
 
 
 class PartitionError(UserError):
@@ -79,6 +89,12 @@ def _check_parameters(labels: np.ndarray, num_clients: int, classes_per_client: 
     return num_classes
 
 
+def check_seed(seed: int) -> None:
+    """Partition seeds are integers 0..2**32-1 (what numpy's RandomState accepts)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise PartitionError(f"partition seed {seed!r} is out of range: use an integer from 0 to {MAX_SEED} (2**32 - 1)")
+
+
 def _assign_classes(rng: np.random.RandomState, num_clients: int, num_classes: int, c: int, max_attempts: int) -> list[list[int]]:
     """Level 1: each client draws C distinct classes until every class has enough holders."""
     need = max(c * num_clients // num_classes // 2, 1)
@@ -113,6 +129,11 @@ def _split_samples(
             idx_k = class_indices[k].copy()
             rng.shuffle(idx_k)
             shares = rng.dirichlet(np.repeat(alpha, num_clients))
+            if not np.all(np.isfinite(shares)):
+                raise PartitionError(
+                    f"ExDir alpha={alpha} is too small to draw (N={num_clients}): the Dirichlet shares of class {k} "
+                    "underflowed to 0/0 (NaN) in double precision; use a larger alpha (0.01 or more)"
+                )
             receives = np.zeros(num_clients, dtype=bool)
             receives[holders_k] = True
             receives &= sizes < cap
@@ -150,6 +171,7 @@ def exdir(
     """Partition pooled `labels` over `num_clients` clients exactly like the PFLlib ExDir generator."""
     labels = np.asarray(labels).astype(np.int64, copy=False)
     num_classes = _check_parameters(labels, num_clients, classes_per_client, alpha, train_ratio)
+    check_seed(seed)
     rng = np.random.RandomState(seed)
     holders = _assign_classes(rng, num_clients, num_classes, classes_per_client, max_attempts)
     samples = _split_samples(rng, labels, holders, alpha, num_clients, max_attempts)
@@ -184,28 +206,201 @@ def save_partition(path: Path, partition: Partition, meta: dict) -> None:
             )
 
 
-def load_partition(path: Path) -> tuple[Partition, dict]:
-    """Read a partition file; a missing, corrupt or inconsistent file raises a UserError."""
+def _redo(path: Path) -> str:
+    return f"re-create it with `fedgmh partition ... --out {path}`"
+
+
+def partition_file_kind(path: Path) -> str:
+    """What `path` holds, from its zip directory only (cheap): "missing", "folder", "other" (not a
+    regular file), "not-npz" (not a zip archive, e.g. a text file), "unreadable" (a zip whose
+    directory cannot be read), "dataset" (a prepared dataset of `fedgmh download`), "partition"
+    (has the four partition arrays), or "npz" (another .npz)."""
     path = Path(path)
+    if path.is_dir():
+        return "folder"
+    if not path.exists():
+        return "missing"
     if not path.is_file():
-        raise UserError(f"partition file {path} not found; create it with `fedgmh partition ... --out {path}`")
+        return "other"
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+        if magic[:2] != b"PK":
+            return "not-npz"
+        with zipfile.ZipFile(path) as archive:
+            names = {name[: -len(".npy")] for name in archive.namelist() if name.endswith(".npy")}
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return "unreadable"
+    if set(DATASET_KEYS) <= names:
+        return "dataset"
+    if set(PARTITION_KEYS) <= names:
+        return "partition"
+    return "npz"
+
+
+def check_partition_target(path: Path) -> None:
+    """Refuse to write a partition over anything but a partition file: an existing file at `path`
+    may be replaced only when it is a partition file (the four arrays of `save_partition`)."""
+    path = Path(path)
+    kind = partition_file_kind(path)
+    if kind in ("missing", "partition"):
+        return
+    if kind == "folder":
+        raise UserError(f"--out {path} is a folder; give the partition file's name (e.g. {path / 'partition.npz'})")
+    if kind == "dataset":
+        raise UserError(f"--out {path} is a prepared dataset (made by `fedgmh download`); refusing to overwrite it: choose another --out")
+    raise UserError(f"--out {path} exists and is not a partition file; refusing to overwrite it: choose another --out or move that file away")
+
+
+def load_partition(path: Path, num_samples: int | None = None) -> tuple[Partition, dict]:
+    """Read and validate a partition file; anything missing, unreadable or invalid raises a one-line UserError.
+
+    `num_samples` (the dataset's size), when given, bounds the indices and must equal the meta's
+    `num_samples`; without it the meta's `num_samples` (when present) bounds them. See
+    `validate_partition` for what else is checked.
+    """
+    path = Path(path)
+    kind = partition_file_kind(path)
+    create = f"create it with `fedgmh partition ... --out {path}`"
+    if kind == "missing":
+        raise UserError(f"partition file {path} not found; {create}")
+    if kind == "folder":
+        raise UserError(f"partition file {path} is a folder, not a file; pass the .npz file written by `fedgmh partition --out`")
+    if kind == "dataset":
+        raise UserError(
+            f"{path} is a prepared dataset (made by `fedgmh download`), not a partition file; "
+            "pass the .npz file written by `fedgmh partition --out` (keep the dataset)"
+        )
+    if kind in ("other", "not-npz"):
+        raise UserError(f"{path} is not a partition file (not an .npz archive); pass the .npz file written by `fedgmh partition --out`")
+    if kind == "npz":
+        raise UserError(
+            f"{path} is not a partition file (it lacks the arrays {', '.join(PARTITION_KEYS)}); "
+            "pass the .npz file written by `fedgmh partition --out`"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in PARTITION_KEYS}
-            meta = json.loads(str(npz["meta"])) if "meta" in npz.files else {}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-        raise UserError(f"partition file {path} is unreadable or incomplete ({err}); delete it and run `fedgmh partition` again") from err
+            raw_meta = npz["meta"] if "meta" in npz.files else None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as err:
+        reason = "it holds an object array" if "allow_pickle" in str(err) else f"{type(err).__name__}: {err}"
+        if kind == "partition":  # our arrays are listed: `fedgmh partition --out` may replace it
+            advice = _redo(path)
+        else:
+            advice = f"if it is a damaged partition file, delete it and run `fedgmh partition ... --out {path}` again"
+        raise UserError(f"partition file {path} is unreadable or damaged ({reason}); {advice}") from err
 
-    def unflat(values: np.ndarray, offsets: np.ndarray) -> list[np.ndarray]:
-        if offsets.ndim != 1 or offsets[0] != 0 or offsets[-1] != len(values) or np.any(np.diff(offsets) < 0):
-            raise UserError(f"partition file {path} has inconsistent offsets; delete it and run `fedgmh partition` again")
-        return [values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+    meta = _parse_meta(path, raw_meta)
+    parts = {}
+    for split in ("train", "test"):
+        values = _index_array(path, f"{split}_indices", arrays[f"{split}_indices"])
+        offsets = _index_array(path, f"{split}_offsets", arrays[f"{split}_offsets"])
+        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(values) or np.any(np.diff(offsets) < 0):
+            raise UserError(
+                f"partition file {path} has inconsistent {split}_offsets (they must rise from 0 to {len(values)}, "
+                f"the length of {split}_indices); {_redo(path)}"
+            )
+        parts[split] = [values[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+    if len(parts["train"]) != len(parts["test"]):
+        raise UserError(f"partition file {path}: train and test describe different numbers of clients; {_redo(path)}")
+    if "num_clients" in meta and meta["num_clients"] != len(parts["train"]):
+        raise UserError(
+            f"partition file {path} has {len(parts['train'])} clients but its meta says {meta['num_clients']}; {_redo(path)}"
+        )
+    if num_samples is not None and "num_samples" in meta and meta["num_samples"] != num_samples:
+        raise UserError(
+            f"partition file {path} was made for a dataset of {meta['num_samples']} samples, not {num_samples}; "
+            "re-run `fedgmh partition` on this dataset"
+        )
+    partition = Partition(train=parts["train"], test=parts["test"])
+    validate_partition(partition, num_samples if num_samples is not None else meta.get("num_samples"), name=f"partition file {path}")
+    return partition, meta
 
-    train = unflat(arrays["train_indices"], arrays["train_offsets"])
-    test = unflat(arrays["test_indices"], arrays["test_offsets"])
-    if len(train) != len(test):
-        raise UserError(f"partition file {path}: train and test describe different numbers of clients")
-    return Partition(train=train, test=test), meta
+
+def _parse_meta(path: Path, raw: np.ndarray | None) -> dict:
+    """The meta: a JSON object; its known fields have the types `fedgmh partition` writes."""
+    if raw is None:
+        raise UserError(f"partition file {path} has no meta (the JSON parameters `fedgmh partition` writes); {_redo(path)}")
+    try:
+        if raw.dtype.kind not in "US" or raw.ndim != 0:
+            raise ValueError(f"a {raw.dtype} array of shape {raw.shape}, not a JSON string")
+        meta = json.loads(str(raw.astype(str)))
+        if not isinstance(meta, dict):
+            raise ValueError(f"a JSON {type(meta).__name__}, not an object")
+    except ValueError as err:
+        raise UserError(f"partition file {path} has an invalid meta ({err}); {_redo(path)}") from None
+    for key in ("num_samples", "num_clients"):
+        value = meta.get(key)
+        if key in meta and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"partition file {path} has an invalid meta ({key}={value!r} is not a positive integer); {_redo(path)}")
+    for key in ("dataset", "dataset_fingerprint", "scheme"):
+        if key in meta and not isinstance(meta[key], str):
+            raise UserError(f"partition file {path} has an invalid meta ({key}={meta[key]!r} is not a string); {_redo(path)}")
+    return meta
+
+
+def _index_array(path: Path, key: str, values: np.ndarray) -> np.ndarray:
+    """A 1-d integer array as int64: float (never truncated), bool or out-of-int64 values are rejected."""
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise UserError(
+            f"partition file {path}: {key} is a {values.dtype} array of shape {values.shape}, "
+            f"expected 1-d integers; {_redo(path)}"
+        )
+    if values.dtype == np.uint64 and len(values) and values.max() > np.iinfo(np.int64).max:
+        raise UserError(f"partition file {path}: {key} holds values beyond the int64 range; {_redo(path)}")
+    return values.astype(np.int64)
+
+
+def validate_partition(partition: Partition, num_samples: int | None = None, *, name: str = "partition") -> None:
+    """Raise a one-line UserError unless `partition` is one ExDir could have drawn (`name` starts the message):
+
+    at least 2 clients, the same number in train and test; every index array 1-d integer; every
+    client with at least one training and one test sample; indices >= 0 and, when `num_samples`
+    (the dataset's size) is given, < num_samples; no sample twice anywhere (so no duplicates and no
+    test sample in any client's training data, a contaminated test set).
+    """
+    redo = "re-create it with `fedgmh partition`"
+    if len(partition.train) != len(partition.test):
+        raise UserError(f"{name}: train and test describe different numbers of clients; {redo}")
+    if len(partition.train) < 2:
+        raise UserError(f"{name} has {len(partition.train)} client(s), at least 2 are needed; {redo}")
+    for split, parts in (("train", partition.train), ("test", partition.test)):
+        for client, part in enumerate(parts):
+            part = np.asarray(part)
+            if part.ndim != 1 or not np.issubdtype(part.dtype, np.integer):
+                raise UserError(f"{name}: client {client}'s {split} indices are {part.dtype} of shape {part.shape}, not 1-d integers; {redo}")
+            if len(part) == 0:
+                raise UserError(f"{name}: client {client} has no {split} samples; {redo}")
+    every = np.concatenate([np.asarray(p, dtype=np.int64) for p in partition.train + partition.test])
+    low, high = int(every.min()), int(every.max())
+    if low < 0:
+        raise UserError(f"{name} has a negative sample index ({low}); {redo}")
+    if num_samples is not None and high >= num_samples:
+        raise UserError(f"{name} indexes sample {high}, beyond the dataset's {num_samples} samples (0..{num_samples - 1}); {redo}")
+    order = np.argsort(every, kind="stable")
+    ordered = every[order]
+    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(repeated) == 0:
+        return
+    sizes = [len(p) for p in partition.train + partition.test]
+    owner_client = np.concatenate([np.full(n, c % len(partition.train)) for c, n in enumerate(sizes)])
+    is_test = np.concatenate([np.full(n, c >= len(partition.train)) for c, n in enumerate(sizes)])
+    first, second = order[repeated], order[repeated + 1]
+    crossing = np.flatnonzero(is_test[first] != is_test[second])
+    count = len(np.unique(ordered[repeated]))
+    if len(crossing):  # report a test sample that is also training data first: the worst case
+        a, b = first[crossing[0]], second[crossing[0]]
+        train_at, test_at = (a, b) if is_test[b] else (b, a)
+        raise UserError(
+            f"{name}: sample {every[a]} is in client {owner_client[test_at]}'s test set and in client "
+            f"{owner_client[train_at]}'s training data (a contaminated test set; {count} sample(s) appear twice); {redo}"
+        )
+    a, b = first[0], second[0]
+    split = "test sets" if is_test[a] else "training data"
+    raise UserError(
+        f"{name}: sample {every[a]} appears twice in the {split} (clients {owner_client[a]} and {owner_client[b]}; "
+        f"{count} sample(s) appear twice); {redo}"
+    )
 
 
 def client_statistics(partition: Partition, labels: np.ndarray, num_classes: int) -> pd.DataFrame:
@@ -222,7 +417,10 @@ def client_statistics(partition: Partition, labels: np.ndarray, num_classes: int
 
 
 def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
-    """Clients x classes heat-map of sample counts (log colour scale), written atomically."""
+    """Clients x classes heat-map of sample counts (log colour scale), written atomically as PDF or PNG."""
+    figure_format = Path(path).suffix.lower().lstrip(".")
+    if figure_format not in ("pdf", "png"):
+        raise UserError(f"heat-map {path}: unsupported figure type; give a name ending in .pdf or .png")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -241,5 +439,5 @@ def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
     ax.set_title(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "pdf")
+        fig.savefig(tmp, format=figure_format)
     plt.close(fig)

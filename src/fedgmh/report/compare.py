@@ -37,9 +37,20 @@ PAPER_CLIENTS, PAPER_SEEDS = 100, 5
 
 def read_reference(path: Path | str) -> pd.DataFrame:
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"reference table {path} is a folder; pass the CSV file (e.g. reference/fedgmh_paper_tables.csv)")
     if not path.is_file():
         raise UserError(f"reference table {path} not found")
-    reference = pd.read_csv(path)
+    try:
+        reference = pd.read_csv(path, encoding="utf-8")
+    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        reason = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else " ".join(str(err).split())[:200]
+        raise UserError(
+            f"reference table {path} is not a CSV table ({reason}); pass the paper's numbers as CSV "
+            "(e.g. reference/fedgmh_paper_tables.csv)"
+        ) from None
+    except OSError as err:
+        raise UserError(f"reference table {path} cannot be read ({err.strerror or err}); make it readable") from None
     absent = set(REFERENCE_COLUMNS) - set(reference.columns)
     if absent:
         raise UserError(f"reference table {path} lacks column(s) {', '.join(sorted(absent))}")
