@@ -27,36 +27,40 @@ rule train:
         device=TRAIN_DEVICE,
         sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
         info=run_info_json,
+        stores=" ".join(f"--store {shlex.quote(folder)}" for folder in config["stores"]),
     shell:
         "fedgmh train --dataset {params.dataset} --root {params.root} --partition {input.partition}"
         " --algorithm {wildcards.algorithm} --rounds {params.rounds} --join-ratio {params.join_ratio}"
         " --local-epochs {params.local_epochs} --batch-size {params.batch_size} --lr {params.lr}"
-        " --seed {wildcards.seed} --device {params.device} --threads {threads} {params.sets}"
+        " --seed {wildcards.seed} --device {params.device} --threads {threads} {params.sets} {params.stores}"
         " --out {params.run_dir} > {log} 2>&1"
         " && printf '%s\\n' {params.info:q} > {output.info}.tmp && mv {output.info}.tmp {output.info}"
 
 
 rule run_record:
-    """A finished run's record (metrics per round, run.json, run_info.json) copied next to the
-    artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed."""
+    """A finished run's record (metrics per round, run.json, run_info.json) put into the store next
+    to the artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed and a
+    fresh clone reuses it instead of training (docs/store.md). `fedgmh store put` refuses to replace
+    a record of other settings; the marker file tells Snakemake the record is in place."""
     input:
         metrics=rules.train.output.metrics,
         record=rules.train.output.record,
         info=rules.train.output.info,
     output:
-        metrics=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/metrics.csv",
-        record=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run.json",
-        info=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run_info.json",
+        touch(f"{RESULTS}/stored/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.done"),
     log:
         f"{LOGS}/run_record/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
     localrule: True
+    params:
+        source=lambda wildcards, input: os.path.dirname(input.record),
+        destination=lambda wildcards: f"{ARTIFACTS}/runs/{wildcards.experiment}/{wildcards.setting}/{wildcards.algorithm}/seed{wildcards.seed}",
     shell:
-        "(cp {input.metrics} {output.metrics} && cp {input.record} {output.record} && cp {input.info} {output.info}) > {log} 2>&1"
+        "fedgmh store put {params.source:q} {params.destination:q} > {log:q} 2>&1"
 
 
 def run_records():
-    """The artifact copies of every trained run's record."""
-    return [f"{ARTIFACTS}/runs/{run_dir[len(RESULTS + '/runs/'):]}/run.json" for run_dir in TRAIN_JOBS]
+    """The markers of every trained run's record put into paper_artifacts/<name>/runs."""
+    return [f"{RESULTS}/stored/{run_dir[len(RESULTS + '/runs/'):]}.done" for run_dir in TRAIN_JOBS]
 
 
 rule all_runs:
