@@ -45,7 +45,7 @@ def _check_partition_args(args: argparse.Namespace) -> None:
         raise UserError(f"--clients {args.clients}: a federation needs at least 2 clients")
     if not 1 <= args.classes_per_client <= info.num_classes:
         raise UserError(
-            f"--classes-per-client {args.classes_per_client}: must be between 1 and the {info.num_classes} classes of {args.dataset}"
+            f"--classes-per-client {args.classes_per_client}: must be between 1 and K={info.num_classes}, the number of classes of {args.dataset}"
         )
     if not (math.isfinite(args.alpha) and args.alpha > 0):
         raise UserError(f"--alpha {args.alpha}: must be a positive finite number")

@@ -10,9 +10,9 @@ Raw archives and torchvision's extraction live in the staging folder `ROOT/raw/N
 
 Every load (`load_dataset`, `load_labels`) and `download`'s "already prepared" check read every
 array of the prepared file (zip CRC-32 checked), check dtypes, shapes and labels, and recompute the
-fingerprint (sha256 of the arrays: about 0.05 s for MNIST): a damaged or edited file is an error
-on load, and `download` prepares it again. The mirror's archives are checked against torchvision's
-md5 before use.
+fingerprint (sha256 of the arrays; measured for MNIST on 2 busy cores: 0.1 s, the whole verified
+read 0.2 s): a damaged or edited file is an error on load, and `download` prepares it again. The
+mirror's archives are checked against torchvision's md5 before use.
 """
 
 from __future__ import annotations
@@ -340,6 +340,8 @@ def _read_verified(name: str, root: Path, keys: tuple[str, ...]) -> tuple[dict[s
     info = get_info(name)
     path = prepared_path(name, root)
     download_cmd = f"`fedgmh download {name} --root {root}`"
+    if Path(root).exists() and not Path(root).is_dir():
+        raise UserError(f"--root {root} is a file, not a folder; pass the folder given to `fedgmh download --root`")
     if path.is_dir():
         raise UserError(f"{path} is a folder, not a prepared dataset; move it away and run {download_cmd}")
     if not path.is_file():

@@ -47,14 +47,15 @@ def read_reference(path: Path | str) -> pd.DataFrame:
         raise UserError(f"reference table {path} is a folder; pass the CSV file (e.g. reference/fedgmh_paper_tables.csv)")
     if not path.is_file():
         raise UserError(f"reference table {path} not found")
+    hint = "pass the paper's numbers as CSV (e.g. reference/fedgmh_paper_tables.csv)"
     try:
+        with open(path, "rb") as handle:
+            if b"\x00" in handle.read(8192):
+                raise UserError(f"reference table {path} is a binary file, not a CSV table; {hint}")
         reference = pd.read_csv(path, encoding="utf-8")
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
         reason = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else " ".join(str(err).split())[:200]
-        raise UserError(
-            f"reference table {path} is not a CSV table ({reason}); pass the paper's numbers as CSV "
-            "(e.g. reference/fedgmh_paper_tables.csv)"
-        ) from None
+        raise UserError(f"reference table {path} is not a CSV table ({reason}); {hint}") from None
     except OSError as err:
         raise UserError(f"reference table {path} cannot be read ({err.strerror or err}); make it readable") from None
     absent = set(REFERENCE_COLUMNS) - set(reference.columns)
