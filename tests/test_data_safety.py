@@ -500,3 +500,15 @@ def test_atomic_path_does_not_sync_or_replace_after_an_error(tmp_path: Path, mon
             tmp.write_text("half")
             raise RuntimeError("killed")
     assert synced == [] and target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["result.txt"]
+
+
+@needs_permissions
+def test_atomic_path_in_a_folder_that_cannot_be_read(tmp_path: Path) -> None:
+    folder = tmp_path / "drop"
+    folder.mkdir()
+    folder.chmod(stat.S_IWUSR | stat.S_IXUSR)  # -wx: files can be created, the folder cannot be opened for its sync
+    try:
+        io.write_text("done", folder / "result.txt")
+        assert (folder / "result.txt").read_text() == "done"
+    finally:
+        folder.chmod(stat.S_IRWXU)

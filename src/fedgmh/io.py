@@ -42,7 +42,12 @@ def _fsync(path: Path, directory: bool = False) -> None:
     """Flush `path` (a file, or a folder's entries) to the disk."""
     if directory and os.name == "nt":  # Windows cannot open folders; its renames are journaled
         return
-    fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except PermissionError:
+        if directory:  # a folder we may write but not read (mode -wx): the rename is done, skip its sync
+            return
+        raise
     try:
         os.fsync(fd)
     except OSError as err:
