@@ -27,13 +27,14 @@ rule train:
         device=TRAIN_DEVICE,
         sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
         info=run_info_json,
+        info_tmp=lambda wildcards, output: f"{output.info}.tmp",
     shell:
-        "fedgmh train --dataset {params.dataset} --root {params.root} --partition {input.partition}"
-        " --algorithm {wildcards.algorithm} --rounds {params.rounds} --join-ratio {params.join_ratio}"
-        " --local-epochs {params.local_epochs} --batch-size {params.batch_size} --lr {params.lr}"
-        " --seed {wildcards.seed} --device {params.device} --threads {threads} {params.sets}"
-        " --out {params.run_dir} > {log} 2>&1"
-        " && printf '%s\\n' {params.info:q} > {output.info}.tmp && mv {output.info}.tmp {output.info}"
+        "fedgmh train --dataset {params.dataset:q} --root {params.root:q} --partition {input.partition:q}"
+        " --algorithm {wildcards.algorithm:q} --rounds {params.rounds:q} --join-ratio {params.join_ratio:q}"
+        " --local-epochs {params.local_epochs:q} --batch-size {params.batch_size:q} --lr {params.lr:q}"
+        " --seed {wildcards.seed:q} --device {params.device:q} --threads {threads:q} {params.sets:q}"
+        " --out {params.run_dir:q} > {log:q} 2>&1"
+        " && printf '%s\\n' {params.info:q} > {params.info_tmp:q} && mv {params.info_tmp:q} {output.info:q}"
 
 
 rule run_record:
@@ -51,7 +52,8 @@ rule run_record:
         f"{LOGS}/run_record/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
     localrule: True
     shell:
-        "(cp {input.metrics} {output.metrics} && cp {input.record} {output.record} && cp {input.info} {output.info}) > {log} 2>&1"
+        "(cp {input.metrics:q} {output.metrics:q} && cp {input.record:q} {output.record:q} && cp {input.info:q} {output.info:q})"
+        " > {log:q} 2>&1"
 
 
 def run_records():
