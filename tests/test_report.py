@@ -92,7 +92,7 @@ def test_table_mean_std_bold_and_order(runs: list[Path], tmp_path: Path) -> None
     cell = cells.loc[("fedgmh", "mnist_c2_a0.5")]
     assert cell["mean"] == pytest.approx(98.0)
     assert cell["std"] == pytest.approx(np.std([98.0, 97.0, 99.0]))  # ddof=0
-    assert cell["cell"] == "98.00 ± 0.82"
+    assert cell["cell"] == "98.00 ± 0.82 (n=3)"  # 3 of the paper's 5 seeds
     assert cell["n_seeds"] == 3
     assert bool(cell["is_best"]) and bool(cells.loc[("fedper", "cifar10_c2_a5"), "is_best"])
     assert not bool(cells.loc[("fedgmh", "cifar10_c2_a5"), "is_best"])
@@ -104,12 +104,21 @@ def test_table_mean_std_bold_and_order(runs: list[Path], tmp_path: Path) -> None
 
     latex = table["latex"]
     assert r"\toprule" in latex and r"\midrule" in latex and r"\bottomrule" in latex
-    assert r"\textbf{98.00 $\pm$ 0.82}" in latex
-    assert r"\textbf{90.00 $\pm$ 0.00}" in latex
-    assert "88.00 $\\pm$ 0.82" in latex and r"\textbf{88.00" not in latex
+    assert r"\textbf{98.00 $\pm$ 0.82 (n=3)}" in latex
+    assert r"\textbf{90.00 $\pm$ 0.00 (n=3)}" in latex
+    assert "88.00 $\\pm$ 0.82 (n=3)" in latex and r"\textbf{88.00" not in latex
+    assert "fewer than the paper's 5" in latex
     assert latex.index("FedAvg") < latex.index("FedPer") < latex.index("FedGMH")
     assert "3 seeds" in latex and "100 clients" in latex and "5 rounds" in latex and "ddof=0" in latex
     assert r"\multicolumn{1}{c}{MNIST}" in latex or "MNIST" in latex
+
+
+def test_cell_text_says_how_many_seeds() -> None:
+    from fedgmh.report.tables import cell_text
+
+    assert cell_text(98.661, 0.0, 1, latex=False) == "98.66 (n=1)"  # no "± 0.00" for one seed
+    assert cell_text(98.661, 0.123, 5, latex=False) == "98.66 ± 0.12"  # the paper's 5 seeds: plain
+    assert cell_text(98.661, 0.123, 4, latex=True) == "98.66 $\\pm$ 0.12 (n=4)"
 
 
 def test_table_cli_writes_tex_and_csv(runs: list[Path], tmp_path: Path) -> None:
@@ -240,9 +249,9 @@ def test_variants_are_rows_and_part_of_the_setting_id(tmp_path: Path) -> None:
     wide = table["wide"]
     assert list(wide["Variant"]) == list(variants)  # rows = variants, in config order
     assert list(wide.columns[1:]) == ["MNIST ExDir(2, 0.5)", "CIFAR-10 ExDir(2, 0.5)"]  # columns = settings
-    assert wide.iloc[0, 1] == "90.00 ± 0.00" and wide.iloc[2, 2] == "70.00 ± 0.00"
+    assert wide.iloc[0, 1] == "90.00 ± 0.00 (n=2)" and wide.iloc[2, 2] == "70.00 ± 0.00 (n=2)"
     latex = table["latex"]
-    assert r"\textbf{90.00 $\pm$ 0.00}" in latex and "mix=noncritical &" in latex and "Variant" in latex
+    assert r"\textbf{90.00 $\pm$ 0.00 (n=2)}" in latex and "mix=noncritical &" in latex and "Variant" in latex
     with pytest.raises(UserError, match="one per run"):
         report.aggregate_runs(dirs, experiment="audit", variants=names[:-1])
 
@@ -280,15 +289,17 @@ def test_comparison_agree_disagree_not_run(tmp_path: Path) -> None:
         "alpha": [0.5, 0.5, 0.5, 0.5], "algorithm": ["FedAvg", "FedGMH", "FedAvg", "FedGMH"], "local_epochs": [2] * 4,
         "join_ratio": [0.2] * 4, "beta": [0.5] * 4, "eta_h": [1.0] * 4, "mean": [88.3, 98.66, 31.3, 76.06], "std": [0.95, 0.15, 1.05, 0.3],
     })
-    dirs = [make_run(tmp_path, algorithm="fedavg", seed=s, best=b) for s, b in enumerate((0.88, 0.89))]  # 88.5 ± 0.5: agrees
-    dirs += [make_run(tmp_path, algorithm="fedgmh", seed=s, best=b) for s, b in enumerate((0.97, 0.97))]  # 97 ± 0: 1.66 > 2*0.15
+    # the paper's protocol (200 rounds, 100 clients, E = 2, rho = 0.2) with 3 seeds: compared
+    dirs = [make_run(tmp_path, algorithm="fedavg", seed=s, best=b, rounds=200) for s, b in enumerate((0.88, 0.89, 0.885))]  # 88.5: agrees
+    dirs += [make_run(tmp_path, algorithm="fedgmh", seed=s, best=0.97, rounds=200) for s in range(3)]  # 97 ± 0: 1.66 > 2*0.15
     results, _ = report.aggregate_runs(dirs, experiment="table2")
     cells, _ = report.summarize(results, "table2")
     comparison = report.compare_with_paper(cells, reference)
     assert list(comparison["status"]) == ["agree", "disagree", "not run", "not run"]
     row = comparison.iloc[0]
     assert row["our_mean"] == pytest.approx(88.5) and row["diff"] == pytest.approx(0.2)
-    assert row["tolerance"] == pytest.approx(2 * np.sqrt(0.95**2 + 0.5**2))
+    assert row["tolerance"] == pytest.approx(2 * np.sqrt(0.95**2 + np.std([88, 89, 88.5]) ** 2))
+    assert row["protocol"] == "3 seeds (paper 5)"
     # a larger k makes the FedGMH cell agree: 1.66 <= 6 * 0.15
     assert report.compare_with_paper(cells, reference, k=12)["status"].tolist()[:2] == ["agree", "agree"]
 
@@ -300,11 +311,11 @@ def test_comparison_agree_disagree_not_run(tmp_path: Path) -> None:
     assert cli_main(["compare", "--results", str(results_csv), "--reference", str(ref_csv), "--out", str(md),
                      "--tex", str(tex), "--csv", str(csv)]) == 0
     text = md.read_text()
-    assert "| table2 | 3 | 1 | 1 | 1 |" in text and "| table7 | 1 | 0 | 0 | 1 |" in text and "| **all** | 4 | 1 | 1 | 2 |" in text
+    assert "| table2 | 3 | 1 | 1 | 0 | 1 |" in text and "| table7 | 1 | 0 | 0 | 0 | 1 |" in text and "| **all** | 4 | 1 | 1 | 0 | 2 |" in text
     assert "≤ 2·√(std_paper² + std_ours²)" in text
     assert "| Cifar10 ExDir(2, 0.5) | FedAvg | 31.30 ± 1.05 | — |  |  |  | not run |" in text
     latex = tex.read_text()
-    assert r"\begin{longtable}" in latex and r"\toprule" in latex and r"\bottomrule" in latex and "1 agree, 1 disagree, 2 not run" in latex
+    assert r"\begin{longtable}" in latex and r"\toprule" in latex and r"\bottomrule" in latex and "1 agree, 1 disagree, 0 at a reduced protocol (not comparable), 2 not run" in latex
     assert len(pd.read_csv(csv)) == 4
 
 
@@ -351,9 +362,10 @@ def test_rounds_cli(tmp_path: Path) -> None:
     assert r"\toprule" in latex and r"\multicolumn{4}{c}{70\%}" in latex and "FedGMH & 1 & 1 & 1/1 & 68 & 2 & 2 & 1/1 & 185" in latex
 
 
-def test_cells_at_another_protocol_are_compared_and_flagged() -> None:
-    """A reduced run (8 rounds, E = 1, one seed) is compared with Table 2's cell and says how it
-    differs; a Table 3 cell still matches only its own E."""
+def test_cells_at_another_protocol_are_not_compared_and_say_why() -> None:
+    """A reduced run (8 rounds, E = 1, one seed) is matched with Table 2's cell but is 'reduced
+    protocol', saying how it differs; so is a full-protocol cell with one seed; a Table 3 cell
+    still matches only its own E."""
     reference = pd.DataFrame({
         "table": ["table2", "table3", "table3"], "dataset": ["MNIST", "Cifar10", "Cifar10"], "C": [2, 2, 2], "alpha": [0.5] * 3,
         "algorithm": ["FedAvg"] * 3, "local_epochs": [2, 4, 6], "join_ratio": [0.2] * 3, "beta": [0.5] * 3, "eta_h": [1.0] * 3,
@@ -366,9 +378,15 @@ def test_cells_at_another_protocol_are_compared_and_flagged() -> None:
         {**common, "experiment": "table3", "dataset": "cifar10", "mean": 29.0, "n_seeds": 5, "rounds": 200, "local_epochs": 6},
     ])
     comparison = report.compare_with_paper(cells, reference)
-    assert list(comparison["status"]) == ["disagree", "not run", "agree"]
+    assert list(comparison["status"]) == ["reduced protocol", "not run", "agree"]
     assert comparison["protocol"].tolist() == ["8 rounds (paper 200), E=1 (paper 2), 1 seed (paper 5)", "", ""]
+    assert comparison["diff"].iloc[0] == pytest.approx(17.4 - 88.3)  # shown, for information
     from fedgmh.report.compare import comparison_markdown
 
     md = comparison_markdown(comparison, 2.0, ["table2", "table3"])
-    assert "| table2 | 1 | 0 | 1 | 0 | 1 |" in md and "| **all** | 3 | 1 | 1 | 1 | 1 |" in md
+    assert "| table2 | 1 | 0 | 0 | 1 | 0 |" in md and "| **all** | 3 | 1 | 0 | 1 | 1 |" in md
+    # the paper's protocol but one seed: not comparable either; three seeds are enough
+    full = cells.iloc[[0]].assign(rounds=200, local_epochs=2, mean=88.0)
+    assert report.compare_with_paper(full, reference)["status"].iloc[0] == "reduced protocol"
+    assert report.compare_with_paper(full.assign(n_seeds=3), reference)["status"].iloc[0] == "agree"
+    assert report.compare_with_paper(full.assign(n_seeds=3, mean=80.0), reference)["status"].iloc[0] == "disagree"

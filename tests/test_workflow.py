@@ -204,7 +204,7 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     comparison = pd.read_csv(art / "comparison.csv")
     assert len(comparison) == 195 and (comparison["status"] == "not run").all()
     md = (art / "comparison.md").read_text()
-    assert "| **all** | 195 | 0 | 0 | 195 |" in md and "| table3 | 48 | 0 | 0 | 48 |" in md
+    assert "| **all** | 195 | 0 | 0 | 0 | 195 |" in md and "| table3 | 48 | 0 | 0 | 0 | 48 |" in md
     assert r"\begin{longtable}" in (art / "comparison.tex").read_text()
 
     results = pd.read_csv(tmp_path / "results" / "smoke" / "aggregate" / "table5.results.csv")

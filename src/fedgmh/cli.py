@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | aggregate | table | curves`.
+"""Command-line interface: `fedgmh download | partition | train | store | aggregate | table | curves | rounds | compare | costs`.
 
 Each subcommand is a thin wrapper around a library function; user errors (bad input, missing
 files) are reported as one line on stderr with exit status 2.
@@ -80,7 +80,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
         threads=args.threads,
         overrides=parse_overrides(args.set),
     )
-    result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every)
+    result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
+                          stores=[Path(s) for s in args.store])
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
@@ -131,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="engine or algorithm option, e.g. --set beta=0.3 --set drop_last=true (repeatable)",
     )
     p.add_argument("--out", required=True, help="run directory")
+    p.add_argument(
+        "--store",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="folder of finished run records (repeatable): a record of exactly this run is copied to OUT instead of training",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument(
         "--checkpoint-every",
@@ -141,10 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_train)
 
-    from fedgmh import cli_costs, cli_report
+    from fedgmh import cli_costs, cli_report, cli_store
 
     cli_report.register(sub)
     cli_costs.register(sub)
+    cli_store.register(sub)
     return parser
 
 

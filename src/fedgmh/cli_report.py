@@ -53,7 +53,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     comparison = report.write_comparison(args.results, args.reference, args.out, out_tex=args.tex, out_csv=args.csv, k=args.k)
     counts = comparison["status"].value_counts()
     print(f"compare: {len(comparison)} paper cells: {counts.get('agree', 0)} agree, {counts.get('disagree', 0)} disagree, "
-          f"{counts.get('not run', 0)} not run -> {args.out}")
+          f"{counts.get('reduced protocol', 0)} reduced protocol (not comparable), {counts.get('not run', 0)} not run -> {args.out}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 import fedgmh
-from fedgmh import data, gpu_slots
+from fedgmh import data, gpu_slots, store
 from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
@@ -124,6 +124,20 @@ def _code_version() -> str | None:
         return None
 
 
+def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
+    """Copy the stored record of the run `identity` describes to `out_dir`; None when none exists."""
+    found, notes = store.find(stores, store.run_key(identity))
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else (lambda line: None)
+    for line in notes:
+        say(f"[{identity['config']['algorithm']}] {line}")
+    if found is None:
+        return None
+    store.copy_record(found.folder, out_dir)
+    say(f"[{identity['config']['algorithm']}] reused the record in {found.folder} (trained on {found.record.get('device')}, "
+        f"{found.record.get('started_utc')}); no training")
+    return found.record
+
+
 class ProgressLog:
     """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA."""
 
@@ -143,11 +157,14 @@ class ProgressLog:
         )
 
 
-def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5) -> dict:
+def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
+                 stores: list[Path] | None = None) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
-    started again with the same settings resumes from it (0 = no checkpoints).
+    started again with the same settings resumes from it (0 = no checkpoints). When a folder of
+    `stores` holds the record of exactly this run (fedgmh.store), that record is copied to
+    `out_dir` instead of training.
     """
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device)
@@ -168,7 +185,12 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "engine_options": dataclasses.asdict(engine),
         "partition": partition_meta,
         "fedgmh": fedgmh.__version__,
+        "results_version": fedgmh.RESULTS_VERSION,
     }
+    if stores:
+        reused = reuse_stored_record(identity, stores, out_dir, progress)
+        if reused is not None:
+            return reused
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
     for name in ("metrics.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
         remove_leftovers(out_dir / name)

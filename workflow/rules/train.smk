@@ -28,37 +28,40 @@ rule train:
         sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
         info=run_info_json,
         info_tmp=lambda wildcards, output: f"{output.info}.tmp",
+        stores=[word for folder in config["stores"] for word in ("--store", folder)],
     shell:
         "fedgmh train --dataset {params.dataset:q} --root {params.root:q} --partition {input.partition:q}"
         " --algorithm {wildcards.algorithm:q} --rounds {params.rounds:q} --join-ratio {params.join_ratio:q}"
         " --local-epochs {params.local_epochs:q} --batch-size {params.batch_size:q} --lr {params.lr:q}"
-        " --seed {wildcards.seed:q} --device {params.device:q} --threads {threads:q} {params.sets:q}"
+        " --seed {wildcards.seed:q} --device {params.device:q} --threads {threads:q} {params.sets:q} {params.stores:q}"
         " --out {params.run_dir:q} > {log:q} 2>&1"
         " && printf '%s\\n' {params.info:q} > {params.info_tmp:q} && mv {params.info_tmp:q} {output.info:q}"
 
 
 rule run_record:
-    """A finished run's record (metrics per round, run.json, run_info.json) copied next to the
-    artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed."""
+    """A finished run's record (metrics per round, run.json, run_info.json) put into the store next
+    to the artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed and a
+    fresh clone reuses it instead of training (docs/store.md). `fedgmh store put` refuses to replace
+    a record of other settings; the marker file tells Snakemake the record is in place."""
     input:
         metrics=rules.train.output.metrics,
         record=rules.train.output.record,
         info=rules.train.output.info,
     output:
-        metrics=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/metrics.csv",
-        record=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run.json",
-        info=f"{ARTIFACTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run_info.json",
+        touch(f"{RESULTS}/stored/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.done"),
     log:
         f"{LOGS}/run_record/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
     localrule: True
+    params:
+        source=lambda wildcards, input: os.path.dirname(input.record),
+        destination=lambda wildcards: f"{ARTIFACTS}/runs/{wildcards.experiment}/{wildcards.setting}/{wildcards.algorithm}/seed{wildcards.seed}",
     shell:
-        "(cp {input.metrics:q} {output.metrics:q} && cp {input.record:q} {output.record:q} && cp {input.info:q} {output.info:q})"
-        " > {log:q} 2>&1"
+        "fedgmh store put {params.source:q} {params.destination:q} > {log:q} 2>&1"
 
 
 def run_records():
-    """The artifact copies of every trained run's record."""
-    return [f"{ARTIFACTS}/runs/{run_dir[len(RESULTS + '/runs/'):]}/run.json" for run_dir in TRAIN_JOBS]
+    """The markers of every trained run's record put into paper_artifacts/<name>/runs."""
+    return [f"{RESULTS}/stored/{run_dir[len(RESULTS + '/runs/'):]}.done" for run_dir in TRAIN_JOBS]
 
 
 rule all_runs:

@@ -9,8 +9,11 @@ eta_h). Cells of named variants never match. Where our run's protocol differs fr
 dimension the table does not vary (rounds, clients, local epochs, participation, number of seeds:
 e.g. config/mini.yaml), the cell is still compared and its `protocol` column says how it differs.
 
-Agreement criterion (`compare_with_paper`): |ours - paper| <= k * sqrt(std_paper^2 + std_ours^2),
-k = 2 by default, with both std the population std over seeds as each side reports it.
+Status of a cell (`compare_with_paper`): 'not run' without a cell of ours; 'reduced protocol' (not
+comparable) when the run's protocol differs from the paper's (the `protocol` column says how) or the
+cell has fewer than MIN_SEEDS seeds; otherwise 'agree' when |ours - paper| <= k * sqrt(std_paper^2 +
+std_ours^2), k = 2 by default, with both std the population std over seeds as each side reports
+it, else 'disagree'.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ DIM_LABELS = {"local_epochs": ("E", "$E$"), "join_ratio": ("ρ", r"$\rho$"), "be
 # the paper's protocol outside the swept dimensions (protocol.md)
 PAPER_ROUNDS = {"mnist": 200, "cifar10": 200, "cifar100": 300}
 PAPER_CLIENTS, PAPER_SEEDS = 100, 5
+#: fewer seeds than this and a cell is not compared: its spread over seeds is unknown
+MIN_SEEDS = 3
+STATUSES = ("agree", "disagree", "reduced protocol", "not run")
 
 
 def read_reference(path: Path | str) -> pd.DataFrame:
@@ -70,6 +76,14 @@ def _protocol_differences(rec: dict, ref: pd.Series, swept: list[str]) -> str:
     if rec.get("n_seeds") not in (None, "") and int(rec["n_seeds"]) != PAPER_SEEDS:
         notes.append(f"{int(rec['n_seeds'])} seed{'s' if int(rec['n_seeds']) != 1 else ''} (paper {PAPER_SEEDS})")
     return ", ".join(notes)
+
+
+def cell_status(diff: float, tolerance: float, n_seeds: int, protocol: str) -> str:
+    """agree / disagree for a cell at the paper's protocol with enough seeds, else 'reduced protocol'."""
+    other = [note for note in protocol.split(", ") if note and "seed" not in note]
+    if other or n_seeds < MIN_SEEDS:
+        return "reduced protocol"
+    return "agree" if abs(diff) <= tolerance + 1e-9 else "disagree"
 
 
 def attach_reference(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
@@ -133,8 +147,8 @@ def compare_with_paper(cells: pd.DataFrame, reference: pd.DataFrame, k: float = 
     """One row per reference cell: the paper's mean ± std, ours, the difference and a status.
 
     `cells`: our table cells (`fedgmh.report.summarize` of any number of experiments, concatenated).
-    status: 'agree' when |diff| <= k * sqrt(paper_std^2 + our_std^2), 'disagree' otherwise, 'not run'
-    when we have no such cell (experiment not configured, dataset or value not run).
+    status: see the module docstring (`cell_status`); 'not run' when we have no such cell (experiment
+    not configured, dataset or value not run).
     """
     matched = attach_reference(cells, reference) if len(cells) else cells.assign(paper_row=[])
     ours = {int(r): rec for r, rec in zip(matched["paper_row"], matched.to_dict("records")) if int(r) >= 0}
@@ -156,21 +170,20 @@ def compare_with_paper(cells: pd.DataFrame, reference: pd.DataFrame, k: float = 
         else:
             diff = float(cell["mean"]) - row["paper_mean"]
             tolerance = k * math.sqrt(row["paper_std"] ** 2 + float(cell["std"]) ** 2)
+            protocol = cell.get("protocol", "") or ""
             row.update(our_mean=float(cell["mean"]), our_std=float(cell["std"]), n_seeds=int(cell["n_seeds"]), diff=diff,
-                       tolerance=tolerance, status="agree" if abs(diff) <= tolerance + 1e-9 else "disagree",
-                       protocol=cell.get("protocol", ""))
+                       tolerance=tolerance, status=cell_status(diff, tolerance, int(cell["n_seeds"]), protocol),
+                       protocol=protocol)
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def summary_counts(comparison: pd.DataFrame) -> pd.DataFrame:
-    """Per table (and 'all'): how many cells agree, disagree, were not run."""
-    counts = pd.crosstab(comparison["table"], comparison["status"]).reindex(columns=["agree", "disagree", "not run"], fill_value=0)
+    """Per table (and 'all'): how many cells have each status."""
+    counts = pd.crosstab(comparison["table"], comparison["status"]).reindex(columns=list(STATUSES), fill_value=0)
     counts = counts.reindex(list(dict.fromkeys(comparison["table"])))
     counts.loc["all"] = counts.sum()
     counts["cells"] = counts.sum(axis=1)
-    other = comparison["protocol"].fillna("").astype(bool) if "protocol" in comparison else pd.Series(False, index=comparison.index)
-    counts["other protocol"] = other.groupby(comparison["table"]).sum().reindex(counts.index[:-1], fill_value=0).tolist() + [int(other.sum())]
     return counts.reset_index().rename(columns={"table": "table"})
 
 
@@ -184,21 +197,22 @@ def comparison_markdown(comparison: pd.DataFrame, k: float, experiments: Sequenc
         "# Our results next to the paper's",
         "",
         f"Every cell of the paper's Tables 2-7 (reference CSV), the paper's mean ± std next to ours (best test accuracy, %, "
-        f"mean ± population std over seeds). **Criterion**: a cell *agrees* when |ours − paper| ≤ {format_number(k)}·√(std_paper² + std_ours²); "
-        "*not run*: we have no such cell (experiment not in this config, or dataset / swept value not run). "
-        "*protocol*: how our runs differ from the paper's protocol outside the table's swept dimension (empty: the same); "
-        "cells compared at another protocol (e.g. a reduced config) measure the pipeline, not the paper's claim.",
+        f"mean ± population std over seeds). A cell at the paper's protocol with at least {MIN_SEEDS} seeds *agrees* when "
+        f"|ours − paper| ≤ {format_number(k)}·√(std_paper² + std_ours²) and *disagrees* otherwise. *Reduced protocol*: not "
+        f"comparable, because our runs differ from the paper's protocol outside the table's swept dimension or have fewer "
+        f"than {MIN_SEEDS} seeds (the *protocol* column says how; the difference is shown for information only). "
+        "*Not run*: we have no such cell (experiment not in this config, or dataset / swept value not run).",
         "",
         f"Experiments in this config: {', '.join(experiments) if experiments else '(none)'}.",
         "",
         "## Summary",
         "",
-        "| table | cells | agree | disagree | not run | compared at another protocol |",
+        "| table | cells | agree | disagree | reduced protocol (not comparable) | not run |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for rec in counts.to_dict("records"):
         name = f"**{rec['table']}**" if rec["table"] == "all" else rec["table"]
-        lines.append(f"| {name} | {rec['cells']} | {rec['agree']} | {rec['disagree']} | {rec['not run']} | {rec['other protocol']} |")
+        lines.append(f"| {name} | {rec['cells']} | {rec['agree']} | {rec['disagree']} | {rec['reduced protocol']} | {rec['not run']} |")
     for table, group in comparison.groupby("table", sort=False):
         lines += ["", f"## {table}", "", "| setting | method | paper | ours | seeds | diff | tolerance | status | protocol |",
                   "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
@@ -221,7 +235,8 @@ def comparison_latex(comparison: pd.DataFrame, k: float) -> str:
         "% Generated by `fedgmh compare`. Needs \\usepackage{booktabs,longtable}.",
         r"\begin{longtable}{llllrrl}",
         rf"\caption{{The paper's numbers next to ours (best test accuracy, \%, mean $\pm$ std over seeds). Agree: "
-        rf"$|\Delta| \le {format_number(k)}\sqrt{{\sigma_p^2 + \sigma_o^2}}$. {counts['agree']} agree, {counts['disagree']} disagree, "
+        rf"$|\Delta| \le {format_number(k)}\sqrt{{\sigma_p^2 + \sigma_o^2}}$ at the paper's protocol with at least {MIN_SEEDS} seeds. "
+        rf"{counts['agree']} agree, {counts['disagree']} disagree, {counts['reduced protocol']} at a reduced protocol (not comparable), "
         rf"{counts['not run']} not run.}}\label{{tab:comparison}}\\",
         r"\toprule",
         r"Table & Setting & Method & Paper & Ours & $\Delta$ & Status \\",

@@ -22,7 +22,7 @@ from fedgmh.report.names import (
     ALGORITHM_ORDER, DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, _freeze, _order_key, _parse_scalar, _sort_value,
     algorithm_name, dataset_name, format_number,
 )
-from fedgmh.report.compare import attach_reference, read_reference
+from fedgmh.report.compare import PAPER_SEEDS, attach_reference, read_reference
 from fedgmh.report.runs import read_results
 from fedgmh.report.settings import _dim_value, base_setting, sweep_dimensions, variant_of
 
@@ -100,6 +100,13 @@ def summarize(results: pd.DataFrame, experiment: str) -> tuple[pd.DataFrame, lis
     return out, dim_columns
 
 
+def cell_text(mean: float, std: float, n_seeds: int, latex: bool) -> str:
+    """'mean ± std', without the std for one seed, and '(n=k)' where k is below the paper's 5 seeds."""
+    pm = " $\\pm$ " if latex else " ± "
+    text = f"{mean:.2f}" if n_seeds == 1 else f"{mean:.2f}{pm}{std:.2f}"
+    return text + (f" (n={n_seeds})" if n_seeds < PAPER_SEEDS else "")
+
+
 def _row_name(algorithm: str, variant: str, several_algorithms: bool) -> str:
     if not variant:
         return algorithm_name(algorithm)
@@ -156,7 +163,7 @@ def make_table(results: pd.DataFrame, experiment: str, title: str | None = None,
     first = {s: cells[cells["column"] == s].iloc[0].to_dict() for s in settings}
     corner = "Variant" if (cells["variant"] != "").any() else "Method"
 
-    cells["cell"] = [f"{m:.2f} ± {s:.2f}" for m, s in zip(cells["mean"], cells["std"])]
+    cells["cell"] = [cell_text(m, s, n, latex=False) for m, s, n in zip(cells["mean"], cells["std"], cells["n_seeds"])]
     rounded = cells["mean"].round(2)
     best = rounded.groupby(cells["column"]).transform("max")
     cells["is_best"] = rounded == best
@@ -174,7 +181,7 @@ def make_table(results: pd.DataFrame, experiment: str, title: str | None = None,
         for rec in cells.to_dict("records"):
             r = rows.index(rec["row"])
             c = settings.index(rec["column"])
-            value = f"{rec['mean']:.2f} $\\pm$ {rec['std']:.2f}" if latex else rec["cell"]
+            value = cell_text(rec["mean"], rec["std"], rec["n_seeds"], latex=True) if latex else rec["cell"]
             text.iat[r, c] = value
             bold.iat[r, c] = bool(rec["is_best"])
         return text, bold
@@ -198,6 +205,8 @@ def make_table(results: pd.DataFrame, experiment: str, title: str | None = None,
         if desc:
             parts.append(f"{words} {desc}" if column == "join_ratio" else f"{desc} {words}{'' if desc == '1' else 's'}")
     caption = "; ".join(parts) + ". Bold: best mean in each column."
+    if n_seeds[0] < PAPER_SEEDS:
+        caption += f" (n=k): a cell of k seeds, fewer than the paper's {PAPER_SEEDS}; one seed has no std."
 
     styler = tex_frame.style
     styler = styler.apply(lambda col: np.where(bold[col.name].to_numpy(), "textbf:--rwrap;", ""), axis=0)

@@ -1,0 +1,59 @@
+"""`fedgmh store check | merge | put`: look after the folders of finished run records (fedgmh.store)."""
+
+from __future__ import annotations
+
+import argparse
+
+from fedgmh.errors import UserError
+
+
+def _cmd_check(args: argparse.Namespace) -> None:
+    from fedgmh import store
+
+    runs, problems = store.scan(args.stores)
+    groups = store.conflicts(runs)
+    for line in problems:
+        print(f"unreadable: {line}")
+    for group in groups:
+        print("conflict: " + store._conflict_message(group))
+    keys = len({run.digest for run in runs})
+    print(f"store check: {len(runs)} records of {keys} distinct runs, {len(groups)} conflict(s), {len(problems)} unreadable")
+    if groups or problems:
+        raise UserError("the store needs attention (lines above)")
+
+
+def _cmd_merge(args: argparse.Namespace) -> None:
+    from fedgmh import store
+
+    outcome = store.merge(args.sources, args.into)
+    for kind in ("added", "conflict", "unreadable"):
+        for line in outcome[kind]:
+            print(f"{kind}: {line}")
+    print(f"store merge: {len(outcome['added'])} added, {len(outcome['present'])} already present, "
+          f"{len(outcome['conflict'])} conflict(s), {len(outcome['unreadable'])} unreadable -> {args.into}")
+    if outcome["conflict"] or outcome["unreadable"]:
+        raise UserError("some records were not merged (lines above); nothing in the store was overwritten")
+
+
+def _cmd_put(args: argparse.Namespace) -> None:
+    from fedgmh import store
+
+    print(f"store put: {store.put(args.source, args.destination)} {args.destination}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("store", help="check, merge and fill stores of finished run records (docs/store.md)")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    v = verbs.add_parser("check", help="list records of the same run whose results differ, and unreadable records")
+    v.add_argument("stores", nargs="+", help="store folders (searched at any depth for run.json)")
+    v.set_defaults(func=_cmd_check)
+    v = verbs.add_parser("merge", help="add the records found below SOURCES (another machine's results/, a GPU job's "
+                                       "output) to a store; never overwrites")
+    v.add_argument("sources", nargs="+")
+    v.add_argument("--into", required=True, help="store folder, e.g. paper_artifacts/paper/runs")
+    v.set_defaults(func=_cmd_merge)
+    v = verbs.add_parser("put", help="copy one run's record to a given folder of a store (the workflow's run_record rule)")
+    v.add_argument("source")
+    v.add_argument("destination")
+    v.set_defaults(func=_cmd_put)
+

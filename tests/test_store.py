@@ -1,0 +1,177 @@
+"""The results store: a finished run's record is reused only for exactly the same run, conflicts are
+reported and nothing is overwritten (fedgmh.store, `fedgmh store`, `fedgmh train --store`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedgmh import store
+from fedgmh.cli import main as cli_main
+from fedgmh.errors import UserError
+
+from test_workflow import SMOKE, snakemake
+
+
+def train(digits_root: Path, partition: Path, out: Path, *extra: str) -> int:
+    return cli_main(["train", "--dataset", "digits", "--root", str(digits_root), "--partition", str(partition),
+                     "--algorithm", "fedavg", "--rounds", "2", "--join-ratio", "0.5", "--batch-size", "20", "--quiet",
+                     "--out", str(out), *extra])
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> dict[str, Path]:
+    """A store holding one trained record, and the data it was made from."""
+    from fedgmh import data
+
+    root = tmp_path_factory.mktemp("store")
+    data.download("digits", root / "data")
+    partition = root / "part.npz"
+    assert cli_main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
+                     "--classes-per-client", "3", "--alpha", "0.5", "--out", str(partition)]) == 0
+    assert train(root / "data", partition, root / "store" / "table2" / "fedavg" / "seed0") == 0
+    return {"root": root / "data", "partition": partition, "store": root / "store",
+            "record": root / "store" / "table2" / "fedavg" / "seed0"}
+
+
+def test_exact_record_is_reused_without_training(stored, tmp_path: Path) -> None:
+    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(stored["store"]), "--device", "cpu",
+                 "--threads", "1", "--set", "eval_batch_size=7") == 0
+    # copied, not recomputed: even the per-round wall times are the stored run's
+    assert (tmp_path / "run" / "metrics.csv").read_bytes() == (stored["record"] / "metrics.csv").read_bytes()
+    assert (tmp_path / "run" / "run.json").read_bytes() == (stored["record"] / "run.json").read_bytes()
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_record_of_other_settings_is_not_reused(stored, tmp_path: Path) -> None:
+    key = store.run_key(json.loads((stored["record"] / "run.json").read_text()))
+    other = dict(key, lr=0.02)
+    found, notes = store.find([stored["store"]], other)
+    assert found is None and notes and "lr: 0.01 vs 0.02" in notes[0]
+    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(stored["store"]), "--lr", "0.02") == 0
+    ours = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    theirs = pd.read_csv(stored["record"] / "metrics.csv")
+    assert not ours["test_acc"].equals(theirs["test_acc"])  # trained anew, with lr 0.02
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["config"]["lr"] == 0.02
+
+
+def test_run_key_covers_what_decides_results_and_nothing_else(stored) -> None:
+    record = json.loads((stored["record"] / "run.json").read_text())
+    key = store.run_key(record)
+    assert key["partition"]["digest"] and key["partition"]["dataset_fingerprint"] and key["results_version"] == 1
+    same = copy.deepcopy(record)
+    same["config"].update(device="cuda:0", threads=8, root="/elsewhere", partition="/elsewhere/p.npz")
+    same["engine_options"].update(vectorise="on", eval_cache=False, eval_batch_size=17, memory_format="channels_last")
+    same["host"] = "gpu-box"
+    del same["engine_options"]["tf32"]  # an option the record predates is compared at its default
+    assert store.run_key(same) == key
+    for path, value in [(("config", "seed"), 1), (("config", "rounds"), 3), (("engine_options", "lr_decay"), 0.9),
+                        (("engine_options", "tf32"), True), (("partition", "digest"), "0" * 64),
+                        (("partition", "dataset_fingerprint"), "f" * 64), (("results_version",), 2)]:
+        changed = copy.deepcopy(record)
+        target = changed
+        for part in path[:-1]:
+            target = target[part]
+        target[path[-1]] = value
+        assert store.run_key(changed) != key, path
+    with pytest.raises(UserError, match="not a run record"):
+        store.run_key({"config": {}})
+
+
+def test_conflicting_records_are_reported_and_never_overwritten(stored, tmp_path: Path, capsys) -> None:
+    mine = tmp_path / "mine"
+    shutil.copytree(stored["store"], mine)
+    other = tmp_path / "other" / "gpu-job" / "fedavg"
+    shutil.copytree(stored["record"], other)
+    metrics = pd.read_csv(other / "metrics.csv")
+    metrics.loc[1, "test_acc"] += 0.01  # the same run, other numbers (another machine, a bug...)
+    metrics.to_csv(other / "metrics.csv", index=False)
+
+    key = store.run_key(json.loads((other / "run.json").read_text()))
+    with pytest.raises(store.StoreConflict, match="same run"):
+        store.find([mine, tmp_path / "other"], key)
+    assert cli_main(["store", "check", str(mine), str(tmp_path / "other")]) == 2
+    assert "1 conflict(s)" in capsys.readouterr().out
+
+    before = {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()}
+    assert cli_main(["store", "merge", str(tmp_path / "other"), "--into", str(mine)]) == 2
+    assert {p: p.read_bytes() for p in mine.rglob("*") if p.is_file()} == before
+    # the same record again is 'already present'; a new run is added under its relative path
+    assert cli_main(["store", "merge", str(stored["store"]), "--into", str(mine)]) == 0
+    assert "0 added, 1 already present" in capsys.readouterr().out
+    new = tmp_path / "new" / "fedavg-lr" / "seed0"
+    shutil.copytree(stored["record"], new)
+    record = json.loads((new / "run.json").read_text())
+    record["config"]["lr"] = 0.5
+    (new / "run.json").write_text(json.dumps(record))
+    assert cli_main(["store", "merge", str(tmp_path / "new"), "--into", str(mine)]) == 0
+    assert (mine / "fedavg-lr" / "seed0" / "run.json").read_text() == json.dumps(record)
+    assert cli_main(["store", "check", str(mine)]) == 0
+
+
+def test_put_refuses_to_replace_the_record_of_another_run(stored, tmp_path: Path) -> None:
+    destination = tmp_path / "dest"
+    assert store.put(stored["record"], destination) == "added"
+    assert store.put(stored["record"], destination) == "updated"
+    other = tmp_path / "other"
+    shutil.copytree(stored["record"], other)
+    record = json.loads((other / "run.json").read_text())
+    record["config"]["rounds"] = 9
+    (other / "run.json").write_text(json.dumps(record))
+    with pytest.raises(store.StoreConflict, match="another run.*rounds: 2 vs 9"):
+        store.put(other, destination)
+    assert json.loads((destination / "run.json").read_text())["config"]["rounds"] == 2
+
+
+def test_workflow_second_time_from_records_only(tmp_path: Path) -> None:
+    """A fresh clone (no results/, the committed paper_artifacts/) regenerates its tables from the
+    records without training; a record whose settings differ is not used and not overwritten."""
+    config = yaml.safe_load(SMOKE.read_text())
+    config.update(name="reuse", seeds=[0], figures={}, reference_tables=None)
+    config.pop("rounds_to_target", None)
+    config["experiments"] = {"table2": {**config["experiments"]["table2"], "algorithms": ["fedavg", "fedper", "fedgmh"]}}
+    path = tmp_path / "reuse.yaml"
+    path.write_text(yaml.safe_dump(config))
+    first = snakemake(tmp_path, "all_tables", "--cores", "2", "--configfile", str(path), timeout=600)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    art = tmp_path / "paper_artifacts" / "reuse"
+    table = (art / "table2.csv").read_bytes()
+    records = sorted((art / "runs").rglob("run.json"))
+    assert len(records) == 3
+
+    # a fresh clone: no results, no logs, no .snakemake; one record edited to claim another lr
+    for folder in ("results", "logs", ".snakemake"):
+        shutil.rmtree(tmp_path / folder)
+    edited = art / "runs" / "table2" / "digits_c2_a0.5" / "fedper" / "seed0" / "run.json"
+    record = json.loads(edited.read_text())
+    record["config"]["lr"] = 0.5
+    edited.write_text(json.dumps(record))
+    (art / "table2.csv").unlink()
+
+    second = snakemake(tmp_path, "all_tables", "--cores", "2", "--configfile", str(path), timeout=600)
+    logs = {p.parent.name: p.read_text() for p in (tmp_path / "logs" / "reuse" / "train").rglob("*.log")}
+    assert "reused the record" in logs["fedavg"] and "reused the record" in logs["fedgmh"]
+    assert "reused" not in logs["fedper"].replace("not reused", "") and "lr: 0.5 vs 0.05" in logs["fedper"]
+    assert "] round 3/3" in logs["fedper"] and "] round 0/" not in logs["fedavg"]  # only FedPer trained
+    # ... and its record differs from the edited one, which `store put` refuses to replace
+    assert second.returncode != 0
+    assert "holds the record of another run" in (tmp_path / "logs" / "reuse" / "run_record" / "table2" / "digits_c2_a0.5"
+                                                  / "fedper" / "seed0.log").read_text()
+    assert edited.read_text() == json.dumps(record)
+
+    # the edit undone: the whole table comes from the records, identical to the first time
+    record["config"]["lr"] = 0.05
+    edited.write_text(json.dumps(record))
+    for folder in ("results", "logs", ".snakemake"):
+        shutil.rmtree(tmp_path / folder)
+    third = snakemake(tmp_path, "all_tables", "--cores", "2", "--configfile", str(path), timeout=600)
+    assert third.returncode == 0, (third.stdout + third.stderr)[-3000:]
+    logs = [p.read_text() for p in (tmp_path / "logs" / "reuse" / "train").rglob("*.log")]
+    assert len(logs) == 3 and all("reused the record" in log and "] round 0/" not in log for log in logs)
+    assert (art / "table2.csv").read_bytes() == table
