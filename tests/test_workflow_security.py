@@ -174,3 +174,14 @@ def test_free_text_and_paths_with_spaces_reach_the_commands_intact(tmp_path: Pat
     assert (art / "comparison.md").is_file() and (art / "rounds_to_target.csv").is_file()
     assert len(list((art / "runs").rglob("run.json"))) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "work dir"]  # nothing written outside
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../escape", "a/b", "-rf", ".hidden", "a b", ""])
+def test_name_must_be_one_safe_folder_name(tmp_path: Path, name: str) -> None:
+    config = tiny_config()
+    config["name"] = name
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert f"name: {name!r} is not allowed: use one folder name" in out, out[-3000:]

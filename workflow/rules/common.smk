@@ -18,6 +18,7 @@
 # `[]`), so they are quoted the same way.
 
 import json
+import re
 
 from fedgmh.config import parse_overrides
 from fedgmh.data import DATASETS
@@ -26,6 +27,13 @@ from fedgmh.report import assign_setting_ids, format_number
 from fedgmh.train import resolve_options  # imports torch: a few seconds per snakemake call
 
 NAME = config["name"]
+# `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
+# (the schema says the same; this keeps the rules safe whatever validated the config)
+if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", str(NAME)):
+    raise WorkflowError(
+        f"config: name {NAME!r} is not allowed: outputs go to results/<name>/, so use one folder name of "
+        "letters, digits and _ . - that does not start with . or - (e.g. smoke, paper, mini_v2)"
+    )
 DATA = config["data_root"].rstrip("/")
 RESULTS = f"results/{NAME}"
 LOGS = f"logs/{NAME}"
