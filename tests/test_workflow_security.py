@@ -185,3 +185,46 @@ def test_name_must_be_one_safe_folder_name(tmp_path: Path, name: str) -> None:
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
     assert f"name: {name!r} is not allowed: use one folder name" in out, out[-3000:]
+
+
+def test_ordinary_names_and_extreme_seeds_plan_fine(tmp_path: Path) -> None:
+    config = tiny_config()
+    config.update(name="mini_v2.1", seeds=[0, 2**32 - 1], partition_seed=2**32 - 1, clients=2)
+    config["experiments"]["table2"]["settings"][0]["classes_per_client"] = 10  # the fewest clients: 2, with every class
+    config["figures"]["figure3"]["setting"] = "digits_c10_a0.5"
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "results/mini_v2.1/runs/table2/digits_c10_a0.5/fedgmh/seed4294967295" in out
+
+
+def _setting(config: dict[str, Any]) -> dict[str, Any]:
+    return config["experiments"]["table2"]["settings"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c.update(seeds=[-1]), "seeds[0]: -1 is less than the minimum of 0"),
+        (lambda c: c.update(seeds=[0, 2**32]), "seeds[1]: 4294967296 is greater than the maximum of 4294967295"),
+        (lambda c: c["experiments"]["table2"].update(seeds=[2**40]), "experiments.table2.seeds[0]: 1099511627776 is greater than"),
+        (lambda c: c.update(partition_seed=-5), "partition_seed: -5 is less than the minimum of 0"),
+        (lambda c: c.update(partition_seed=2**32), "partition_seed: 4294967296 is greater than the maximum"),
+        (lambda c: c.update(clients=1), "clients: 1 is less than the minimum of 2"),
+        (lambda c: _setting(c).update(classes_per_client=11),
+         "experiments.table2.settings[0].classes_per_client is 11, but digits has only 10 classes; use 1..10"),
+        (lambda c: c.update(clients=4),
+         "clients (4) x experiments.table2.settings[0].classes_per_client (2) < the 10 classes of digits"),
+    ],
+    ids=["seed-negative", "seed-2**32", "experiment-seed", "partition-seed-negative", "partition-seed-2**32", "one-client",
+         "classes-per-client", "classes-uncovered"],
+)
+def test_bad_seeds_clients_and_classes_fail_the_dry_run(tmp_path: Path, change: Callable, message: str) -> None:
+    config = tiny_config()
+    change(config)
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert message in out, out[-3000:]

@@ -21,7 +21,7 @@ import json
 import re
 
 from fedgmh.config import parse_overrides
-from fedgmh.data import DATASETS
+from fedgmh.data import DATASETS as DATASET_INFO
 from fedgmh.errors import UserError
 from fedgmh.report import assign_setting_ids, format_number
 from fedgmh.train import resolve_options  # imports torch: a few seconds per snakemake call
@@ -62,7 +62,7 @@ def _check_settings():
         for index, setting in enumerate(exp["settings"]):
             key = f"experiments.{exp_name}.settings[{index}].classes_per_client"
             classes, dataset = int(setting["classes_per_client"]), setting["dataset"]
-            num_classes = DATASETS[dataset].num_classes
+            num_classes = DATASET_INFO[dataset].num_classes
             if classes > num_classes:
                 raise WorkflowError(f"config: {key} is {classes}, but {dataset} has only {num_classes} classes; use 1..{num_classes}")
             if clients * classes < num_classes:
