@@ -228,3 +228,29 @@ def test_bad_seeds_clients_and_classes_fail_the_dry_run(tmp_path: Path, change: 
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
     assert message in out, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c.update(algorithm_options={"fedgmh": {"betta": 0.5}}),
+         "config: algorithm_options.fedgmh.betta = 0.5 is not valid for fedgmh (a run of experiment table2)"),
+        (lambda c: _setting(c).update(options={"beta": "abc"}),
+         "config: experiments.table2.settings[0].options.beta = 'abc' is not valid for fedgmh"),
+        (lambda c: c.update(train_options={"drop_last": "maybe"}), "config: train_options.drop_last = 'maybe' is not valid"),
+        (lambda c: c["experiments"]["table2"].update(variants={"v": {"mix": "everything"}}),
+         "config: experiments.table2.variants.v.mix = 'everything' is not valid for fedgmh"),
+        (lambda c: c["experiments"]["table2"].update(options={"fedgmh": {"preset": "authors"}}),
+         "config: experiments.table2.options.fedgmh.preset = 'authors' is not valid for fedgmh"),
+    ],
+    ids=["unknown-key", "bad-float", "bad-bool", "bad-choice", "bad-preset"],
+)
+def test_bad_options_fail_the_dry_run_naming_the_key(tmp_path: Path, change: Callable, message: str) -> None:
+    config = tiny_config()
+    config["experiments"]["table2"]["algorithms"] = ["fedgmh"]
+    change(config)
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert message in out, out[-3000:]
