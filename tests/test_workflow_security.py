@@ -61,13 +61,14 @@ def write_config(path: Path, config: dict[str, Any]) -> Path:
 
 
 def payloads(marker: Path) -> list[str]:
-    """Shell syntax that creates `marker` when pasted unquoted into a command."""
+    """Shell syntax that creates `marker` when pasted unquoted into a command (whether or not the
+    command before it fails)."""
     return [
         f"data;touch {marker};echo",
         f"x$(touch {marker})",
         f"x`touch {marker}`",
         f"x\ntouch {marker}\n",
-        f"x && touch {marker} && echo",
+        f"x & touch {marker} & echo",
         f"x | touch {marker}",
     ]
 
