@@ -35,8 +35,13 @@ except WorkflowError:
     )
     _problems = []
     for _error in sorted(_validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        while _error.validator in ("anyOf", "oneOf") and _error.context:  # e.g. a variant: options or null
+            _error = max(_error.context, key=lambda e: len(e.absolute_path))  # the alternative that got furthest
         _where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in _error.absolute_path).lstrip(".")
-        _problems.append(f"  {_where or '(top level)'}: {_error.message}")
+        _message = _error.message
+        if _error.validator == "pattern" and "x-message" in _error.schema:  # the schema's own advice for this key
+            _message = f"{_error.instance!r} is not allowed: {_error.schema['x-message']}"
+        _problems.append(f"  {_where or '(top level)'}: {_message}")
     raise WorkflowError("invalid configuration (see config/README.md for every key):\n" + "\n".join(_problems)) from None
 
 

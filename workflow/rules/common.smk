@@ -8,13 +8,32 @@
 # rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
 # trained ONCE, in the folder of the first experiment (in config order) that asks for them; the
 # other experiments' tables read that folder.
+#
+# Everything that can be checked without data is checked here, when the DAG is built (so a dry run
+# reports it): every run's options are resolved exactly as `fedgmh train --set` will resolve them,
+# and every setting's classes_per_client is compared with its dataset's number of classes.
+#
+# Shell commands: every value and path goes through Snakemake's `{x:q}` (shlex quoting, element by
+# element for lists); params that are optional flags are lists of words (`["--title", title]` or
+# `[]`), so they are quoted the same way.
 
 import json
-import shlex
+import re
 
+from fedgmh.config import parse_overrides
+from fedgmh.data import DATASETS as DATASET_INFO
+from fedgmh.errors import UserError
 from fedgmh.report import assign_setting_ids, format_number
+from fedgmh.train import resolve_options  # imports torch: a few seconds per snakemake call
 
 NAME = config["name"]
+# `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
+# (the schema says the same; this keeps the rules safe whatever validated the config)
+if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", str(NAME)):
+    raise WorkflowError(
+        f"config: name {NAME!r} is not allowed: outputs go to results/<name>/, so use one folder name of "
+        "letters, digits and _ . - that does not start with . or - (e.g. smoke, paper, mini_v2)"
+    )
 DATA = config["data_root"].rstrip("/")
 RESULTS = f"results/{NAME}"
 LOGS = f"logs/{NAME}"
@@ -36,14 +55,79 @@ def partition_id(dataset, classes_per_client, alpha):
     return f"{dataset}_c{int(classes_per_client)}_a{format_number(alpha)}"
 
 
-def _options_for(experiment, setting, algorithm, variant_options):
-    """--set pairs of one run: train_options < algorithm_options < experiment options < setting options < variant."""
-    options = dict(config.get("train_options") or {})
-    options.update((config.get("algorithm_options") or {}).get(algorithm, {}))
-    options.update((experiment.get("options") or {}).get(algorithm, {}))
-    options.update(setting.get("options") or {})
-    options.update(variant_options)
-    return options
+def _check_settings():
+    """ExDir(C, alpha) must be drawable: 1 <= C <= the dataset's classes, and N * C >= classes."""
+    clients = config["clients"]
+    for exp_name, exp in config["experiments"].items():
+        for index, setting in enumerate(exp["settings"]):
+            key = f"experiments.{exp_name}.settings[{index}].classes_per_client"
+            classes, dataset = int(setting["classes_per_client"]), setting["dataset"]
+            num_classes = DATASET_INFO[dataset].num_classes
+            if classes > num_classes:
+                raise WorkflowError(f"config: {key} is {classes}, but {dataset} has only {num_classes} classes; use 1..{num_classes}")
+            if clients * classes < num_classes:
+                raise WorkflowError(
+                    f"config: clients ({clients}) x {key} ({classes}) < the {num_classes} classes of {dataset}, "
+                    "so some class would belong to no client; raise clients or classes_per_client"
+                )
+
+
+_check_settings()
+
+
+def _options_for(exp_name, experiment, index, setting, algorithm, variant, variant_options):
+    """--set pairs of one run: train_options < algorithm_options < experiment options < setting options < variant,
+    and for each key the config key it came from (for error messages)."""
+    layers = [
+        ("train_options", config.get("train_options") or {}),
+        (f"algorithm_options.{algorithm}", (config.get("algorithm_options") or {}).get(algorithm) or {}),
+        (f"experiments.{exp_name}.options.{algorithm}", (experiment.get("options") or {}).get(algorithm) or {}),
+        (f"experiments.{exp_name}.settings[{index}].options", setting.get("options") or {}),
+        (f"experiments.{exp_name}.variants.{variant}", variant_options),
+    ]
+    options, sources = {}, {}
+    for where, values in layers:
+        for key, value in values.items():
+            options[key] = value
+            sources[key] = f"{where}.{key}"
+    return options, sources
+
+
+def set_text(value):
+    """A config option value as `fedgmh train --set` receives it (booleans as true/false; floats keep their '.0')."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+_CHECKED_OPTIONS = set()
+
+
+def _check_options(algorithm, options, sources, exp_name):
+    """Resolve one run's options as `fedgmh train` will (same strings, same resolver): a bad key or
+    value stops the workflow now, naming the config key it came from."""
+
+    def resolve(keys):
+        resolve_options(algorithm, parse_overrides([f"{k}={set_text(options[k])}" for k in keys]))
+
+    signature = (algorithm, tuple(sorted((k, set_text(v)) for k, v in options.items())))
+    if signature in _CHECKED_OPTIONS:
+        return
+    try:
+        resolve(sorted(options))
+    except UserError as err:
+        # name the first key that is wrong on its own (with the run's preset, which acts first)
+        for key in options:
+            try:
+                resolve([key] + (["preset"] if "preset" in options and key != "preset" else []))
+            except UserError as alone:
+                raise WorkflowError(
+                    f"config: {sources[key]} = {options[key]!r} is not valid for {algorithm} "
+                    f"(a run of experiment {exp_name}); change or remove it: {alone}"
+                ) from None
+        raise WorkflowError(
+            f"config: the options {', '.join(sources[k] for k in sorted(options))} do not go together for {algorithm} "
+            f"(a run of experiment {exp_name}); change one of them: {err}"
+        ) from None
+    _CHECKED_OPTIONS.add(signature)
 
 
 def _expand_experiments():
@@ -53,9 +137,11 @@ def _expand_experiments():
         cells = []
         # an experiment without `variants` is one unnamed variant with no options
         variants = exp.get("variants") or {"": {}}
-        for setting in exp["settings"]:
+        for index, setting in enumerate(exp["settings"]):
             for variant, variant_options in variants.items():
                 for algorithm in exp["algorithms"]:
+                    options, sources = _options_for(exp_name, exp, index, setting, algorithm, variant, variant_options or {})
+                    _check_options(algorithm, options, sources, exp_name)
                     cells.append(
                         {
                             "experiment": exp_name,
@@ -67,7 +153,7 @@ def _expand_experiments():
                             "rounds": int(setting.get("rounds", config["rounds"])),
                             "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
                             "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
-                            "options": _options_for(exp, setting, algorithm, variant_options or {}),
+                            "options": options,
                         }
                     )
         ids = assign_setting_ids(cells)
@@ -133,9 +219,9 @@ def experiment_run_dirs(experiment):
 
 
 def experiment_variant_arguments(experiment):
-    """`--variant NAME ...` for `fedgmh aggregate` (one per run, aligned with the run directories), or ''."""
+    """`--variant NAME ...` for `fedgmh aggregate` (one per run, aligned with the run directories), or [] (words, for `:q`)."""
     names = [run["variant"] for run in RUNS if run["experiment"] == experiment]
-    return "--variant " + " ".join(shlex.quote(n) for n in names) if any(names) else ""
+    return ["--variant", *names] if any(names) else []
 
 
 def reference_path():
@@ -210,12 +296,11 @@ def run_info_json(wildcards):
 
 
 def set_arguments(options):
-    """`--set key=value ...` for fedgmh train (booleans as true/false)."""
-    pairs = []
+    """`--set key=value ...` for fedgmh train, as a list of words (for `:q`)."""
+    words = []
     for key, value in sorted(options.items()):
-        text = str(value).lower() if isinstance(value, bool) else str(value)  # floats keep their '.0
-        pairs.append(f"--set {shlex.quote(f'{key}={text}')}")
-    return " ".join(pairs)
+        words += ["--set", f"{key}={set_text(value)}"]
+    return words
 
 
 def uses_gpu():

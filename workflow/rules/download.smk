@@ -9,6 +9,6 @@ rule download:
         f"{LOGS}/download/{{dataset}}.log",
     params:
         root=lambda wildcards, output: os.path.dirname(output[0]),
-        mirror=lambda wildcards: f"--mirror {shlex.quote(config['mirror'])}" if config["mirror"] else "",
+        mirror=lambda wildcards: ["--mirror", config["mirror"]] if config["mirror"] else [],
     shell:
-        "fedgmh download {wildcards.dataset} --root {params.root} {params.mirror} > {log} 2>&1"
+        "fedgmh download {wildcards.dataset:q} --root {params.root:q} {params.mirror:q} > {log:q} 2>&1"

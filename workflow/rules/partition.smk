@@ -19,10 +19,10 @@ rule partition:
         seed=config["partition_seed"],
         train_ratio=config["train_ratio"],
     shell:
-        "fedgmh partition --dataset {wildcards.dataset} --root {params.root} --clients {params.clients}"
-        " --classes-per-client {wildcards.C} --alpha {wildcards.alpha} --seed {params.seed}"
-        " --train-ratio {params.train_ratio} --out {output.partition} --stats {output.stats}"
-        " --heatmap {output.heatmap} --heatmap {output.heatmap_png} > {log} 2>&1"
+        "fedgmh partition --dataset {wildcards.dataset:q} --root {params.root:q} --clients {params.clients:q}"
+        " --classes-per-client {wildcards.C:q} --alpha {wildcards.alpha:q} --seed {params.seed:q}"
+        " --train-ratio {params.train_ratio:q} --out {output.partition:q} --stats {output.stats:q}"
+        " --heatmap {output.heatmap:q} --heatmap {output.heatmap_png:q} > {log:q} 2>&1"
 
 
 rule all_partitions:

@@ -13,11 +13,11 @@ rule aggregate:
     log:
         f"{LOGS}/report/aggregate_{{experiment}}.log",
     params:
-        run_dirs=lambda wildcards: " ".join(shlex.quote(d) for d in experiment_run_dirs(wildcards.experiment)),
+        run_dirs=lambda wildcards: experiment_run_dirs(wildcards.experiment),
         variants=lambda wildcards: experiment_variant_arguments(wildcards.experiment),
     shell:
-        "fedgmh aggregate --experiment {wildcards.experiment} --runs {params.run_dirs} {params.variants}"
-        " --out {output.results} --curves {output.curves} > {log} 2>&1"
+        "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} {params.variants:q}"
+        " --out {output.results:q} --curves {output.curves:q} > {log:q} 2>&1"
 
 
 rule table:
@@ -33,11 +33,11 @@ rule table:
     log:
         f"{LOGS}/report/table_{{experiment}}.log",
     params:
-        title=lambda wildcards: shlex.quote(config["experiments"][wildcards.experiment].get("title", wildcards.experiment)),
-        reference=lambda wildcards, input: f"--reference {shlex.quote(input.reference[0])}" if input.reference else "",
+        title=lambda wildcards: config["experiments"][wildcards.experiment].get("title", wildcards.experiment),
+        reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
     shell:
-        "fedgmh table --results {input.results} --experiment {wildcards.experiment} --title {params.title}"
-        " --out {output.tex} --csv {output.csv} --cells {output.cells} {params.reference} > {log} 2>&1"
+        "fedgmh table --results {input.results:q} --experiment {wildcards.experiment:q} --title {params.title:q}"
+        " --out {output.tex:q} --csv {output.csv:q} --cells {output.cells:q} {params.reference:q} > {log:q} 2>&1"
 
 
 rule curves:
@@ -51,18 +51,18 @@ rule curves:
         f"{LOGS}/report/curves_{{figure}}.log",
     params:
         experiment=lambda wildcards: config["figures"][wildcards.figure]["experiment"],
-        setting=lambda wildcards: shlex.quote(config["figures"][wildcards.figure]["setting"]),
+        setting=lambda wildcards: config["figures"][wildcards.figure]["setting"],
         algorithms=lambda wildcards: (
-            "--algorithm " + " ".join(config["figures"][wildcards.figure]["algorithms"])
+            ["--algorithm", *config["figures"][wildcards.figure]["algorithms"]]
             if config["figures"][wildcards.figure].get("algorithms")
-            else ""
+            else []
         ),
         title=lambda wildcards: (
-            "--title " + shlex.quote(config["figures"][wildcards.figure]["title"]) if config["figures"][wildcards.figure].get("title") else ""
+            ["--title", config["figures"][wildcards.figure]["title"]] if config["figures"][wildcards.figure].get("title") else []
         ),
     shell:
-        "fedgmh curves --curves {input.curves} --experiment {params.experiment} --setting {params.setting}"
-        " {params.algorithms} {params.title} --out {output.pdf} --png {output.png} > {log} 2>&1"
+        "fedgmh curves --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
+        " {params.algorithms:q} {params.title:q} --out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
 
 
 rule rounds_to_target:
@@ -77,12 +77,12 @@ rule rounds_to_target:
         f"{LOGS}/report/rounds_to_target.log",
     params:
         experiment=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"],
-        setting=lambda wildcards: shlex.quote(config["figures"][ROUNDS_TO_TARGET["figure"]]["setting"]),
-        targets=" ".join(format_number(t) for t in ROUNDS_TO_TARGET.get("targets", [])),
-        paper=shlex.quote(json.dumps(ROUNDS_TO_TARGET.get("paper") or {})),
+        setting=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["setting"],
+        targets=[format_number(t) for t in ROUNDS_TO_TARGET.get("targets", [])],
+        paper=json.dumps(ROUNDS_TO_TARGET.get("paper") or {}),
     shell:
-        "fedgmh rounds --curves {input.curves} --experiment {params.experiment} --setting {params.setting}"
-        " --target {params.targets} --paper {params.paper} --out {output.tex} --csv {output.csv} > {log} 2>&1"
+        "fedgmh rounds --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
+        " --target {params.targets:q} --paper {params.paper:q} --out {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule compare:
@@ -98,8 +98,8 @@ rule compare:
     log:
         f"{LOGS}/report/compare.log",
     shell:
-        "fedgmh compare --results {input.results} --reference {input.reference} --out {output.md}"
-        " --tex {output.tex} --csv {output.csv} > {log} 2>&1"
+        "fedgmh compare --results {input.results:q} --reference {input.reference:q} --out {output.md:q}"
+        " --tex {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule costs:
@@ -115,9 +115,9 @@ rule costs:
     log:
         f"{LOGS}/report/costs.log",
     params:
-        runs=lambda wildcards, input: ("--runs " + " ".join(shlex.quote(os.path.dirname(r)) for r in input.records)) if input.records else "",
+        runs=lambda wildcards, input: ["--runs", *(os.path.dirname(r) for r in input.records)] if input.records else [],
     shell:
-        "fedgmh costs --out {output.csv} --tex {output.tex} {params.runs} > {log} 2>&1"
+        "fedgmh costs --out {output.csv:q} --tex {output.tex:q} {params.runs:q} > {log:q} 2>&1"
 
 
 rule all_tables:

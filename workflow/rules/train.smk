@@ -27,14 +27,15 @@ rule train:
         device=TRAIN_DEVICE,
         sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
         info=run_info_json,
-        stores=" ".join(f"--store {shlex.quote(folder)}" for folder in config["stores"]),
+        info_tmp=lambda wildcards, output: f"{output.info}.tmp",
+        stores=[word for folder in config["stores"] for word in ("--store", folder)],
     shell:
-        "fedgmh train --dataset {params.dataset} --root {params.root} --partition {input.partition}"
-        " --algorithm {wildcards.algorithm} --rounds {params.rounds} --join-ratio {params.join_ratio}"
-        " --local-epochs {params.local_epochs} --batch-size {params.batch_size} --lr {params.lr}"
-        " --seed {wildcards.seed} --device {params.device} --threads {threads} {params.sets} {params.stores}"
-        " --out {params.run_dir} > {log} 2>&1"
-        " && printf '%s\\n' {params.info:q} > {output.info}.tmp && mv {output.info}.tmp {output.info}"
+        "fedgmh train --dataset {params.dataset:q} --root {params.root:q} --partition {input.partition:q}"
+        " --algorithm {wildcards.algorithm:q} --rounds {params.rounds:q} --join-ratio {params.join_ratio:q}"
+        " --local-epochs {params.local_epochs:q} --batch-size {params.batch_size:q} --lr {params.lr:q}"
+        " --seed {wildcards.seed:q} --device {params.device:q} --threads {threads:q} {params.sets:q} {params.stores:q}"
+        " --out {params.run_dir:q} > {log:q} 2>&1"
+        " && printf '%s\\n' {params.info:q} > {params.info_tmp:q} && mv {params.info_tmp:q} {output.info:q}"
 
 
 rule run_record:

@@ -1,0 +1,257 @@
+"""Issue 9, workflow side: a config cannot run shell code, write outside results/<name>/, or carry
+values that only fail once jobs run.
+
+Every snakemake call runs in a temporary working directory (`--directory`) on a tiny config of the
+embedded `digits` set. The injection tests run the workflow for real (not `-n`: a dry run executes
+no shell command, so it could not show an injection) and check that the marker file the payload
+tries to create never appears.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    # the `fedgmh` console script of this interpreter's environment must be on PATH for the rules
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
+
+
+def tiny_config() -> dict[str, Any]:
+    """One experiment (FedAvg and FedGMH, 1 round, 1 seed, 10 clients on digits), one figure, rounds to target."""
+    return {
+        "name": "sec",
+        "device": "cpu",
+        "clients": 10,
+        "rounds": 1,
+        "join_ratio": 1.0,
+        "local_epochs": 1,
+        "batch_size": 20,
+        "lr": 0.05,
+        "seeds": [0],
+        "experiments": {
+            "table2": {
+                "title": "Tiny",
+                "algorithms": ["fedavg", "fedgmh"],
+                "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}],
+            }
+        },
+        "figures": {"figure3": {"experiment": "table2", "setting": "digits_c2_a0.5"}},
+        "rounds_to_target": {"figure": "figure3", "targets": [30]},
+    }
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def payloads(marker: Path) -> list[str]:
+    """Shell syntax that creates `marker` when pasted unquoted into a command (whether or not the
+    command before it fails)."""
+    return [
+        f"data;touch {marker};echo",
+        f"x$(touch {marker})",
+        f"x`touch {marker}`",
+        f"x\ntouch {marker}\n",
+        f"x & touch {marker} & echo",
+        f"x | touch {marker}",
+    ]
+
+
+def quote_breakers(marker: Path) -> list[str]:
+    """... and when pasted between single or double quotes."""
+    return [f"x' ; touch {marker} ; echo '", f'x" ; touch {marker} ; echo "']
+
+
+def _set_variant(config: dict[str, Any], value: str) -> None:
+    config["experiments"]["table2"]["algorithms"] = ["fedgmh"]
+    config["experiments"]["table2"]["variants"] = {"paper": {"preset": "paper"}, "odd": {"mix": value}}
+
+
+# every string of the config that reaches a shell command, with where the workflow reports it
+STRING_KEYS: dict[str, tuple[Callable[[dict[str, Any], str], None], str]] = {
+    "data_root": (lambda c, v: c.update(data_root=v), "data_root: "),
+    "mirror": (lambda c, v: c.update(mirror=v), "mirror: "),
+    "name": (lambda c, v: c.update(name=v), "name: "),
+    "stores": (lambda c, v: c.update(stores=["paper_artifacts", v]), "stores[1]: "),
+    "reference_tables": (lambda c, v: c.update(reference_tables=v), "reference_tables: "),
+    "train_options": (lambda c, v: c.update(train_options={"memory_format": v}), "train_options.memory_format: "),
+    "algorithm_options": (lambda c, v: c.update(algorithm_options={"fedgmh": {"mix": v}}), "algorithm_options.fedgmh.mix: "),
+    "experiment_options": (
+        lambda c, v: c["experiments"]["table2"].update(options={"fedgmh": {"mix": v}}),
+        "experiments.table2.options.fedgmh.mix: ",
+    ),
+    "setting_options": (
+        lambda c, v: c["experiments"]["table2"]["settings"][0].update(options={"preset": v}),
+        "experiments.table2.settings[0].options.preset: ",
+    ),
+    "variant_options": (_set_variant, "experiments.table2.variants.odd.mix: "),
+    "option_key": (lambda c, v: c.update(train_options={v: 1}), "train_options: "),
+    "variant_name": (
+        lambda c, v: c["experiments"]["table2"].update(variants={v: {"preset": "paper"}}),
+        "experiments.table2.variants: ",
+    ),
+    "experiment_id": (lambda c, v: c.update(experiments={v: c["experiments"]["table2"]}, figures={}, rounds_to_target=None),
+                      "experiments: "),
+    "figure_name": (lambda c, v: c.update(figures={v: c["figures"]["figure3"]}, rounds_to_target=None), "figures: "),
+    "figure_setting": (lambda c, v: c["figures"]["figure3"].update(setting=v), "figures.figure3.setting "),
+    "figure_experiment": (lambda c, v: c["figures"]["figure3"].update(experiment=v), "figures.figure3.experiment "),
+    "rounds_to_target_figure": (lambda c, v: c["rounds_to_target"].update(figure=v), "rounds_to_target.figure "),
+}
+
+
+@pytest.mark.parametrize("key", list(STRING_KEYS))
+def test_shell_syntax_in_a_config_string_never_runs(tmp_path: Path, key: str) -> None:
+    """A real `snakemake all` with a payload in one key: the workflow refuses the value before any
+    job (naming the key) and the marker never appears. (Titles, which may hold any text, are
+    checked by the end-to-end test below.)"""
+    marker = tmp_path / "INJECTED"
+    keys = list(STRING_KEYS)
+    values = payloads(marker)
+    value = values[keys.index(key) % len(values)]  # a different kind of payload for neighbouring keys
+    if key in ("option_key", "experiment_id", "figure_name", "variant_name"):
+        value = value.replace("\n", ";")  # a mapping key: keep it on one line
+    setter, where = STRING_KEYS[key]
+    if key == "reference_tables":  # a file that exists, so only the value's shell syntax can stop it
+        reference = tmp_path / value
+        reference.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / "reference" / "fedgmh_paper_tables.csv", reference)
+    config = tiny_config()
+    setter(config, value)
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "all", "--cores", "1", "--configfile", str(path), timeout=600)
+    out = result.stdout + result.stderr
+    assert not marker.exists(), f"{key}: the payload ran\n{out[-3000:]}"
+    assert result.returncode != 0, out[-3000:]
+    assert where in out, out[-3000:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "logs").exists()  # stopped before any job
+
+
+def test_free_text_and_paths_with_spaces_reach_the_commands_intact(tmp_path: Path) -> None:
+    """A real run where every path key has spaces (data_root, mirror, stores, reference_tables) and
+    the titles hold shell syntax: every job succeeds, the titles arrive verbatim, nothing runs."""
+    marker = tmp_path / "INJECTED"
+    work = tmp_path / "work dir"
+    (work / "ref dir").mkdir(parents=True)
+    shutil.copy(REPO / "reference" / "fedgmh_paper_tables.csv", work / "ref dir" / "paper tables.csv")
+    table_title = " ".join(["Tiny", *(p for p in payloads(marker) if "\n" not in p), *quote_breakers(marker)])
+    # over several lines, with a single $ (two would make matplotlib read math)
+    figure_title = "\n".join(["Fig", *(p.strip() for p in payloads(marker)[1:4]), *quote_breakers(marker)])
+    config = tiny_config()
+    config.update(
+        data_root="data dir/sub dir",
+        mirror="mirror dir",  # digits ignores the mirror, but the download command still gets it
+        stores=["store dir", "paper_artifacts"],
+        reference_tables="ref dir/paper tables.csv",
+    )
+    config["experiments"]["table2"]["title"] = table_title
+    config["figures"]["figure3"]["title"] = figure_title
+    path = write_config(tmp_path / "config.yaml", config)
+
+    result = snakemake(work, "all", "--cores", "2", "--configfile", str(path), timeout=900)
+    out = result.stdout + result.stderr
+    assert not marker.exists(), out[-3000:]
+    assert result.returncode == 0, out[-5000:]
+    assert (work / "data dir" / "sub dir" / "digits.npz").is_file()
+    assert not (work / "data").exists()
+    art = work / "paper_artifacts" / "sec"
+    assert table_title in (art / "table2.tex").read_text()  # one argument, not split, not expanded
+    assert (art / "figure3.png").read_bytes().startswith(b"\x89PNG")
+    assert (art / "comparison.md").is_file() and (art / "rounds_to_target.csv").is_file()
+    assert len(list((art / "runs").rglob("run.json"))) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "work dir"]  # nothing written outside
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../escape", "a/b", "-rf", ".hidden", "a b", ""])
+def test_name_must_be_one_safe_folder_name(tmp_path: Path, name: str) -> None:
+    config = tiny_config()
+    config["name"] = name
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert f"name: {name!r} is not allowed: use one folder name" in out, out[-3000:]
+
+
+def test_ordinary_names_and_extreme_seeds_plan_fine(tmp_path: Path) -> None:
+    config = tiny_config()
+    config.update(name="mini_v2.1", seeds=[0, 2**32 - 1], partition_seed=2**32 - 1, clients=2)
+    config["experiments"]["table2"]["settings"][0]["classes_per_client"] = 10  # the fewest clients: 2, with every class
+    config["figures"]["figure3"]["setting"] = "digits_c10_a0.5"
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "results/mini_v2.1/runs/table2/digits_c10_a0.5/fedgmh/seed4294967295" in out
+
+
+def _setting(config: dict[str, Any]) -> dict[str, Any]:
+    return config["experiments"]["table2"]["settings"][0]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c.update(seeds=[-1]), "seeds[0]: -1 is less than the minimum of 0"),
+        (lambda c: c.update(seeds=[0, 2**32]), "seeds[1]: 4294967296 is greater than the maximum of 4294967295"),
+        (lambda c: c["experiments"]["table2"].update(seeds=[2**40]), "experiments.table2.seeds[0]: 1099511627776 is greater than"),
+        (lambda c: c.update(partition_seed=-5), "partition_seed: -5 is less than the minimum of 0"),
+        (lambda c: c.update(partition_seed=2**32), "partition_seed: 4294967296 is greater than the maximum"),
+        (lambda c: c.update(clients=1), "clients: 1 is less than the minimum of 2"),
+        (lambda c: _setting(c).update(classes_per_client=11),
+         "experiments.table2.settings[0].classes_per_client is 11, but digits has only 10 classes; use 1..10"),
+        (lambda c: c.update(clients=4),
+         "clients (4) x experiments.table2.settings[0].classes_per_client (2) < the 10 classes of digits"),
+    ],
+    ids=["seed-negative", "seed-2**32", "experiment-seed", "partition-seed-negative", "partition-seed-2**32", "one-client",
+         "classes-per-client", "classes-uncovered"],
+)
+def test_bad_seeds_clients_and_classes_fail_the_dry_run(tmp_path: Path, change: Callable, message: str) -> None:
+    config = tiny_config()
+    change(config)
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert message in out, out[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c.update(algorithm_options={"fedgmh": {"betta": 0.5}}),
+         "config: algorithm_options.fedgmh.betta = 0.5 is not valid for fedgmh (a run of experiment table2)"),
+        (lambda c: _setting(c).update(options={"beta": "abc"}),
+         "config: experiments.table2.settings[0].options.beta = 'abc' is not valid for fedgmh"),
+        (lambda c: c.update(train_options={"drop_last": "maybe"}), "config: train_options.drop_last = 'maybe' is not valid"),
+        (lambda c: c["experiments"]["table2"].update(variants={"v": {"mix": "everything"}}),
+         "config: experiments.table2.variants.v.mix = 'everything' is not valid for fedgmh"),
+        (lambda c: c["experiments"]["table2"].update(options={"fedgmh": {"preset": "authors"}}),
+         "config: experiments.table2.options.fedgmh.preset = 'authors' is not valid for fedgmh"),
+    ],
+    ids=["unknown-key", "bad-float", "bad-bool", "bad-choice", "bad-preset"],
+)
+def test_bad_options_fail_the_dry_run_naming_the_key(tmp_path: Path, change: Callable, message: str) -> None:
+    config = tiny_config()
+    config["experiments"]["table2"]["algorithms"] = ["fedgmh"]
+    change(config)
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0, out[-3000:]
+    assert message in out, out[-3000:]
