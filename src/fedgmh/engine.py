@@ -11,7 +11,9 @@ last iteration only evaluates, because training after the last evaluation cannot
 
 from __future__ import annotations
 
+import json
 import math
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -272,12 +274,60 @@ def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
     return rnd % options.eval_every == 0 or rnd == rounds
 
 
+_PACKED = "__fedgmh_packed__"  # marks a value that `_pack` turned into tensors and plain values
+#: globals that older snapshots (numpy arrays pickled as such) need; allowed for them, nothing else
+_LEGACY_GLOBALS = ("numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype")
+
+
+def _pack(value):
+    """A checkpoint value as tensors and plain Python values only, which `torch.load(weights_only=True)`
+    reads without running code: numpy arrays and scalars become raw bytes in a uint8 tensor (exact,
+    any dtype), sets become tagged lists."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.array(value, order="C")  # a copy; 0-d for a scalar
+        raw = torch.from_numpy(array.reshape(-1).view(np.uint8))
+        kind = "ndarray" if isinstance(value, np.ndarray) else "scalar"
+        return {_PACKED: kind, "dtype": array.dtype.str, "shape": list(array.shape), "bytes": raw}
+    if isinstance(value, dict):
+        return {k: _pack(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return {_PACKED: "set", "items": [_pack(v) for v in value]}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_pack(v) for v in value)
+    return value
+
+
+def _unpack(value):
+    """The inverse of `_pack` (values that were never packed pass through unchanged)."""
+    if isinstance(value, dict):
+        kind = value.get(_PACKED)
+        if kind in ("ndarray", "scalar"):
+            array = np.frombuffer(value["bytes"].numpy().tobytes(), dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
+            return array if kind == "ndarray" else array[()]
+        if kind == "set":
+            return {_unpack(v) for v in value["items"]}
+        return {k: _unpack(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unpack(v) for v in value)
+    return value
+
+
+def _identity_text(identity) -> str:
+    return identity if isinstance(identity, str) else json.dumps(identity, sort_keys=True, default=str)
+
+
 class Checkpoint:
     """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
 
     A snapshot holds the algorithm's state, every RNG state and the metrics so far; resuming
     from it gives exactly the metrics of an uninterrupted run. `identity` describes the run; a
     snapshot of another run is refused rather than silently mixed in.
+
+    A snapshot holds only tensors and plain values (`_pack`) and is read with
+    `torch.load(weights_only=True)`: a file that would run code when loaded (a crafted pickle) is
+    refused with a UserError before anything in it is used, and so is one of other settings.
+    Older snapshots, which hold numpy arrays, are still read, with only numpy's array classes allowed
+    in addition (a run started before this change resumes).
     """
 
     def __init__(self, path: Path | str, every: int, identity: dict) -> None:
@@ -290,7 +340,26 @@ class Checkpoint:
         from fedgmh.io import atomic_path
 
         with atomic_path(self.path) as tmp:
-            torch.save({"identity": self.identity, **snapshot}, tmp)
+            torch.save({"identity": _identity_text(self.identity), **_pack(snapshot)}, tmp)
+
+    def _read(self) -> dict:
+        """The file's contents, read without running code from it."""
+        from fedgmh.errors import UserError
+
+        try:
+            return torch.load(self.path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            needs = _unsafe_globals(self.path)
+            if needs and set(needs) <= set(_LEGACY_GLOBALS):  # an older snapshot
+                try:
+                    with torch.serialization.safe_globals(_legacy_safe_globals()):
+                        return torch.load(self.path, map_location="cpu", weights_only=True)
+                except pickle.UnpicklingError:
+                    pass
+            what = f"objects other than tensors and plain values ({', '.join(needs[:5])})" if needs else \
+                "objects other than tensors and plain values, or is unreadable"
+            raise UserError(f"checkpoint {self.path} holds {what}, so it was not loaded (such a file can run code "
+                            "when loaded); delete it to start the run afresh") from None
 
     def load(self) -> dict | None:
         from fedgmh.errors import UserError
@@ -298,15 +367,39 @@ class Checkpoint:
         if not self.path.exists():
             return None
         try:
-            snapshot = torch.load(self.path, map_location="cpu", weights_only=False)
+            snapshot = self._read()
+        except UserError:
+            raise
         except Exception as err:  # noqa: BLE001 - any unreadable file gets the same advice
             raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
-        if snapshot.get("identity") != self.identity:
+        if not isinstance(snapshot, dict) or "identity" not in snapshot:
+            raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
+        if _identity_text(snapshot["identity"]) != _identity_text(self.identity):  # checked before anything is used
             raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
-        return snapshot
+        return _unpack({k: v for k, v in snapshot.items() if k != "identity"})
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def _legacy_safe_globals() -> list:
+    """numpy's array reconstruction, ndarray and the numeric dtypes: what an older snapshot holds."""
+    reconstruct = np.zeros(1).__reduce__()[0]  # numpy.core or numpy._core .multiarray._reconstruct
+    dtypes = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64,
+              np.float16, np.float32, np.float64)
+    return [reconstruct, np.ndarray, np.dtype, *{type(np.dtype(t)) for t in dtypes}]
+
+
+def _unsafe_globals(path: Path) -> list[str] | None:
+    """The globals a pickle needs beyond what weights_only allows (read from its opcodes, nothing
+    run); None when this torch cannot tell."""
+    finder = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if finder is None or not hasattr(torch.serialization, "safe_globals"):
+        return None
+    try:
+        return list(finder(path))
+    except Exception:  # noqa: BLE001 - not a zip checkpoint: nothing to allow
+        return None
 
 
 def _restore(fed: Federation, algorithm, snapshot: dict, rng: np.random.RandomState) -> None:

@@ -1,0 +1,126 @@
+"""Safety of `fedgmh train` (issue 9): checkpoints that cannot run code, finished runs that are not
+replaced by accident, finite numbers only, output folders checked before training, seed range,
+and Ctrl-C / SIGTERM handled with one line and a resumable checkpoint."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import make_federation
+
+from fedgmh.algorithms import REGISTRY
+from fedgmh.engine import Checkpoint, run_rounds
+from fedgmh.errors import UserError
+from fedgmh.train import resolve_options
+
+CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [0, 2, 2, 0, 1], [2, 2, 1, 1], [0, 0, 1, 1, 2], [2, 1, 0, 0]]
+
+
+class Stop(Exception):
+    pass
+
+
+def fresh(name, preset="paper", **engine):
+    algo_options, engine_options = resolve_options(name, {"preset": preset, **engine})
+    fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine_options.drop_last,
+                          lr_decay=engine_options.lr_decay)
+    return fed, REGISTRY[name](fed, algo_options)
+
+
+def without_timing(rows):
+    return pd.DataFrame(rows).drop(columns="seconds")
+
+
+class MakesMarker:
+    """Unpickling this object creates the file `marker` (what a crafted checkpoint could do)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+# --- item 2: checkpoints are read with weights_only=True -------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["torch.save", "raw pickle", "inside a snapshot"])
+def test_crafted_checkpoint_is_refused_without_running_code(tmp_path, kind):
+    marker, path = tmp_path / "marker", tmp_path / "ck.pt"
+    if kind == "torch.save":
+        torch.save(MakesMarker(marker), path)
+    elif kind == "raw pickle":
+        path.write_bytes(pickle.dumps(MakesMarker(marker), protocol=2))
+    else:  # a well-formed snapshot of the right run with one poisoned value
+        torch.save({"identity": '{"run": 1}', "next_round": 1, "rows": [MakesMarker(marker)]}, path)
+    with pytest.raises(UserError, match="not loaded"):
+        Checkpoint(path, every=1, identity={"run": 1}).load()
+    assert not marker.exists()
+
+
+def test_crafted_checkpoint_in_the_run_folder_stops_fedgmh_train(tmp_path, digits_root, capsys):
+    from fedgmh.cli import main
+
+    part, out, marker = tmp_path / "part.npz", tmp_path / "run", tmp_path / "marker"
+    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "4",
+                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(part)]) == 0
+    out.mkdir()
+    torch.save(MakesMarker(marker), out / "checkpoint.pt")
+    assert main(["train", "--dataset", "digits", "--root", str(digits_root), "--partition", str(part),
+                 "--algorithm", "fedavg", "--rounds", "1", "--join-ratio", "0.5", "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "not loaded" in err and len(err.strip().splitlines()) == 1
+    assert not marker.exists() and not (out / "run.json").exists()
+
+
+@pytest.mark.parametrize("name", ["fedamp", "fedfomo", "fedgmh", "fedrod"])  # sets, lists, None, dicts in their state
+def test_snapshots_hold_only_tensors_and_plain_values(tmp_path, name):
+    fed, algo = fresh(name, "official")
+    run_rounds(fed, algo, 2, 0.5, seed=1, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name}))
+    assert (tmp_path / "ck.pt").exists()
+    torch.load(tmp_path / "ck.pt", weights_only=True)  # no allow-list needed: nothing but tensors and plain values
+
+
+def test_snapshot_of_the_earlier_format_still_resumes_identically(tmp_path):
+    """Runs started before the change wrote numpy arrays into their snapshots: they resume."""
+    fed, algo = fresh("fedfomo")
+    expected = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3))
+
+    class OldFormat(Checkpoint):
+        def save(self, snapshot):  # what engine.Checkpoint.save wrote before
+            torch.save({"identity": self.identity, **snapshot}, self.path)
+
+    def stop_after_round_2(row):
+        if row["round"] == 2:
+            raise Stop
+
+    fed, algo = fresh("fedfomo")
+    with pytest.raises(Stop):
+        run_rounds(fed, algo, 4, 0.5, seed=3, on_round=stop_after_round_2,
+                   checkpoint=OldFormat(tmp_path / "ck.pt", every=1, identity={"run": 1}))
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(tmp_path / "ck.pt", weights_only=True)  # really the old format
+    fed, algo = fresh("fedfomo")
+    resumed = run_rounds(fed, algo, 4, 0.5, seed=3, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1}))
+    pd.testing.assert_frame_equal(without_timing(resumed), expected, check_exact=True)
+
+
+def test_checkpoint_values_round_trip_exactly(tmp_path):
+    from fedgmh.engine import _pack, _unpack
+
+    rng = np.random.RandomState(7)
+    rng.standard_normal()  # a cached gaussian in the state too
+    value = {"rng": rng.get_state(), "counts": np.arange(5, dtype=np.int64), "flag": np.float32(0.25), "ids": {3, 1},
+             "nested": [(1, 2.5), None, {"t": torch.ones(2)}], 4: "int key"}
+    torch.save(_pack(value), tmp_path / "v.pt")
+    back = _unpack(torch.load(tmp_path / "v.pt", weights_only=True))
+    assert back["rng"][0] == "MT19937" and np.array_equal(back["rng"][1], value["rng"][1]) and back["rng"][1].dtype == np.uint32
+    assert back["rng"][2:] == value["rng"][2:]
+    assert np.array_equal(back["counts"], value["counts"]) and back["counts"].dtype == np.int64
+    assert back["flag"] == np.float32(0.25) and isinstance(back["flag"], np.float32)
+    assert back["ids"] == {1, 3} and back[4] == "int key" and back["nested"][:2] == [(1, 2.5), None]
+    assert torch.equal(back["nested"][2]["t"], torch.ones(2))
