@@ -4,7 +4,9 @@ and Ctrl-C / SIGTERM handled with one line and a resumable checkpoint."""
 
 from __future__ import annotations
 
+import json
 import pickle
+import re
 
 import numpy as np
 import pandas as pd
@@ -22,6 +24,25 @@ CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [0, 2, 2, 0, 1], [2, 2, 1, 1], [0, 
 
 class Stop(Exception):
     pass
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The embedded data set and a 4-client partition of it."""
+    from fedgmh import data
+    from fedgmh.cli import main
+
+    root = tmp_path_factory.mktemp("safety")
+    data.download("digits", root / "data")
+    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
+                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(root / "part.npz")]) == 0
+    return root
+
+
+def train_args(root, out, *extra, algorithm="fedavg", rounds=1):
+    return ["train", "--dataset", "digits", "--root", str(root / "data"), "--partition", str(root / "part.npz"),
+            "--algorithm", algorithm, "--rounds", str(rounds), "--local-epochs", "1", "--join-ratio", "0.5",
+            "--threads", "1", "--quiet", "--out", str(out), *extra]
 
 
 def fresh(name, preset="paper", **engine):
@@ -62,16 +83,13 @@ def test_crafted_checkpoint_is_refused_without_running_code(tmp_path, kind):
     assert not marker.exists()
 
 
-def test_crafted_checkpoint_in_the_run_folder_stops_fedgmh_train(tmp_path, digits_root, capsys):
+def test_crafted_checkpoint_in_the_run_folder_stops_fedgmh_train(setup, tmp_path, capsys):
     from fedgmh.cli import main
 
-    part, out, marker = tmp_path / "part.npz", tmp_path / "run", tmp_path / "marker"
-    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "4",
-                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(part)]) == 0
+    out, marker = tmp_path / "run", tmp_path / "marker"
     out.mkdir()
     torch.save(MakesMarker(marker), out / "checkpoint.pt")
-    assert main(["train", "--dataset", "digits", "--root", str(digits_root), "--partition", str(part),
-                 "--algorithm", "fedavg", "--rounds", "1", "--join-ratio", "0.5", "--quiet", "--out", str(out)]) == 2
+    assert main(train_args(setup, out)) == 2
     err = capsys.readouterr().err
     assert "checkpoint" in err and "not loaded" in err and len(err.strip().splitlines()) == 1
     assert not marker.exists() and not (out / "run.json").exists()
@@ -124,3 +142,80 @@ def test_checkpoint_values_round_trip_exactly(tmp_path):
     assert back["flag"] == np.float32(0.25) and isinstance(back["flag"], np.float32)
     assert back["ids"] == {1, 3} and back[4] == "int key" and back["nested"][:2] == [(1, 2.5), None]
     assert torch.equal(back["nested"][2]["t"], torch.ones(2))
+
+
+# --- item 6: finite numbers only; a diverging run stops -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (("--lr", "inf"), "learning rate must be a finite number > 0, got inf"),
+        (("--lr", "nan"), "learning rate must be a finite number > 0, got nan"),
+        (("--join-ratio", "nan"), "join ratio must be in (0, 1], got nan"),
+        (("--set", "lr_decay=inf"), "lr_decay='inf': expected a finite float"),
+        (("--set", "lr_decay=.nan"), "lr_decay='.nan': expected a finite float"),
+        (("--set", "beta=-inf"), "beta='-inf': expected a finite float"),
+    ],
+)
+def test_non_finite_numbers_are_refused_before_any_work(setup, tmp_path, capsys, extra, message):
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "run", *extra, algorithm="fedgmh")) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_diverging_run_stops_naming_round_and_client_and_writes_nothing(setup, tmp_path, capsys):
+    from fedgmh.cli import main
+
+    out = tmp_path / "run"
+    assert main(train_args(setup, out, "--lr", "1e10", "--checkpoint-every", "1", rounds=3)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "diverged" in err
+    assert re.search(r"round \d+, client \d+: (the training loss is nan|its parameter \S+ is no longer finite)", err), err
+    assert not any(p.name in ("run.json", "metrics.csv", "checkpoint.pt") for p in out.rglob("*")) if out.exists() else True
+
+
+def test_diverged_engine_run_raises_and_removes_its_checkpoint(tmp_path):
+    from fedgmh.engine import Diverged
+
+    fed, algo = fresh("fedavg")
+    fed.lr = 1e10
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1})
+    with pytest.raises(Diverged, match=r"round \d+, client \d+: (the training loss is nan|its parameter \S+ is no longer finite)"):
+        run_rounds(fed, algo, 6, 0.5, seed=0, checkpoint=checkpoint)
+    assert not (tmp_path / "ck.pt").exists()
+
+
+def test_an_infinite_training_loss_with_finite_parameters_is_not_divergence():
+    """FedRoD's Balanced Softmax: +inf for a class missing from the counted epoch, as in PFLlib."""
+    from fedgmh.engine import LocalResult, divergence
+
+    assert divergence(LocalResult({"w": torch.ones(3)}, float("inf"), 4)) is None
+    assert "nan" in divergence(LocalResult({"w": torch.ones(3)}, float("nan"), 4))
+    assert "parameter w" in divergence(LocalResult({"w": torch.tensor([1.0, float("inf")])}, 2.0, 4))
+    fed, algo = fresh("fedrod", "official")  # has such losses on this federation, and still trains
+    rows = run_rounds(fed, algo, 2, 0.5, seed=1)
+    assert rows[0]["train_loss"] == float("inf") and len(rows) == 3
+
+
+def test_a_nan_test_loss_stops_the_run(tmp_path):
+    from fedgmh.engine import Diverged
+
+    fed, algo = fresh("fedavg")
+    with torch.no_grad():
+        algo.global_params["head.weight"].fill_(float("nan"))  # a model that diverged in its last training round
+    with pytest.raises(Diverged, match="round 0: the test loss is nan"):
+        run_rounds(fed, algo, 2, 0.5, seed=0)
+
+
+def test_run_records_are_strict_json(tmp_path):
+    from fedgmh.io import write_json
+
+    with pytest.raises(ValueError):
+        write_json({"lr": float("inf")}, tmp_path / "run.json")
+    assert not list(tmp_path.iterdir())
+    write_json({"lr": 0.01}, tmp_path / "run.json")
+    assert json.loads((tmp_path / "run.json").read_text(), parse_constant=lambda c: pytest.fail(c)) == {"lr": 0.01}

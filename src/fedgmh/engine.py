@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedgmh.config import EngineOptions
+from fedgmh.errors import UserError
 from fedgmh.model import FedAvgCNN
 
 Params = dict[str, torch.Tensor]
@@ -422,17 +423,44 @@ def _to_device(value, device: torch.device):
     return value
 
 
+class Diverged(UserError):
+    """A run's model diverged: it cannot produce meaningful numbers, so it stops."""
+
+
+def divergence(result: LocalResult) -> str | None:
+    """What shows that a client's local training diverged: a NaN loss or a parameter that is no
+    longer finite. An infinite loss alone is not divergence: FedRoD's Balanced Softmax gives +inf,
+    with finite gradients, for a sample of a class its counted epoch lacked (PFLlib does the same)."""
+    if math.isnan(result.loss_sum):
+        return "the training loss is nan"
+    for name, tensor in result.params.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return f"its parameter {name} is no longer finite (training loss {result.loss_sum})"
+    return None
+
+
 def play_round(
     fed: Federation, algorithm, rnd: int, selected: list[int], *, evaluate: bool = True, train: bool = True, cache: EvalCache | None = None
 ) -> dict | None:
     """One round: send to `selected`, evaluate every client (if `evaluate`), train `selected` (if
-    `train`), aggregate. Returns the round's metrics row, or None when it was not evaluated."""
+    `train`), aggregate. Returns the round's metrics row, or None when it was not evaluated.
+
+    A diverged model (`divergence`: a NaN training loss or a non-finite parameter of a trained
+    client; a NaN test loss) raises `Diverged`, naming the round (and client): such a run would only
+    produce NaN losses and chance accuracy."""
     start = time.perf_counter()
     algorithm.send(rnd, selected)
     metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if evaluate else None
+    if metrics is not None and math.isnan(metrics["test_loss"]):
+        raise Diverged(f"round {rnd}: the test loss is nan (the models diverged; try a smaller --lr); "
+                       "the run is stopped and nothing is written")
     trained = selected if train else []
     loss_sum, seen = 0.0, 0
-    for result in algorithm.train_clients(rnd, trained) if trained else []:
+    for client, result in zip(trained, algorithm.train_clients(rnd, trained) if trained else []):
+        problem = divergence(result)
+        if problem:
+            raise Diverged(f"round {rnd}, client {client}: {problem} (the model diverged; try a smaller --lr); "
+                           "the run is stopped and nothing is written")
         loss_sum += result.loss_sum
         seen += result.num_samples
     if trained:
@@ -468,21 +496,26 @@ def run_rounds(
     if snapshot is not None:
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]
-    for rnd in range(first, rounds + 1):
-        selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
-        # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
-        row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
-        if row is not None:
-            rows.append(row)
-            if on_round is not None:
-                on_round(row)
-        if checkpoint is not None and checkpoint.due(rnd, rounds):
-            checkpoint.save({
-                "next_round": rnd + 1,
-                "rows": rows,
-                "rng": rng.get_state(),
-                "generator": fed.generator.get_state(),
-                "participations": fed.participations.copy(),
-                "algorithm": algorithm.state(),
-            })
+    try:
+        for rnd in range(first, rounds + 1):
+            selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
+            # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
+            row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
+            if row is not None:
+                rows.append(row)
+                if on_round is not None:
+                    on_round(row)
+            if checkpoint is not None and checkpoint.due(rnd, rounds):
+                checkpoint.save({
+                    "next_round": rnd + 1,
+                    "rows": rows,
+                    "rng": rng.get_state(),
+                    "generator": fed.generator.get_state(),
+                    "participations": fed.participations.copy(),
+                    "algorithm": algorithm.state(),
+                })
+    except Diverged:
+        if checkpoint is not None:
+            checkpoint.remove()  # resuming would only diverge again at the same round
+        raise
     return rows

@@ -41,8 +41,11 @@ def remove_leftovers(path: Path | str) -> None:
 
 
 def write_json(data: Any, path: Path | str) -> None:
+    """Strict JSON: a NaN or infinity raises ValueError (and nothing is written) rather than
+    becoming `NaN`/`Infinity`, which JSON readers other than Python's reject."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.write_text(text)
 
 
 def write_csv(frame: pd.DataFrame, path: Path | str) -> None:
