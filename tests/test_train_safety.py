@@ -219,3 +219,23 @@ def test_run_records_are_strict_json(tmp_path):
     assert not list(tmp_path.iterdir())
     write_json({"lr": 0.01}, tmp_path / "run.json")
     assert json.loads((tmp_path / "run.json").read_text(), parse_constant=lambda c: pytest.fail(c)) == {"lr": 0.01}
+
+
+# --- item 11: the seed range ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), str(10**30)])
+def test_seed_outside_numpys_range_is_refused_before_any_work(setup, tmp_path, capsys, seed):
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "run", "--seed", seed)) == 2
+    err = capsys.readouterr().err
+    assert f"seed must be in 0..4294967295 (numpy's seed range), got {seed}" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_largest_seed_trains(setup, tmp_path):
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "run", "--seed", str(2**32 - 1), rounds=0)) == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["seed"] == 2**32 - 1

@@ -86,6 +86,7 @@ class TrainConfig:
             (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
             (math.isfinite(self.lr) and self.lr > 0, f"learning rate must be a finite number > 0, got {self.lr}"),
             (self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}"),
+            (0 <= self.seed < 2**32, f"seed must be in 0..{2**32 - 1} (numpy's seed range), got {self.seed}"),
         ]
         for ok, message in checks:
             if not ok:
