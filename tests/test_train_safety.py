@@ -5,8 +5,10 @@ and Ctrl-C / SIGTERM handled with one line and a resumable checkpoint."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -239,3 +241,50 @@ def test_largest_seed_trains(setup, tmp_path):
 
     assert main(train_args(setup, tmp_path / "run", "--seed", str(2**32 - 1), rounds=0)) == 0
     assert json.loads((tmp_path / "run" / "run.json").read_text())["seed"] == 2**32 - 1
+
+
+# --- item 10: the output folder is checked before training ----------------------------------------
+
+
+def _bad_out(tmp_path, kind):
+    if kind == "a file":
+        (tmp_path / "taken").write_text("not a folder")
+        return tmp_path / "taken", "is a file, not a folder"
+    if kind == "under a file":
+        (tmp_path / "taken").write_text("not a folder")
+        return tmp_path / "taken" / "run", "cannot be created: " + str(tmp_path / "taken") + " is a file"
+    if kind == "read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        (tmp_path / "ro").mkdir()
+        (tmp_path / "ro").chmod(0o555)
+        return tmp_path / "ro" / "run", "is not writable"
+    out = Path("/sys/fedgmh-test-run")  # sysfs: not even root creates folders there
+    try:
+        out.mkdir()
+    except OSError:
+        return out, "is not writable"
+    out.rmdir()
+    pytest.skip("no read-only /sys here")
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file", "read-only folder", "read-only file system"])
+def test_bad_output_folder_is_reported_before_training(setup, tmp_path, capsys, monkeypatch, kind):
+    from fedgmh import train
+    from fedgmh.cli import main
+
+    out, message = _bad_out(tmp_path, kind)
+    monkeypatch.setattr(train, "build_federation", lambda *a, **k: pytest.fail("training started"))
+    assert main(train_args(setup, out)) == 2
+    err = capsys.readouterr().err
+    assert f"output folder {out}" in err and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_output_folder_check_leaves_nothing_behind(tmp_path):
+    from fedgmh.io import check_writable_folder
+
+    check_writable_folder(tmp_path / "a" / "b")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    check_writable_folder(tmp_path / "kept")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []

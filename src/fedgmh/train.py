@@ -26,7 +26,7 @@ from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import UserError
-from fedgmh.io import remove_leftovers, write_csv, write_json
+from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
@@ -164,10 +164,13 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
     started again with the same settings resumes from it (0 = no checkpoints). When a folder of
     `stores` holds the record of exactly this run (fedgmh.store), that record is copied to
-    `out_dir` instead of training.
+    `out_dir` instead of training. `out_dir` is checked (created and written to for a test) before
+    anything else is done, so a bad folder is reported at once, not when the run ends.
     """
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device)
+    out_dir = Path(out_dir)
+    check_writable_folder(out_dir)  # now, not when the run ends
     if device.type == "cuda":  # same config + seed = same result, also with cuDNN
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
@@ -178,7 +181,6 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if fed.num_clients * config.join_ratio < 1:
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
     algorithm = get_algorithm(config.algorithm)(fed, algo_options)
-    out_dir = Path(out_dir)
     identity = {
         "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
         "algorithm_options": dataclasses.asdict(algo_options),
