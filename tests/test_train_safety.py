@@ -288,3 +288,75 @@ def test_output_folder_check_leaves_nothing_behind(tmp_path):
     (tmp_path / "kept").mkdir()
     check_writable_folder(tmp_path / "kept")
     assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
+# --- item 3: a finished run in --out is not replaced by accident -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(setup):
+    """A finished fedavg run (2 rounds) in setup/finished."""
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, setup / "finished", rounds=2)) == 0
+    return setup / "finished"
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_finished_run_of_the_same_settings_is_not_trained_again(setup, finished, capsys, monkeypatch):
+    from fedgmh import train
+    from fedgmh.cli import main
+
+    before = _files(finished)
+    monkeypatch.setattr(train, "run_rounds", lambda *a, **k: pytest.fail("trained again"))
+    capsys.readouterr()
+    # threads, device and paths are not part of the run key (fedgmh.store): still the same run
+    assert main(train_args(setup, finished, "--threads", "2", "--device", "cpu", rounds=2)) == 0
+    out = capsys.readouterr()
+    assert "already holds the finished run of these settings; not trained again" in out.err
+    assert "best test accuracy" in out.out and _files(finished) == before
+
+
+@pytest.mark.parametrize(
+    "extra,algorithm,difference",
+    [
+        ((), "fedgmh", "algorithm: 'fedavg' vs 'fedgmh'"),
+        (("--lr", "0.02"), "fedavg", "lr: 0.01 vs 0.02"),
+        (("--set", "lr_decay=0.9"), "fedavg", "engine_options.lr_decay: 0.99 vs 0.9"),
+    ],
+)
+def test_finished_run_of_other_settings_is_refused_naming_the_difference(setup, finished, capsys, extra, algorithm, difference):
+    from fedgmh.cli import main
+
+    before = _files(finished)
+    assert main(train_args(setup, finished, *extra, algorithm=algorithm, rounds=2)) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run of other settings" in err and difference in err and "--overwrite" in err
+    assert len(err.strip().splitlines()) == 1 and _files(finished) == before
+
+
+def test_overwrite_replaces_a_finished_run(setup, finished, tmp_path):
+    import shutil
+
+    from fedgmh.cli import main
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    assert main(train_args(setup, out, "--overwrite", algorithm="fedgmh", rounds=2)) == 0
+    assert json.loads((out / "run.json").read_text())["algorithm"] == "fedgmh"
+    before = (out / "run.json").read_text()
+    assert main(train_args(setup, out, "--overwrite", algorithm="fedgmh", rounds=2)) == 0  # same settings: trained again
+    assert json.loads((out / "run.json").read_text())["started_utc"] != json.loads(before)["started_utc"]
+
+
+def test_unreadable_run_record_in_out_is_not_replaced(setup, tmp_path, capsys):
+    from fedgmh.cli import main
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{not json")
+    assert main(train_args(setup, out)) == 2
+    assert "cannot be read" in capsys.readouterr().err and (out / "run.json").read_text() == "{not json"

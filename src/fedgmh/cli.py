@@ -81,7 +81,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
         overrides=parse_overrides(args.set),
     )
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
-                          stores=[Path(s) for s in args.store])
+                          stores=[Path(s) for s in args.store], overwrite=args.overwrite)
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
@@ -138,6 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="DIR",
         help="folder of finished run records (repeatable): a record of exactly this run is copied to OUT instead of training",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a finished run in OUT: one of other settings (refused without this flag), or one of the "
+        "same settings (without it: not trained again)",
     )
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import platform
 import subprocess
 import sys
@@ -138,6 +139,28 @@ def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progr
     return found.record
 
 
+def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
+    """The record of the finished run in `out_dir` (its run.json) when it is this very run, by the
+    results store's notion of "the same run" (`store.run_key`: settings that decide the numbers,
+    not device, threads or paths); None when there is none, it is incomplete, or `overwrite`.
+    A finished run of other settings is refused (UserError naming what differs) unless `overwrite`."""
+    path = out_dir / "run.json"
+    if overwrite or not path.exists():
+        return None
+    advice = "choose another --out, or add --overwrite to replace it"
+    try:
+        record = json.loads(path.read_text())
+        key = store.run_key(record)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{out_dir} holds a run record that cannot be read ({path}: {err}); {advice}") from None
+    except UserError as err:
+        raise UserError(f"{out_dir} holds a file run.json that is {err}; {advice}") from None
+    differences = store.key_differences(key, store.run_key(identity))
+    if differences:
+        raise UserError(f"{out_dir} holds a finished run of other settings (there vs here: {'; '.join(differences)}); {advice}")
+    return record if (out_dir / "metrics.csv").is_file() else None  # without its metrics: trained again
+
+
 class ProgressLog:
     """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA."""
 
@@ -158,13 +181,15 @@ class ProgressLog:
 
 
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
-                 stores: list[Path] | None = None) -> dict:
+                 stores: list[Path] | None = None, overwrite: bool = False) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
     started again with the same settings resumes from it (0 = no checkpoints). When a folder of
     `stores` holds the record of exactly this run (fedgmh.store), that record is copied to
-    `out_dir` instead of training. `out_dir` is checked (created and written to for a test) before
+    `out_dir` instead of training. When `out_dir` already holds the finished record of this run
+    (`finished_run`), it is returned and nothing is trained; a finished run of other settings there
+    is refused unless `overwrite` (then replaced, when this run completes). `out_dir` is checked (created and written to for a test) before
     anything else is done, so a bad folder is reported at once, not when the run ends.
     """
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
@@ -189,6 +214,11 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "fedgmh": fedgmh.__version__,
         "results_version": fedgmh.RESULTS_VERSION,
     }
+    finished = finished_run(out_dir, identity, overwrite)
+    if finished is not None:
+        print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
+              "(--overwrite trains it again)", file=sys.stderr, flush=True)
+        return finished
     if stores:
         reused = reuse_stored_record(identity, stores, out_dir, progress)
         if reused is not None:
