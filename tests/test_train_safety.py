@@ -8,6 +8,10 @@ import json
 import os
 import pickle
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -360,3 +364,73 @@ def test_unreadable_run_record_in_out_is_not_replaced(setup, tmp_path, capsys):
     (out / "run.json").write_text("{not json")
     assert main(train_args(setup, out)) == 2
     assert "cannot be read" in capsys.readouterr().err and (out / "run.json").read_text() == "{not json"
+
+
+# --- item 12: Ctrl-C and SIGTERM ---------------------------------------------------------------------
+
+
+def test_interrupted_round_loop_says_where_it_stopped_and_where_it_resumes(tmp_path):
+    from fedgmh.errors import Interrupted
+
+    def interrupt_at_round_2(row):
+        if row["round"] == 2:
+            raise KeyboardInterrupt
+
+    fed, algo = fresh("fedavg")
+    with pytest.raises(Interrupted, match="interrupted at round 2") as stopped:
+        run_rounds(fed, algo, 5, 0.5, seed=0, on_round=interrupt_at_round_2,
+                   checkpoint=Checkpoint(tmp_path / "ck.pt", every=2, identity={"run": 1}))
+    assert stopped.value.signum == signal.SIGINT and stopped.value.details == {"round": 2, "resume_round": 2}
+    fed, algo = fresh("fedavg")
+    with pytest.raises(Interrupted) as stopped:
+        run_rounds(fed, algo, 5, 0.5, seed=0, on_round=interrupt_at_round_2)
+    assert stopped.value.details == {"round": 2, "resume_round": None}
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_run_prints_one_line_exits_128_plus_signal_and_the_run_resumes(setup, tmp_path, signum, status):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "fedgmh.cli", *train_args(setup, out, "--checkpoint-every", "1", rounds=8)]
+    # a child of a background job may inherit an ignored SIGINT: give it the default, as a terminal would
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 300
+    while not (out / "checkpoint.pt").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == status, err
+    assert re.fullmatch(r"fedgmh train: interrupted at round \d+; the same command resumes from the checkpoint\n", err), err
+    assert not (out / "run.json").exists() and not (out / "metrics.csv").exists() and (out / "checkpoint.pt").exists()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    record = json.loads((out / "run.json").read_text())
+    assert record["resumed_from_round"] >= 1 and record["evaluated_rounds"] == 9
+    assert not (out / "checkpoint.pt").exists()
+
+
+def test_interrupt_before_the_first_checkpoint_says_the_run_starts_again(setup, tmp_path, capsys, monkeypatch):
+    from fedgmh import train
+    from fedgmh.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "build_federation", interrupted)
+    assert main(train_args(setup, tmp_path / "a")) == 130
+    assert capsys.readouterr().err == "fedgmh train: interrupted\n"
+    monkeypatch.undo()
+    real_play_round = __import__("fedgmh.engine", fromlist=["play_round"]).play_round
+
+    def stop_in_round_1(fed, algorithm, rnd, *args, **kwargs):
+        if rnd == 1:
+            raise KeyboardInterrupt
+        return real_play_round(fed, algorithm, rnd, *args, **kwargs)
+
+    monkeypatch.setattr("fedgmh.engine.play_round", stop_in_round_1)
+    assert main(train_args(setup, tmp_path / "b", "--checkpoint-every", "5", rounds=3)) == 130
+    assert capsys.readouterr().err == ("fedgmh train: interrupted at round 1; no checkpoint yet (one every 5 rounds): "
+                                       "the same command starts again\n")
+    assert main(train_args(setup, tmp_path / "c", "--checkpoint-every", "0", rounds=3)) == 130
+    assert "checkpoints are off (--checkpoint-every 0)" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedgmh.config import EngineOptions
-from fedgmh.errors import UserError
+from fedgmh.errors import Interrupted, UserError
 from fedgmh.model import FedAvgCNN
 
 Params = dict[str, torch.Tensor]
@@ -345,7 +346,7 @@ class Checkpoint:
 
     def _read(self) -> dict:
         """The file's contents, read without running code from it."""
-        from fedgmh.errors import UserError
+        from fedgmh.errors import Interrupted, UserError
 
         try:
             return torch.load(self.path, map_location="cpu", weights_only=True)
@@ -363,7 +364,7 @@ class Checkpoint:
                             "when loaded); delete it to start the run afresh") from None
 
     def load(self) -> dict | None:
-        from fedgmh.errors import UserError
+        from fedgmh.errors import Interrupted, UserError
 
         if not self.path.exists():
             return None
@@ -486,7 +487,11 @@ def run_rounds(
     on_round: Callable[[dict], None] | None = None,
     checkpoint: Checkpoint | None = None,
 ) -> list[dict]:
-    """The round loop shared by all algorithms; returns one metrics row per evaluated round."""
+    """The round loop shared by all algorithms; returns one metrics row per evaluated round.
+
+    Stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt), it raises `errors.Interrupted` with the
+    round it stopped at and `resume_round`, the round its last checkpoint resumes from (None: no
+    checkpoint was written). A checkpoint being written at that moment is left as it was (atomic)."""
     rng = np.random.RandomState(seed)
     num_selected = max(1, int(fed.num_clients * join_ratio))
     rows: list[dict] = []
@@ -496,6 +501,7 @@ def run_rounds(
     if snapshot is not None:
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]
+    rnd, resume_round = first, first if snapshot is not None else None
     try:
         for rnd in range(first, rounds + 1):
             selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
@@ -514,8 +520,12 @@ def run_rounds(
                     "participations": fed.participations.copy(),
                     "algorithm": algorithm.state(),
                 })
+                resume_round = rnd + 1
     except Diverged:
         if checkpoint is not None:
             checkpoint.remove()  # resuming would only diverge again at the same round
         raise
+    except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's SIGTERM handler (errors.Interrupted)
+        raise Interrupted(getattr(stop, "signum", signal.SIGINT), f"interrupted at round {rnd}", round=rnd,
+                          resume_round=resume_round) from None
     return rows

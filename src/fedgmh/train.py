@@ -26,7 +26,7 @@ from fedgmh import data, gpu_slots, store
 from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
-from fedgmh.errors import UserError
+from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
@@ -232,7 +232,16 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     log = ProgressLog(config.algorithm, config.rounds) if progress else None
     if resumed is not None and progress:
         print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
-    rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint)
+    try:
+        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint)
+    except Interrupted as stop:
+        if stop.details.get("resume_round") is not None:
+            stop.message += "; the same command resumes from the checkpoint"
+        elif checkpoint_every > 0:
+            stop.message += f"; no checkpoint yet (one every {checkpoint_every} rounds): the same command starts again"
+        else:
+            stop.message += "; checkpoints are off (--checkpoint-every 0): the same command starts again"
+        raise
     wall = time.perf_counter() - wall
     metrics = pd.DataFrame(rows)
     best = metrics.loc[metrics["test_acc"].idxmax()]
