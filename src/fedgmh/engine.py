@@ -346,8 +346,6 @@ class Checkpoint:
 
     def _read(self) -> dict:
         """The file's contents, read without running code from it."""
-        from fedgmh.errors import Interrupted, UserError
-
         try:
             return torch.load(self.path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
@@ -364,8 +362,6 @@ class Checkpoint:
                             "when loaded); delete it to start the run afresh") from None
 
     def load(self) -> dict | None:
-        from fedgmh.errors import Interrupted, UserError
-
         if not self.path.exists():
             return None
         try:
@@ -378,7 +374,10 @@ class Checkpoint:
             raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
         if _identity_text(snapshot["identity"]) != _identity_text(self.identity):  # checked before anything is used
             raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
-        return _unpack({k: v for k, v in snapshot.items() if k != "identity"})
+        try:
+            return _unpack({k: v for k, v in snapshot.items() if k != "identity"})
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from None
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
