@@ -49,7 +49,7 @@ def test_train_writes_metrics_and_run_record(setup, capsys):
         (("--set", "beta=high"), "fedgmh", "beta='high': expected a finite float"),
         (("--set", "drop_last=maybe"), "fedavg", "expected a value of type bool"),
         (("--set", "beta"), "fedgmh", "--set expects KEY=VALUE"),
-        (("--lr", "-1"), "fedavg", "learning rate must be > 0"),
+        (("--lr", "-1"), "fedavg", "learning rate must be a finite number > 0"),
         (("--device", "cuda:7"), "fedavg", "CUDA is not available"),
     ],
 )

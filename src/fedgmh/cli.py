@@ -1,16 +1,21 @@
 """Command-line interface: `fedgmh download | partition | train | store | aggregate | table | curves | rounds | compare | costs`.
 
 Each subcommand is a thin wrapper around a library function; user errors (bad input, missing
-files) are reported as one line on stderr with exit status 2.
+files) are reported as one line on stderr with exit status 2; Ctrl-C and SIGTERM as one line with
+exit status 130 and 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
-from fedgmh.errors import UserError
+from fedgmh.errors import Interrupted, UserError
 
 
 def _os_error(err: OSError, hint: str) -> UserError:
@@ -155,7 +160,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
         overrides=parse_overrides(args.set),
     )
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
-                          stores=[Path(s) for s in args.store])
+                          stores=[Path(s) for s in args.store], overwrite=args.overwrite)
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
@@ -213,6 +218,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="folder of finished run records (repeatable): a record of exactly this run is copied to OUT instead of training",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a finished run in OUT: one of other settings (refused without this flag), or one of the "
+        "same settings (without it: not trained again)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument(
         "--checkpoint-every",
@@ -231,14 +242,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGINT and SIGTERM raise `Interrupted` (a KeyboardInterrupt) while the block runs, so both
+    stop a command the same way: cleanly, with one line. A second signal stops the process at once.
+    Signals ignored when the process started (a background job's SIGINT) stay ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signum, signal.SIG_DFL)  # a second Ctrl-C / SIGTERM: no clean-up, just stop
+        raise Interrupted(signum)
+
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        args.func(args)
+        with _signals_interrupt():
+            args.func(args)
     except UserError as err:
         print(f"fedgmh {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: one line, exit 128 + signal (130, 143)
+        print(f"fedgmh {args.command}: {getattr(err, 'message', 'interrupted')}", file=sys.stderr)
+        return 128 + getattr(err, "signum", signal.SIGINT)
     return 0
 
 

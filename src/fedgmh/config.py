@@ -84,8 +84,9 @@ class TrainConfig:
             (0 < self.join_ratio <= 1, f"join ratio must be in (0, 1], got {self.join_ratio}"),
             (self.local_epochs >= 1, f"local epochs must be >= 1, got {self.local_epochs}"),
             (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
-            (self.lr > 0, f"learning rate must be > 0, got {self.lr}"),
+            (math.isfinite(self.lr) and self.lr > 0, f"learning rate must be a finite number > 0, got {self.lr}"),
             (self.threads is None or self.threads >= 1, f"threads must be >= 1, got {self.threads}"),
+            (0 <= self.seed < 2**32, f"seed must be in 0..{2**32 - 1} (numpy's seed range), got {self.seed}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -11,7 +11,10 @@ last iteration only evaluates, because training after the last evaluation cannot
 
 from __future__ import annotations
 
+import json
 import math
+import pickle
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedgmh.config import EngineOptions
+from fedgmh.errors import Interrupted, UserError
 from fedgmh.model import FedAvgCNN
 
 Params = dict[str, torch.Tensor]
@@ -272,12 +276,60 @@ def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
     return rnd % options.eval_every == 0 or rnd == rounds
 
 
+_PACKED = "__fedgmh_packed__"  # marks a value that `_pack` turned into tensors and plain values
+#: globals that older snapshots (numpy arrays pickled as such) need; allowed for them, nothing else
+_LEGACY_GLOBALS = ("numpy._core.multiarray._reconstruct", "numpy.core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype")
+
+
+def _pack(value):
+    """A checkpoint value as tensors and plain Python values only, which `torch.load(weights_only=True)`
+    reads without running code: numpy arrays and scalars become raw bytes in a uint8 tensor (exact,
+    any dtype), sets become tagged lists."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.array(value, order="C")  # a copy; 0-d for a scalar
+        raw = torch.from_numpy(array.reshape(-1).view(np.uint8))
+        kind = "ndarray" if isinstance(value, np.ndarray) else "scalar"
+        return {_PACKED: kind, "dtype": array.dtype.str, "shape": list(array.shape), "bytes": raw}
+    if isinstance(value, dict):
+        return {k: _pack(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return {_PACKED: "set", "items": [_pack(v) for v in value]}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_pack(v) for v in value)
+    return value
+
+
+def _unpack(value):
+    """The inverse of `_pack` (values that were never packed pass through unchanged)."""
+    if isinstance(value, dict):
+        kind = value.get(_PACKED)
+        if kind in ("ndarray", "scalar"):
+            array = np.frombuffer(value["bytes"].numpy().tobytes(), dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
+            return array if kind == "ndarray" else array[()]
+        if kind == "set":
+            return {_unpack(v) for v in value["items"]}
+        return {k: _unpack(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unpack(v) for v in value)
+    return value
+
+
+def _identity_text(identity) -> str:
+    return identity if isinstance(identity, str) else json.dumps(identity, sort_keys=True, default=str)
+
+
 class Checkpoint:
     """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
 
     A snapshot holds the algorithm's state, every RNG state and the metrics so far; resuming
     from it gives exactly the metrics of an uninterrupted run. `identity` describes the run; a
     snapshot of another run is refused rather than silently mixed in.
+
+    A snapshot holds only tensors and plain values (`_pack`) and is read with
+    `torch.load(weights_only=True)`: a file that would run code when loaded (a crafted pickle) is
+    refused with a UserError before anything in it is used, and so is one of other settings.
+    Older snapshots, which hold numpy arrays, are still read, with only numpy's array classes allowed
+    in addition (a run started before this change resumes).
     """
 
     def __init__(self, path: Path | str, every: int, identity: dict) -> None:
@@ -290,23 +342,65 @@ class Checkpoint:
         from fedgmh.io import atomic_path
 
         with atomic_path(self.path) as tmp:
-            torch.save({"identity": self.identity, **snapshot}, tmp)
+            torch.save({"identity": _identity_text(self.identity), **_pack(snapshot)}, tmp)
+
+    def _read(self) -> dict:
+        """The file's contents, read without running code from it."""
+        try:
+            return torch.load(self.path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            needs = _unsafe_globals(self.path)
+            if needs and set(needs) <= set(_LEGACY_GLOBALS):  # an older snapshot
+                try:
+                    with torch.serialization.safe_globals(_legacy_safe_globals()):
+                        return torch.load(self.path, map_location="cpu", weights_only=True)
+                except pickle.UnpicklingError:
+                    pass
+            what = f"objects other than tensors and plain values ({', '.join(needs[:5])})" if needs else \
+                "objects other than tensors and plain values, or is unreadable"
+            raise UserError(f"checkpoint {self.path} holds {what}, so it was not loaded (such a file can run code "
+                            "when loaded); delete it to start the run afresh") from None
 
     def load(self) -> dict | None:
-        from fedgmh.errors import UserError
-
         if not self.path.exists():
             return None
         try:
-            snapshot = torch.load(self.path, map_location="cpu", weights_only=False)
+            snapshot = self._read()
+        except UserError:
+            raise
         except Exception as err:  # noqa: BLE001 - any unreadable file gets the same advice
             raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
-        if snapshot.get("identity") != self.identity:
+        if not isinstance(snapshot, dict) or "identity" not in snapshot:
+            raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
+        if _identity_text(snapshot["identity"]) != _identity_text(self.identity):  # checked before anything is used
             raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
-        return snapshot
+        try:
+            return _unpack({k: v for k, v in snapshot.items() if k != "identity"})
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from None
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def _legacy_safe_globals() -> list:
+    """numpy's array reconstruction, ndarray and the numeric dtypes: what an older snapshot holds."""
+    reconstruct = np.zeros(1).__reduce__()[0]  # numpy.core or numpy._core .multiarray._reconstruct
+    dtypes = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64,
+              np.float16, np.float32, np.float64)
+    return [reconstruct, np.ndarray, np.dtype, *{type(np.dtype(t)) for t in dtypes}]
+
+
+def _unsafe_globals(path: Path) -> list[str] | None:
+    """The globals a pickle needs beyond what weights_only allows (read from its opcodes, nothing
+    run); None when this torch cannot tell."""
+    finder = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if finder is None or not hasattr(torch.serialization, "safe_globals"):
+        return None
+    try:
+        return list(finder(path))
+    except Exception:  # noqa: BLE001 - not a zip checkpoint: nothing to allow
+        return None
 
 
 def _restore(fed: Federation, algorithm, snapshot: dict, rng: np.random.RandomState) -> None:
@@ -329,17 +423,44 @@ def _to_device(value, device: torch.device):
     return value
 
 
+class Diverged(UserError):
+    """A run's model diverged: it cannot produce meaningful numbers, so it stops."""
+
+
+def divergence(result: LocalResult) -> str | None:
+    """What shows that a client's local training diverged: a NaN loss or a parameter that is no
+    longer finite. An infinite loss alone is not divergence: FedRoD's Balanced Softmax gives +inf,
+    with finite gradients, for a sample of a class its counted epoch lacked (PFLlib does the same)."""
+    if math.isnan(result.loss_sum):
+        return "the training loss is nan"
+    for name, tensor in result.params.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return f"its parameter {name} is no longer finite (training loss {result.loss_sum})"
+    return None
+
+
 def play_round(
     fed: Federation, algorithm, rnd: int, selected: list[int], *, evaluate: bool = True, train: bool = True, cache: EvalCache | None = None
 ) -> dict | None:
     """One round: send to `selected`, evaluate every client (if `evaluate`), train `selected` (if
-    `train`), aggregate. Returns the round's metrics row, or None when it was not evaluated."""
+    `train`), aggregate. Returns the round's metrics row, or None when it was not evaluated.
+
+    A diverged model (`divergence`: a NaN training loss or a non-finite parameter of a trained
+    client; a NaN test loss) raises `Diverged`, naming the round (and client): such a run would only
+    produce NaN losses and chance accuracy."""
     start = time.perf_counter()
     algorithm.send(rnd, selected)
     metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if evaluate else None
+    if metrics is not None and math.isnan(metrics["test_loss"]):
+        raise Diverged(f"round {rnd}: the test loss is nan (the models diverged; try a smaller --lr); "
+                       "the run is stopped and nothing is written")
     trained = selected if train else []
     loss_sum, seen = 0.0, 0
-    for result in algorithm.train_clients(rnd, trained) if trained else []:
+    for client, result in zip(trained, algorithm.train_clients(rnd, trained) if trained else []):
+        problem = divergence(result)
+        if problem:
+            raise Diverged(f"round {rnd}, client {client}: {problem} (the model diverged; try a smaller --lr); "
+                           "the run is stopped and nothing is written")
         loss_sum += result.loss_sum
         seen += result.num_samples
     if trained:
@@ -365,7 +486,11 @@ def run_rounds(
     on_round: Callable[[dict], None] | None = None,
     checkpoint: Checkpoint | None = None,
 ) -> list[dict]:
-    """The round loop shared by all algorithms; returns one metrics row per evaluated round."""
+    """The round loop shared by all algorithms; returns one metrics row per evaluated round.
+
+    Stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt), it raises `errors.Interrupted` with the
+    round it stopped at and `resume_round`, the round its last checkpoint resumes from (None: no
+    checkpoint was written). A checkpoint being written at that moment is left as it was (atomic)."""
     rng = np.random.RandomState(seed)
     num_selected = max(1, int(fed.num_clients * join_ratio))
     rows: list[dict] = []
@@ -375,21 +500,31 @@ def run_rounds(
     if snapshot is not None:
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]
-    for rnd in range(first, rounds + 1):
-        selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
-        # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
-        row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
-        if row is not None:
-            rows.append(row)
-            if on_round is not None:
-                on_round(row)
-        if checkpoint is not None and checkpoint.due(rnd, rounds):
-            checkpoint.save({
-                "next_round": rnd + 1,
-                "rows": rows,
-                "rng": rng.get_state(),
-                "generator": fed.generator.get_state(),
-                "participations": fed.participations.copy(),
-                "algorithm": algorithm.state(),
-            })
+    rnd, resume_round = first, first if snapshot is not None else None
+    try:
+        for rnd in range(first, rounds + 1):
+            selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
+            # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
+            row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
+            if row is not None:
+                rows.append(row)
+                if on_round is not None:
+                    on_round(row)
+            if checkpoint is not None and checkpoint.due(rnd, rounds):
+                checkpoint.save({
+                    "next_round": rnd + 1,
+                    "rows": rows,
+                    "rng": rng.get_state(),
+                    "generator": fed.generator.get_state(),
+                    "participations": fed.participations.copy(),
+                    "algorithm": algorithm.state(),
+                })
+                resume_round = rnd + 1
+    except Diverged:
+        if checkpoint is not None:
+            checkpoint.remove()  # resuming would only diverge again at the same round
+        raise
+    except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's SIGTERM handler (errors.Interrupted)
+        raise Interrupted(getattr(stop, "signum", signal.SIGINT), f"interrupted at round {rnd}", round=rnd,
+                          resume_round=resume_round) from None
     return rows

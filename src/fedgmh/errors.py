@@ -1,8 +1,19 @@
-"""One exception type for problems the user can fix (bad input, missing files).
+"""One exception type for problems the user can fix (bad input, missing files), and one for a
+process asked to stop.
 
-The CLI prints these as a one-line message and exits with status 2 instead of a traceback.
+The CLI prints these as a one-line message instead of a traceback and exits with status 2
+(UserError) or 128 + the signal number (Interrupted: 130 for Ctrl-C, 143 for SIGTERM).
 """
 
 
 class UserError(Exception):
     """An error caused by the user's input, with a message that says what to do."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The process was asked to stop: Ctrl-C (SIGINT) or SIGTERM. `message` is the one line the CLI
+    prints (e.g. the round a training run stopped at and how it resumes)."""
+
+    def __init__(self, signum: int, message: str = "interrupted", **details) -> None:
+        super().__init__(message)
+        self.signum, self.message, self.details = signum, message, details

@@ -58,6 +58,39 @@ def _fsync(path: Path, directory: bool = False) -> None:
         os.close(fd)
 
 
+def check_writable_folder(path: Path | str, what: str = "output folder") -> None:
+    """Raise UserError unless `path` is, or can be made, a folder this process can write files in.
+
+    Tested for real (a temporary file is created and deleted, so permissions, read-only file
+    systems and a file in the way all show up); folders created for the test are removed again.
+    """
+    from fedgmh.errors import UserError
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{what} {path} is a file, not a folder")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{what} {path} cannot be created: {existing} is a file, not a folder")
+    missing = [folder for folder in [path, *path.parents] if folder not in (existing, *existing.parents)]
+    created: list[Path] = []
+    try:
+        for folder in reversed(missing):
+            folder.mkdir()
+            created.append(folder)
+        fd, name = tempfile.mkstemp(prefix=".fedgmh-write-test.", dir=path)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise UserError(f"{what} {path} is not writable ({err.strerror or err})") from None
+    finally:
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+
+
 def remove_leftovers(path: Path | str) -> None:
     """Delete the temporaries of `atomic_path(path)` that a killed process left behind."""
     path = Path(path)
@@ -66,8 +99,11 @@ def remove_leftovers(path: Path | str) -> None:
 
 
 def write_json(data: Any, path: Path | str) -> None:
+    """Strict JSON: a NaN or infinity raises ValueError (and nothing is written) rather than
+    becoming `NaN`/`Infinity`, which JSON readers other than Python's reject."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str, allow_nan=False) + "\n"
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+        tmp.write_text(text)
 
 
 def write_csv(frame: pd.DataFrame, path: Path | str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import platform
 import subprocess
 import sys
@@ -25,8 +26,8 @@ from fedgmh import data, gpu_slots, store
 from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
-from fedgmh.errors import UserError
-from fedgmh.io import remove_leftovers, write_csv, write_json
+from fedgmh.errors import Interrupted, UserError
+from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
@@ -138,6 +139,28 @@ def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progr
     return found.record
 
 
+def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
+    """The record of the finished run in `out_dir` (its run.json) when it is this very run, by the
+    results store's notion of "the same run" (`store.run_key`: settings that decide the numbers,
+    not device, threads or paths); None when there is none, it is incomplete, or `overwrite`.
+    A finished run of other settings is refused (UserError naming what differs) unless `overwrite`."""
+    path = out_dir / "run.json"
+    if overwrite or not path.exists():
+        return None
+    advice = "choose another --out, or add --overwrite to replace it"
+    try:
+        record = json.loads(path.read_text())
+        key = store.run_key(record)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{out_dir} holds a run record that cannot be read ({path}: {err}); {advice}") from None
+    except UserError as err:
+        raise UserError(f"{out_dir} holds a file run.json that is {err}; {advice}") from None
+    differences = store.key_differences(key, store.run_key(identity))
+    if differences:
+        raise UserError(f"{out_dir} holds a finished run of other settings (there vs here: {'; '.join(differences)}); {advice}")
+    return record if (out_dir / "metrics.csv").is_file() else None  # without its metrics: trained again
+
+
 class ProgressLog:
     """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA."""
 
@@ -158,16 +181,21 @@ class ProgressLog:
 
 
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
-                 stores: list[Path] | None = None) -> dict:
+                 stores: list[Path] | None = None, overwrite: bool = False) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
     started again with the same settings resumes from it (0 = no checkpoints). When a folder of
     `stores` holds the record of exactly this run (fedgmh.store), that record is copied to
-    `out_dir` instead of training.
+    `out_dir` instead of training. When `out_dir` already holds the finished record of this run
+    (`finished_run`), it is returned and nothing is trained; a finished run of other settings there
+    is refused unless `overwrite` (then replaced, when this run completes). `out_dir` is checked (created and written to for a test) before
+    anything else is done, so a bad folder is reported at once, not when the run ends.
     """
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device)
+    out_dir = Path(out_dir)
+    check_writable_folder(out_dir)  # now, not when the run ends
     if device.type == "cuda":  # same config + seed = same result, also with cuDNN
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
@@ -178,7 +206,6 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if fed.num_clients * config.join_ratio < 1:
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
     algorithm = get_algorithm(config.algorithm)(fed, algo_options)
-    out_dir = Path(out_dir)
     identity = {
         "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
         "algorithm_options": dataclasses.asdict(algo_options),
@@ -187,6 +214,11 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "fedgmh": fedgmh.__version__,
         "results_version": fedgmh.RESULTS_VERSION,
     }
+    finished = finished_run(out_dir, identity, overwrite)
+    if finished is not None:
+        print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
+              "(--overwrite trains it again)", file=sys.stderr, flush=True)
+        return finished
     if stores:
         reused = reuse_stored_record(identity, stores, out_dir, progress)
         if reused is not None:
@@ -200,7 +232,16 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     log = ProgressLog(config.algorithm, config.rounds) if progress else None
     if resumed is not None and progress:
         print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
-    rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint)
+    try:
+        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint)
+    except Interrupted as stop:
+        if stop.details.get("resume_round") is not None:
+            stop.message += "; the same command resumes from the checkpoint"
+        elif checkpoint_every > 0:
+            stop.message += f"; no checkpoint yet (one every {checkpoint_every} rounds): the same command starts again"
+        else:
+            stop.message += "; checkpoints are off (--checkpoint-every 0): the same command starts again"
+        raise
     wall = time.perf_counter() - wall
     metrics = pd.DataFrame(rows)
     best = metrics.loc[metrics["test_acc"].idxmax()]

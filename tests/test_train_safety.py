@@ -1,0 +1,436 @@
+"""Safety of `fedgmh train` (issue 9): checkpoints that cannot run code, finished runs that are not
+replaced by accident, finite numbers only, output folders checked before training, seed range,
+and Ctrl-C / SIGTERM handled with one line and a resumable checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import make_federation
+
+from fedgmh.algorithms import REGISTRY
+from fedgmh.engine import Checkpoint, run_rounds
+from fedgmh.errors import UserError
+from fedgmh.train import resolve_options
+
+CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [0, 2, 2, 0, 1], [2, 2, 1, 1], [0, 0, 1, 1, 2], [2, 1, 0, 0]]
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The embedded data set and a 4-client partition of it."""
+    from fedgmh import data
+    from fedgmh.cli import main
+
+    root = tmp_path_factory.mktemp("safety")
+    data.download("digits", root / "data")
+    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
+                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(root / "part.npz")]) == 0
+    return root
+
+
+def train_args(root, out, *extra, algorithm="fedavg", rounds=1):
+    return ["train", "--dataset", "digits", "--root", str(root / "data"), "--partition", str(root / "part.npz"),
+            "--algorithm", algorithm, "--rounds", str(rounds), "--local-epochs", "1", "--join-ratio", "0.5",
+            "--threads", "1", "--quiet", "--out", str(out), *extra]
+
+
+def fresh(name, preset="paper", **engine):
+    algo_options, engine_options = resolve_options(name, {"preset": preset, **engine})
+    fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine_options.drop_last,
+                          lr_decay=engine_options.lr_decay)
+    return fed, REGISTRY[name](fed, algo_options)
+
+
+def without_timing(rows):
+    return pd.DataFrame(rows).drop(columns="seconds")
+
+
+class MakesMarker:
+    """Unpickling this object creates the file `marker` (what a crafted checkpoint could do)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return open, (self.marker, "w")
+
+
+# --- item 2: checkpoints are read with weights_only=True -------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["torch.save", "raw pickle", "inside a snapshot"])
+def test_crafted_checkpoint_is_refused_without_running_code(tmp_path, kind):
+    marker, path = tmp_path / "marker", tmp_path / "ck.pt"
+    if kind == "torch.save":
+        torch.save(MakesMarker(marker), path)
+    elif kind == "raw pickle":
+        path.write_bytes(pickle.dumps(MakesMarker(marker), protocol=2))
+    else:  # a well-formed snapshot of the right run with one poisoned value
+        torch.save({"identity": '{"run": 1}', "next_round": 1, "rows": [MakesMarker(marker)]}, path)
+    with pytest.raises(UserError, match="not loaded"):
+        Checkpoint(path, every=1, identity={"run": 1}).load()
+    assert not marker.exists()
+
+
+def test_crafted_checkpoint_in_the_run_folder_stops_fedgmh_train(setup, tmp_path, capsys):
+    from fedgmh.cli import main
+
+    out, marker = tmp_path / "run", tmp_path / "marker"
+    out.mkdir()
+    torch.save(MakesMarker(marker), out / "checkpoint.pt")
+    assert main(train_args(setup, out)) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and "not loaded" in err and len(err.strip().splitlines()) == 1
+    assert not marker.exists() and not (out / "run.json").exists()
+
+
+@pytest.mark.parametrize("name", ["fedamp", "fedfomo", "fedgmh", "fedrod"])  # sets, lists, None, dicts in their state
+def test_snapshots_hold_only_tensors_and_plain_values(tmp_path, name):
+    fed, algo = fresh(name, "official")
+    run_rounds(fed, algo, 2, 0.5, seed=1, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name}))
+    assert (tmp_path / "ck.pt").exists()
+    torch.load(tmp_path / "ck.pt", weights_only=True)  # no allow-list needed: nothing but tensors and plain values
+
+
+def test_snapshot_of_the_earlier_format_still_resumes_identically(tmp_path):
+    """Runs started before the change wrote numpy arrays into their snapshots: they resume."""
+    fed, algo = fresh("fedfomo")
+    expected = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3))
+
+    class OldFormat(Checkpoint):
+        def save(self, snapshot):  # what engine.Checkpoint.save wrote before
+            torch.save({"identity": self.identity, **snapshot}, self.path)
+
+    def stop_after_round_2(row):
+        if row["round"] == 2:
+            raise Stop
+
+    fed, algo = fresh("fedfomo")
+    with pytest.raises(Stop):
+        run_rounds(fed, algo, 4, 0.5, seed=3, on_round=stop_after_round_2,
+                   checkpoint=OldFormat(tmp_path / "ck.pt", every=1, identity={"run": 1}))
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(tmp_path / "ck.pt", weights_only=True)  # really the old format
+    fed, algo = fresh("fedfomo")
+    resumed = run_rounds(fed, algo, 4, 0.5, seed=3, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1}))
+    pd.testing.assert_frame_equal(without_timing(resumed), expected, check_exact=True)
+
+
+def test_checkpoint_values_round_trip_exactly(tmp_path):
+    from fedgmh.engine import _pack, _unpack
+
+    rng = np.random.RandomState(7)
+    rng.standard_normal()  # a cached gaussian in the state too
+    value = {"rng": rng.get_state(), "counts": np.arange(5, dtype=np.int64), "flag": np.float32(0.25), "ids": {3, 1},
+             "nested": [(1, 2.5), None, {"t": torch.ones(2)}], 4: "int key"}
+    torch.save(_pack(value), tmp_path / "v.pt")
+    back = _unpack(torch.load(tmp_path / "v.pt", weights_only=True))
+    assert back["rng"][0] == "MT19937" and np.array_equal(back["rng"][1], value["rng"][1]) and back["rng"][1].dtype == np.uint32
+    assert back["rng"][2:] == value["rng"][2:]
+    assert np.array_equal(back["counts"], value["counts"]) and back["counts"].dtype == np.int64
+    assert back["flag"] == np.float32(0.25) and isinstance(back["flag"], np.float32)
+    assert back["ids"] == {1, 3} and back[4] == "int key" and back["nested"][:2] == [(1, 2.5), None]
+    assert torch.equal(back["nested"][2]["t"], torch.ones(2))
+
+
+# --- item 6: finite numbers only; a diverging run stops -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (("--lr", "inf"), "learning rate must be a finite number > 0, got inf"),
+        (("--lr", "nan"), "learning rate must be a finite number > 0, got nan"),
+        (("--join-ratio", "nan"), "join ratio must be in (0, 1], got nan"),
+        (("--set", "lr_decay=inf"), "lr_decay='inf': expected a finite float"),
+        (("--set", "lr_decay=.nan"), "lr_decay='.nan': expected a finite float"),
+        (("--set", "beta=-inf"), "beta='-inf': expected a finite float"),
+    ],
+)
+def test_non_finite_numbers_are_refused_before_any_work(setup, tmp_path, capsys, extra, message):
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "run", *extra, algorithm="fedgmh")) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_diverging_run_stops_naming_round_and_client_and_writes_nothing(setup, tmp_path, capsys):
+    from fedgmh.cli import main
+
+    out = tmp_path / "run"
+    assert main(train_args(setup, out, "--lr", "1e10", "--checkpoint-every", "1", rounds=3)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "diverged" in err
+    assert re.search(r"round \d+, client \d+: (the training loss is nan|its parameter \S+ is no longer finite)", err), err
+    assert not any(p.name in ("run.json", "metrics.csv", "checkpoint.pt") for p in out.rglob("*")) if out.exists() else True
+
+
+def test_diverged_engine_run_raises_and_removes_its_checkpoint(tmp_path):
+    from fedgmh.engine import Diverged
+
+    fed, algo = fresh("fedavg")
+    fed.lr = 1e10
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1})
+    with pytest.raises(Diverged, match=r"round \d+, client \d+: (the training loss is nan|its parameter \S+ is no longer finite)"):
+        run_rounds(fed, algo, 6, 0.5, seed=0, checkpoint=checkpoint)
+    assert not (tmp_path / "ck.pt").exists()
+
+
+def test_an_infinite_training_loss_with_finite_parameters_is_not_divergence():
+    """FedRoD's Balanced Softmax: +inf for a class missing from the counted epoch, as in PFLlib."""
+    from fedgmh.engine import LocalResult, divergence
+
+    assert divergence(LocalResult({"w": torch.ones(3)}, float("inf"), 4)) is None
+    assert "nan" in divergence(LocalResult({"w": torch.ones(3)}, float("nan"), 4))
+    assert "parameter w" in divergence(LocalResult({"w": torch.tensor([1.0, float("inf")])}, 2.0, 4))
+    fed, algo = fresh("fedrod", "official")  # has such losses on this federation, and still trains
+    rows = run_rounds(fed, algo, 2, 0.5, seed=1)
+    assert rows[0]["train_loss"] == float("inf") and len(rows) == 3
+
+
+def test_a_nan_test_loss_stops_the_run(tmp_path):
+    from fedgmh.engine import Diverged
+
+    fed, algo = fresh("fedavg")
+    with torch.no_grad():
+        algo.global_params["head.weight"].fill_(float("nan"))  # a model that diverged in its last training round
+    with pytest.raises(Diverged, match="round 0: the test loss is nan"):
+        run_rounds(fed, algo, 2, 0.5, seed=0)
+
+
+def test_run_records_are_strict_json(tmp_path):
+    from fedgmh.io import write_json
+
+    with pytest.raises(ValueError):
+        write_json({"lr": float("inf")}, tmp_path / "run.json")
+    assert not list(tmp_path.iterdir())
+    write_json({"lr": 0.01}, tmp_path / "run.json")
+    assert json.loads((tmp_path / "run.json").read_text(), parse_constant=lambda c: pytest.fail(c)) == {"lr": 0.01}
+
+
+# --- item 11: the seed range ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), str(10**30)])
+def test_seed_outside_numpys_range_is_refused_before_any_work(setup, tmp_path, capsys, seed):
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "run", "--seed", seed)) == 2
+    err = capsys.readouterr().err
+    assert f"seed must be in 0..4294967295 (numpy's seed range), got {seed}" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_largest_seed_trains(setup, tmp_path):
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "run", "--seed", str(2**32 - 1), rounds=0)) == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["seed"] == 2**32 - 1
+
+
+# --- item 10: the output folder is checked before training ----------------------------------------
+
+
+def _bad_out(tmp_path, kind):
+    if kind == "a file":
+        (tmp_path / "taken").write_text("not a folder")
+        return tmp_path / "taken", "is a file, not a folder"
+    if kind == "under a file":
+        (tmp_path / "taken").write_text("not a folder")
+        return tmp_path / "taken" / "run", "cannot be created: " + str(tmp_path / "taken") + " is a file"
+    if kind == "read-only folder":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        (tmp_path / "ro").mkdir()
+        (tmp_path / "ro").chmod(0o555)
+        return tmp_path / "ro" / "run", "is not writable"
+    out = Path("/sys/fedgmh-test-run")  # sysfs: not even root creates folders there
+    try:
+        out.mkdir()
+    except OSError:
+        return out, "is not writable"
+    out.rmdir()
+    pytest.skip("no read-only /sys here")
+
+
+@pytest.mark.parametrize("kind", ["a file", "under a file", "read-only folder", "read-only file system"])
+def test_bad_output_folder_is_reported_before_training(setup, tmp_path, capsys, monkeypatch, kind):
+    from fedgmh import train
+    from fedgmh.cli import main
+
+    out, message = _bad_out(tmp_path, kind)
+    monkeypatch.setattr(train, "build_federation", lambda *a, **k: pytest.fail("training started"))
+    assert main(train_args(setup, out)) == 2
+    err = capsys.readouterr().err
+    assert f"output folder {out}" in err and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_output_folder_check_leaves_nothing_behind(tmp_path):
+    from fedgmh.io import check_writable_folder
+
+    check_writable_folder(tmp_path / "a" / "b")
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    check_writable_folder(tmp_path / "kept")
+    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+
+
+# --- item 3: a finished run in --out is not replaced by accident -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(setup):
+    """A finished fedavg run (2 rounds) in setup/finished."""
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, setup / "finished", rounds=2)) == 0
+    return setup / "finished"
+
+
+def _files(folder):
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_finished_run_of_the_same_settings_is_not_trained_again(setup, finished, capsys, monkeypatch):
+    from fedgmh import train
+    from fedgmh.cli import main
+
+    before = _files(finished)
+    monkeypatch.setattr(train, "run_rounds", lambda *a, **k: pytest.fail("trained again"))
+    capsys.readouterr()
+    # threads, device and paths are not part of the run key (fedgmh.store): still the same run
+    assert main(train_args(setup, finished, "--threads", "2", "--device", "cpu", rounds=2)) == 0
+    out = capsys.readouterr()
+    assert "already holds the finished run of these settings; not trained again" in out.err
+    assert "best test accuracy" in out.out and _files(finished) == before
+
+
+@pytest.mark.parametrize(
+    "extra,algorithm,difference",
+    [
+        ((), "fedgmh", "algorithm: 'fedavg' vs 'fedgmh'"),
+        (("--lr", "0.02"), "fedavg", "lr: 0.01 vs 0.02"),
+        (("--set", "lr_decay=0.9"), "fedavg", "engine_options.lr_decay: 0.99 vs 0.9"),
+    ],
+)
+def test_finished_run_of_other_settings_is_refused_naming_the_difference(setup, finished, capsys, extra, algorithm, difference):
+    from fedgmh.cli import main
+
+    before = _files(finished)
+    assert main(train_args(setup, finished, *extra, algorithm=algorithm, rounds=2)) == 2
+    err = capsys.readouterr().err
+    assert "holds a finished run of other settings" in err and difference in err and "--overwrite" in err
+    assert len(err.strip().splitlines()) == 1 and _files(finished) == before
+
+
+def test_overwrite_replaces_a_finished_run(setup, finished, tmp_path):
+    import shutil
+
+    from fedgmh.cli import main
+
+    out = tmp_path / "copy"
+    shutil.copytree(finished, out)
+    assert main(train_args(setup, out, "--overwrite", algorithm="fedgmh", rounds=2)) == 0
+    assert json.loads((out / "run.json").read_text())["algorithm"] == "fedgmh"
+    before = (out / "run.json").read_text()
+    assert main(train_args(setup, out, "--overwrite", algorithm="fedgmh", rounds=2)) == 0  # same settings: trained again
+    assert json.loads((out / "run.json").read_text())["started_utc"] != json.loads(before)["started_utc"]
+
+
+def test_unreadable_run_record_in_out_is_not_replaced(setup, tmp_path, capsys):
+    from fedgmh.cli import main
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{not json")
+    assert main(train_args(setup, out)) == 2
+    assert "cannot be read" in capsys.readouterr().err and (out / "run.json").read_text() == "{not json"
+
+
+# --- item 12: Ctrl-C and SIGTERM ---------------------------------------------------------------------
+
+
+def test_interrupted_round_loop_says_where_it_stopped_and_where_it_resumes(tmp_path):
+    from fedgmh.errors import Interrupted
+
+    def interrupt_at_round_2(row):
+        if row["round"] == 2:
+            raise KeyboardInterrupt
+
+    fed, algo = fresh("fedavg")
+    with pytest.raises(Interrupted, match="interrupted at round 2") as stopped:
+        run_rounds(fed, algo, 5, 0.5, seed=0, on_round=interrupt_at_round_2,
+                   checkpoint=Checkpoint(tmp_path / "ck.pt", every=2, identity={"run": 1}))
+    assert stopped.value.signum == signal.SIGINT and stopped.value.details == {"round": 2, "resume_round": 2}
+    fed, algo = fresh("fedavg")
+    with pytest.raises(Interrupted) as stopped:
+        run_rounds(fed, algo, 5, 0.5, seed=0, on_round=interrupt_at_round_2)
+    assert stopped.value.details == {"round": 2, "resume_round": None}
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_run_prints_one_line_exits_128_plus_signal_and_the_run_resumes(setup, tmp_path, signum, status):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "fedgmh.cli", *train_args(setup, out, "--checkpoint-every", "1", rounds=8)]
+    # a child of a background job may inherit an ignored SIGINT: give it the default, as a terminal would
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 300
+    while not (out / "checkpoint.pt").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == status, err
+    assert re.fullmatch(r"fedgmh train: interrupted at round \d+; the same command resumes from the checkpoint\n", err), err
+    assert not (out / "run.json").exists() and not (out / "metrics.csv").exists() and (out / "checkpoint.pt").exists()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    record = json.loads((out / "run.json").read_text())
+    assert record["resumed_from_round"] >= 1 and record["evaluated_rounds"] == 9
+    assert not (out / "checkpoint.pt").exists()
+
+
+def test_interrupt_before_the_first_checkpoint_says_the_run_starts_again(setup, tmp_path, capsys, monkeypatch):
+    from fedgmh import train
+    from fedgmh.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "build_federation", interrupted)
+    assert main(train_args(setup, tmp_path / "a")) == 130
+    assert capsys.readouterr().err == "fedgmh train: interrupted\n"
+    monkeypatch.undo()
+    real_play_round = __import__("fedgmh.engine", fromlist=["play_round"]).play_round
+
+    def stop_in_round_1(fed, algorithm, rnd, *args, **kwargs):
+        if rnd == 1:
+            raise KeyboardInterrupt
+        return real_play_round(fed, algorithm, rnd, *args, **kwargs)
+
+    monkeypatch.setattr("fedgmh.engine.play_round", stop_in_round_1)
+    assert main(train_args(setup, tmp_path / "b", "--checkpoint-every", "5", rounds=3)) == 130
+    assert capsys.readouterr().err == ("fedgmh train: interrupted at round 1; no checkpoint yet (one every 5 rounds): "
+                                       "the same command starts again\n")
+    assert main(train_args(setup, tmp_path / "c", "--checkpoint-every", "0", rounds=3)) == 130
+    assert "checkpoints are off (--checkpoint-every 0)" in capsys.readouterr().err
