@@ -243,8 +243,11 @@ def test_bad_seeds_clients_and_classes_fail_the_dry_run(tmp_path: Path, change: 
          "config: experiments.table2.variants.v.mix = 'everything' is not valid for fedgmh"),
         (lambda c: c["experiments"]["table2"].update(options={"fedgmh": {"preset": "authors"}}),
          "config: experiments.table2.options.fedgmh.preset = 'authors' is not valid for fedgmh"),
+        (lambda c: c.update(lr=float("nan")), "config: lr is nan; every number must be finite"),
+        (lambda c: c.update(algorithm_options={"fedgmh": {"beta": float("inf")}}),
+         "config: algorithm_options.fedgmh.beta is inf; every number must be finite"),
     ],
-    ids=["unknown-key", "bad-float", "bad-bool", "bad-choice", "bad-preset"],
+    ids=["unknown-key", "bad-float", "bad-bool", "bad-choice", "bad-preset", "nan-lr", "inf-option"],
 )
 def test_bad_options_fail_the_dry_run_naming_the_key(tmp_path: Path, change: Callable, message: str) -> None:
     config = tiny_config()

@@ -18,6 +18,7 @@
 # `[]`), so they are quoted the same way.
 
 import json
+import math
 import re
 
 from fedgmh.config import parse_overrides
@@ -73,6 +74,21 @@ def _check_settings():
 
 
 _check_settings()
+
+
+def _check_finite(value, key="config"):
+    """NaN or infinity anywhere in the config (YAML's .nan, .inf) would train nonsense: refuse it."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _check_finite(item, f"{key}.{name}" if key != "config" else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_finite(item, f"{key}[{index}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise WorkflowError(f"config: {key} is {value}; every number must be finite")
+
+
+_check_finite(config)
 
 
 def _options_for(exp_name, experiment, index, setting, algorithm, variant, variant_options):
