@@ -154,7 +154,7 @@ def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
 
 def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     """`snakemake all` with the smoke config and the real CLI: every table, figure and report, then the HTML report."""
-    result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=600)
+    result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=1500)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     art = tmp_path / "paper_artifacts" / "smoke"
     config = yaml.safe_load(SMOKE.read_text())
@@ -271,7 +271,7 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     assert all((p.parent / "metrics.csv").stat().st_size > 0 for p in finished)
 
     assert snakemake(tmp_path, "--unlock", *target[3:], timeout=120).returncode == 0
-    again = snakemake(tmp_path, *target, "--rerun-incomplete", timeout=600)
+    again = snakemake(tmp_path, *target, "--rerun-incomplete", timeout=1500)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     assert job_counts(again.stdout + again.stderr).get("train") == 12 - len(finished)
     assert {p: p.stat().st_mtime_ns for p in finished} == finished
