@@ -98,3 +98,17 @@ def test_killed_training_process_resumes_and_matches_an_uninterrupted_run(tmp_pa
     import json
 
     assert json.loads((killed / "run.json").read_text())["resumed_from_round"] >= 1
+
+
+def test_progress_eta_of_a_resumed_run_counts_only_the_rounds_it_ran(monkeypatch, capsys):
+    """Resumed at round 100 of 200 and 10 s per round: 100 rounds are left, about 1000 s."""
+    from fedgmh import train
+
+    clock = iter([0.0, 10.0, 20.0])
+    monkeypatch.setattr(train.time, "perf_counter", lambda: next(clock))
+    log = train.ProgressLog("fedavg", rounds=200, first_round=100)
+    log({"round": 100, "test_acc": 0.5, "train_loss": 1.0})
+    log({"round": 101, "test_acc": 0.6, "train_loss": 0.9})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("10s elapsed, ETA 1000s")
+    assert lines[1].endswith("20s elapsed, ETA 990s")

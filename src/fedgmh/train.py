@@ -164,14 +164,15 @@ def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
 class ProgressLog:
     """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA."""
 
-    def __init__(self, algorithm: str, rounds: int) -> None:
+    def __init__(self, algorithm: str, rounds: int, first_round: int = 0) -> None:
         self.algorithm, self.rounds, self.start, self.best = algorithm, rounds, time.perf_counter(), 0.0
+        self.first_round = first_round  # a resumed run starts past round 0: its speed is from here
 
     def __call__(self, row: dict) -> None:
         self.best = max(self.best, row["test_acc"])
-        done = row["round"] + 1
+        done_here = row["round"] + 1 - self.first_round  # rounds this process ran
         elapsed = time.perf_counter() - self.start
-        eta = elapsed / done * (self.rounds + 1 - done)
+        eta = elapsed / done_here * (self.rounds - row["round"])
         print(
             f"[{self.algorithm}] round {row['round']}/{self.rounds} acc {row['test_acc']:.4f} best {self.best:.4f} "
             f"train_loss {row['train_loss']:.4f} | {elapsed:.0f}s elapsed, ETA {eta:.0f}s",
@@ -229,7 +230,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     resumed = checkpoint.load()
     started = dt.datetime.now(dt.timezone.utc)
     wall = time.perf_counter()
-    log = ProgressLog(config.algorithm, config.rounds) if progress else None
+    log = ProgressLog(config.algorithm, config.rounds, resumed["next_round"] if resumed else 0) if progress else None
     if resumed is not None and progress:
         print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
     try:
