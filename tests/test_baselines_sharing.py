@@ -147,8 +147,13 @@ def test_fedgh_batched_server_pass_is_shuffled_sgd_over_prototypes():
     torch.testing.assert_close(algo.heads["head.bias"][0], b)
 
 
-def test_fedgh_default_server_step_per_prototype_in_upload_order():
-    algo = build("fedgh")
+def test_fedgh_default_server_pass_is_batched():
+    assert resolve_options("fedgh", {})[0].server_pass == "batched"
+    assert resolve_options("gmh_o", {})[0].server_pass == "per_prototype"  # FedGMH's eq. 6 keeps its own
+
+
+def test_fedgh_per_prototype_server_step_in_upload_order():
+    algo = build("fedgh", server_pass="per_prototype")
     protos = [(2, torch.randn(512)), (0, torch.randn(512)), (2, torch.randn(512))]
     algo.uploads = list(protos)
     w, b = algo.heads["head.weight"][0].clone(), algo.heads["head.bias"][0].clone()

@@ -106,12 +106,14 @@ class FedGH(GlobalMultiHead):
     """Yi et al. 2023: bodies local; one global head trained on the uploaded class-mean features.
 
     GlobalMultiHead with one head (`heads=single`) that replaces the client's head
-    (`combine=replace`); the server head lr is `eta_h` (PFLlib's server_learning_rate).
+    (`combine=replace`); the server head lr is `eta_h` (PFLlib's server_learning_rate). The server
+    pass is batched by default (the spec's and PFLlib's): one SGD step of lr 1.0 per prototype
+    (`server_pass=per_prototype`) diverges at the paper's MNIST protocol (docs/baselines.md).
     """
 
     name = "fedgh"
     display_name = "FedGH"
-    defaults = {"heads": "single", "combine": "replace"}
+    defaults = {"heads": "single", "combine": "replace", "server_pass": "batched"}
     official = {**PFLLIB, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
 
     def __init__(self, fed, options) -> None:
