@@ -71,6 +71,39 @@ def test_lr_decays_once_per_participation():
     assert fed.client_lr(1) == pytest.approx(0.1 * 0.5**3)
 
 
+def test_lr_decays_once_per_round_with_lr_decay_unit_round():
+    fed = make_federation([[0, 1], [1, 0]], lr=0.1, lr_decay=0.5, lr_decay_unit="round")
+    fed.participations[1] = 3
+    fed.current_round = 2
+    assert fed.client_lr(0) == pytest.approx(0.1 * 0.5**2)  # never trained: still decayed, per round
+    assert fed.client_lr(1) == pytest.approx(0.1 * 0.5**2)
+
+
+def test_play_round_sets_the_round_that_round_decay_reads():
+    from fedgmh.algorithms import REGISTRY
+    from fedgmh.engine import play_round
+    from fedgmh.train import resolve_options
+
+    fed = make_federation([[0, 1, 0, 1], [1, 0, 1, 0]], lr=0.1, lr_decay=0.5, lr_decay_unit="round")
+    algo = REGISTRY["fedavg"](fed, resolve_options("fedavg", {})[0])
+    seen = []
+    original = fed.client_lr
+    fed.client_lr = lambda c: seen.append(original(c)) or original(c)  # type: ignore[method-assign]
+    play_round(fed, algo, 3, [0, 1], evaluate=False)
+    assert len(seen) == 2 and all(lr == pytest.approx(0.1 * 0.5**3) for lr in seen)
+
+
+def test_fedfomo_training_view_follows_the_round_decay():
+    from fedgmh.algorithms import REGISTRY
+    from fedgmh.engine import play_round
+    from fedgmh.train import resolve_options
+
+    fed = make_federation([[0, 1, 0, 1, 1]] * 6, lr=0.1, lr_decay=0.5, lr_decay_unit="round")
+    algo = REGISTRY["fedfomo"](fed, resolve_options("fedfomo", {})[0])
+    play_round(fed, algo, 3, [0, 1], evaluate=False)
+    assert algo.train_fed.client_lr(4) == pytest.approx(0.1 * 0.5**3)
+
+
 def test_evaluation_pools_samples_and_reports_client_spread():
     fed = make_federation([[0, 1, 0, 1], [1, 1, 1, 1, 1, 1, 1, 1]], test_per_client=100)
     params = fed.initial_params()

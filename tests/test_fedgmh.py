@@ -231,3 +231,32 @@ def test_official_single_head_is_client_0s_head(name):
         assert not torch.equal(algo.params[0][k], trained[k])
     with pytest.raises(Exception, match="heads=single"):
         resolve_options("fedgmh", {"head_alias": "client0"})
+
+
+@pytest.mark.parametrize("zeroing", [True, False])
+def test_official_gmh_o_zeroes_the_server_head_at_every_send_until_client_0_trains(zeroing):
+    algo = build("gmh_o", preset="official", gmh_o_zeroing=str(zeroing).lower())
+    for rnd in range(2):  # client 0 has not trained yet: each send wipes the server's head
+        for k in algo.heads:
+            algo.heads[k] = torch.randn_like(algo.heads[k])  # as if the server pass had trained it
+        server = {k: v[0].clone() for k, v in algo.heads.items()}
+        algo.send(rnd, [1, 2])
+        expected = {k: torch.zeros_like(v) for k, v in server.items()} if zeroing else server
+        assert all(torch.equal(algo.heads[k][0], v) for k, v in expected.items())
+        for c in (0, 2, 3):  # broadcast=all; untrained clients take the whole head
+            for k, v in expected.items():
+                assert torch.equal(algo.params[c][k], v), (rnd, c, k)
+        algo.train_client(rnd, 1)
+    algo.train_client(2, 0)  # client 0 has a mask now: no more zeroing
+    algo.aggregate(2, [0])
+    server = {k: v[0].clone() for k, v in algo.heads.items()}
+    algo.send(3, [0, 3])
+    assert all(torch.equal(algo.heads[k][0], v) for k, v in server.items())
+    assert any(bool(v.abs().sum() > 0) for v in server.values())
+
+
+def test_gmh_o_zeroing_needs_the_client0_alias():
+    with pytest.raises(Exception, match="head_alias=client0"):
+        resolve_options("gmh_o", {"gmh_o_zeroing": "true"})
+    assert resolve_options("gmh_o", {"preset": "official"})[0].gmh_o_zeroing
+    assert not resolve_options("gmh_oa", {"preset": "official"})[0].gmh_o_zeroing  # GMH-oa's send only copies

@@ -32,7 +32,12 @@ def option(default: Any, help: str = "") -> Any:
 class EngineOptions:
     """Engine options shared by every algorithm (settable with --set)."""
 
-    lr_decay: float = option(0.99, "ExponentialLR gamma, stepped once per participation of a client")
+    lr_decay: float = option(0.99, "ExponentialLR gamma, stepped once per lr_decay_unit")
+    lr_decay_unit: str = choice(
+        "participation", "round",
+        help="the lr decays once per participation of a client (PFLlib's scheduler, stepped after each local "
+        "training) or once per round for every client (the paper's words: 1 percent per round)",
+    )
     drop_last: bool = option(False, "drop each client's last partial batch (PFLlib's DataLoader does; the paper uses all samples)")
     eval_every: int = option(1, "evaluate every k-th round (the paper: every round)")
     eval_last: int = option(0, "evaluate only the last k rounds (0 = all; the official FedGMH code uses 20)")

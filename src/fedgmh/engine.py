@@ -94,6 +94,7 @@ class Federation:
     generator: torch.Generator = field(init=False)
     participations: np.ndarray = field(init=False)
     channel: Channel = field(init=False)
+    current_round: int = field(init=False, default=0)  # set by play_round; lr_decay_unit=round reads it
 
     def __post_init__(self) -> None:
         if self.options.memory_format == "channels_last" and self.images.dim() == 4:
@@ -121,8 +122,10 @@ class Federation:
         return np.array([len(idx) for idx in self.train_idx])
 
     def client_lr(self, client: int) -> float:
-        """lr * gamma^k after k participations (ExponentialLR stepped once per local training call)."""
-        return self.lr * self.options.lr_decay ** int(self.participations[client])
+        """lr * gamma^k after k participations (ExponentialLR stepped once per local training call),
+        or after k rounds with `lr_decay_unit=round`."""
+        steps = self.current_round if self.options.lr_decay_unit == "round" else int(self.participations[client])
+        return self.lr * self.options.lr_decay ** steps
 
     def shuffled_batches(self, client: int) -> Iterator[torch.Tensor]:
         """One epoch of a shuffled DataLoader over the client's train split, as index tensors."""
@@ -449,6 +452,7 @@ def play_round(
     client; a NaN test loss) raises `Diverged`, naming the round (and client): such a run would only
     produce NaN losses and chance accuracy."""
     start = time.perf_counter()
+    fed.current_round = rnd
     algorithm.send(rnd, selected)
     metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if evaluate else None
     if metrics is not None and math.isnan(metrics["test_loss"]):

@@ -45,6 +45,11 @@ class GMHOptions:
         "server", "client0",
         help="the server keeps its own head, or (official -o ablations, PFLlib FedGH) the one server head IS client 0's head: client 0's training moves it and the server pass moves client 0's head",
     )
+    gmh_o_zeroing: bool = option(
+        False,
+        "official GMH-o: while client 0 has never trained, its send zeroes its head - which IS the server head "
+        "(head_alias=client0) - so every round until then wipes the server's prototype training",
+    )
     preset: str = choice("paper", "official", help="paper text, or every official-code behaviour (set before the others)")
 
     def __post_init__(self) -> None:
@@ -56,6 +61,8 @@ class GMHOptions:
             raise UserError("server_pass=batched is defined for one global head only (heads=single)")
         if self.head_alias == "client0" and self.heads != "single":
             raise UserError("head_alias=client0 is defined for one global head only (heads=single)")
+        if self.gmh_o_zeroing and self.head_alias != "client0":
+            raise UserError("gmh_o_zeroing=true zeroes the server head through client 0's head: it needs head_alias=client0")
 
 
 def critical_mask(before: Params, after: Params, beta: float, score: str, selection: str) -> Params:
@@ -137,6 +144,10 @@ class GlobalMultiHead(Algorithm):
     def send(self, rnd: int, selected: list[int]) -> None:
         receivers = selected if self.options.broadcast == "selected" else range(self.fed.num_clients)
         for client in receivers:
+            if client == 0 and self.options.gmh_o_zeroing and self.masks[0] is None:
+                # official clientgmho.set_parameters: an untrained client's head is zeroed in place
+                # before the server head is added; client 0's head is the server head, so it stays 0
+                self.heads = {k: torch.zeros_like(v) for k, v in self.heads.items()}
             self.personalise_head(client)
 
     def eval_params(self, client: int) -> Params:
@@ -227,7 +238,8 @@ class GMHOneHead(GlobalMultiHead):
     name = "gmh_o"
     display_name = "GMH-o"
     defaults = {"heads": "single"}
-    official = {**OFFICIAL_ENGINE, "mix": "noncritical", "selection": "per_tensor", "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
+    official = {**OFFICIAL_ENGINE, "mix": "noncritical", "selection": "per_tensor", "broadcast": "all", "server_pass": "batched",
+                "head_alias": "client0", "gmh_o_zeroing": True}
 
 
 @register

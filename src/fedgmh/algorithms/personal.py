@@ -259,6 +259,7 @@ def train_split_view(fed: Federation, train_idx: list[torch.Tensor], fixed_order
     """`fed` with other train splits, for `local_train`; data, options, RNG and lr decay stay shared."""
     view = copy.copy(fed)
     view.train_idx = train_idx
+    view.client_lr = fed.client_lr  # type: ignore[method-assign]  # the round counter lives on `fed`
     if fixed_order:
         view.shuffled_batches = lambda client: fixed_order_batches(view, client)  # type: ignore[method-assign]
     return view
