@@ -2,9 +2,10 @@
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
-algorithm's `--set` options, `aggregate` / `table` / `curves` / `rounds` / `compare` turn runs into
-the paper's tables and figures (cli_report.py), `costs` computes section 2.3's costs (cli_costs.py)
-and `store` keeps finished run records (cli_store.py); `fedgmh --version` prints the version.
+algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
+`compare` turn runs into the paper's tables and figures (cli_report.py), `costs` computes section
+2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
+--version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2;
 Ctrl-C and SIGTERM as one line with exit status 130 and 143.
 """
@@ -166,27 +167,6 @@ def _cmd_train(args: argparse.Namespace) -> None:
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
-def _text(value) -> str:
-    """An option value as it is typed after --set (true / false for booleans)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _cmd_options(args: argparse.Namespace) -> None:
-    from fedgmh.algorithms import get_algorithm, option_rows
-
-    cls = get_algorithm(args.algorithm)
-    print(f"{cls.name} ({cls.display_name}): options of `fedgmh train --algorithm {cls.name} --set KEY=VALUE`")
-    print("each line: KEY = default (type or choices) [official: the value --set preset=official gives it]: what it does")
-    for scope, title in (("algorithm", "algorithm options"), ("engine", "engine options (every algorithm)")):
-        print(f"\n{title}:")
-        for row in option_rows(args.algorithm):
-            if row["scope"] != scope:
-                continue
-            kind = "one of " + ", ".join(row["choices"]) if row["choices"] else row["type"]
-            official = f" [official: {_text(row['official'])}]" if row["official"] is not None else ""
-            print(f"  {row['name']} = {_text(row['default'])} ({kind}){official}: {row['help']}")
-
-
 class _Version(argparse.Action):
     """--version: the package version and, in a git checkout, the commit (looked up only when asked)."""
 
@@ -285,12 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("options", help="list an algorithm's --set options: default, preset=official value, help")
-    p.add_argument("algorithm", choices=algorithms, metavar="ALGORITHM", help="one of: %(choices)s")
-    p.set_defaults(func=_cmd_options)
+    from fedgmh import cli_costs, cli_options, cli_report, cli_store
 
-    from fedgmh import cli_costs, cli_report, cli_store
-
+    cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
