@@ -44,7 +44,7 @@ def test_train_writes_metrics_and_run_record(setup, capsys):
 @pytest.mark.parametrize(
     "extra,algorithm,message",
     [
-        ((), "fedfoo", "unknown algorithm 'fedfoo'"),
+        ((), "fedfoo", "invalid choice: 'fedfoo'"),
         (("--set", "gamma=2"), "fedgmh", "unknown option(s) gamma"),
         (("--set", "beta=high"), "fedgmh", "beta='high': expected a finite float"),
         (("--set", "drop_last=maybe"), "fedavg", "expected a value of type bool"),
@@ -100,3 +100,64 @@ def test_every_algorithm_trains_through_the_cli_deterministically(setup, algorit
     assert record["algorithm"] == algorithm and record["best_test_acc"] == pytest.approx(metrics["test_acc"].max())
     assert record["engine_options"]["drop_last"] is (preset == "official")
     pd.testing.assert_frame_equal(metrics, again, check_exact=True)  # same seed, same metrics
+
+
+# ------------------------------------------------------------------------------------ help texts
+
+
+def test_version_names_the_package_version(capsys):
+    import fedgmh
+
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fedgmh {fedgmh.__version__}")
+    commit = fedgmh.code_version()
+    assert (f"(commit {commit})" in out) if commit else "commit" not in out
+
+
+def test_train_help_lists_algorithms_and_datasets_and_points_to_the_options(capsys):
+    from fedgmh.algorithms import REGISTRY
+    from fedgmh.data import DATASETS
+
+    assert main(["train", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert all(name in out for name in [*REGISTRY, *DATASETS])
+    assert "fedgmh options ALGORITHM" in out
+    assert main(["train", "--dataset", "svhn", "--root", "r", "--partition", "p", "--algorithm", "fedavg", "--rounds", "1", "--out", "o"]) == 2
+    assert "invalid choice: 'svhn'" in capsys.readouterr().err
+
+
+def test_train_defaults_are_those_of_train_config():
+    import dataclasses
+
+    from fedgmh.cli import build_parser
+    from fedgmh.config import TrainConfig
+
+    args = vars(build_parser().parse_args(["train", "--dataset", "digits", "--root", "r", "--partition", "p",
+                                          "--algorithm", "fedavg", "--rounds", "1", "--out", "o"]))
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING}
+    assert defaults and {k: args[k] for k in defaults} == defaults
+
+
+def test_options_lists_defaults_official_values_and_help(capsys):
+    assert main(["options", "gmh_o"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    line = {text.split(" = ")[0].strip(): text for text in lines if " = " in text}
+    assert line["heads"].startswith("  heads = single (one of per_label, single)")  # gmh_o's own default
+    assert "[official: noncritical]" in line["mix"] and "[official:" not in line["beta"]
+    assert "share B = beta * L" in line["beta"]
+    assert "drop_last = false (bool) [official: true]" in line["drop_last"] and "[official: 20]" in line["eval_last"]
+    assert main(["options", "fedavg"]) == 0
+    out = capsys.readouterr().out
+    assert "preset = paper (one of paper, official)" in out and "lr_decay = 0.99" in out
+    assert main(["options", "fedfoo"]) == 2
+
+
+def test_the_module_docstring_names_every_subcommand():
+    import argparse
+
+    from fedgmh import cli
+
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    listed = cli.__doc__.splitlines()[0].split("`fedgmh ", 1)[1].rstrip("`.").split(" | ")
+    assert sorted(listed) == sorted(sub.choices)

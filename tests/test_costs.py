@@ -12,11 +12,10 @@ import torch
 from conftest import make_federation
 
 from fedgmh import costs
-from fedgmh.algorithms import REGISTRY, get_algorithm
+from fedgmh.algorithms import REGISTRY, get_algorithm, resolve_options
 from fedgmh.cli import main
 from fedgmh.engine import run_rounds
 from fedgmh.model import FedAvgCNN
-from fedgmh.train import resolve_options
 
 KB = 1024
 

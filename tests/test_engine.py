@@ -64,6 +64,20 @@ def test_drop_last_and_batches_cover_each_sample_once_per_epoch():
     assert [len(b) for b in fed.shuffled_batches(0)] == [4, 4]
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_epoch_indices_are_one_randperm_draw_cut_to_full_batches(drop_last):
+    fed = make_federation([list(range(3)) * 3], batch_size=4, drop_last=drop_last)
+    idx, state = fed.train_idx[0], fed.generator.get_state()
+    order = torch.randperm(9, generator=torch.Generator().manual_seed(0).set_state(state))
+    expected = idx[order][: 8 if drop_last else 9]
+    assert torch.equal(fed.epoch_indices(0), expected)
+    fed.generator.set_state(state)
+    assert torch.equal(torch.cat(list(fed.shuffled_batches(0))), expected)  # the batches are that epoch, in order
+    assert torch.equal(fed.epoch_indices(0, shuffle=False), idx[: 8 if drop_last else 9])
+    small = make_federation([[0, 1, 2]], batch_size=4, drop_last=True)  # no full batch: an empty epoch
+    assert len(small.epoch_indices(0)) == 0 and list(small.shuffled_batches(0)) == []
+
+
 def test_lr_decays_once_per_participation():
     fed = make_federation([[0, 1], [1, 0]], lr=0.1, lr_decay=0.5)
     fed.participations[1] = 3

@@ -1,4 +1,4 @@
-"""FedGMH's pieces on tiny hand-made tensors (../shared/spec/fedgmh.md, "what to pin down")."""
+"""FedGMH's pieces on tiny hand-made tensors (docs/fedgmh.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,13 @@
-"""Command-line interface: `fedgmh download | partition | train | store | aggregate | table | curves | rounds | compare | costs`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | compare | costs | store`.
 
-Each subcommand is a thin wrapper around a library function; user errors (bad input, missing
-files) are reported as one line on stderr with exit status 2; Ctrl-C and SIGTERM as one line with
-exit status 130 and 143.
+Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
+`partition` splits it over clients, `train` runs one federated training run, `options` lists an
+algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
+`compare` turn runs into the paper's tables and figures (cli_report.py), `costs` computes section
+2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
+--version` prints the version and git commit.
+User errors (bad input, missing files) are reported as one line on stderr with exit status 2;
+Ctrl-C and SIGTERM as one line with exit status 130 and 143.
 """
 
 from __future__ import annotations
@@ -43,8 +48,6 @@ def _check_partition_args(args: argparse.Namespace) -> None:
 
     from fedgmh import data, partition
 
-    if args.scheme != "exdir":
-        raise UserError(f"unknown partition scheme {args.scheme!r}; available: exdir")
     info = data.get_info(args.dataset)
     if args.clients < 2:
         raise UserError(f"--clients {args.clients}: a federation needs at least 2 clients")
@@ -164,9 +167,32 @@ def _cmd_train(args: argparse.Namespace) -> None:
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
+class _Version(argparse.Action):
+    """--version: the package version and, in a git checkout, the commit (looked up only when asked)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import fedgmh
+
+        commit = fedgmh.code_version()
+        print(f"fedgmh {fedgmh.__version__}" + (f" (commit {commit})" if commit else ""))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
+    import dataclasses
+
+    from fedgmh.algorithms import REGISTRY
+    from fedgmh.config import TrainConfig
+    from fedgmh.data import DATASETS
+
     parser = argparse.ArgumentParser(prog="fedgmh", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version, help="print the version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
+    algorithms, datasets = sorted(REGISTRY), list(DATASETS)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
     p = sub.add_parser("download", help="fetch a dataset (torchvision, a local mirror, or the embedded one)")
     p.add_argument("dataset", help="mnist, fashion_mnist, cifar10, cifar100, or digits (embedded, no network)")
@@ -181,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--classes-per-client", type=int, required=True)
     p.add_argument("--alpha", type=float, required=True)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--scheme", default="exdir")
     p.add_argument("--train-ratio", type=float, default=0.75)
     p.add_argument("--out", required=True, help="partition file (.npz)")
     p.add_argument("--stats", help="per-client statistics CSV (default: OUT with .stats.csv)")
@@ -190,25 +215,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_partition)
 
-    p = sub.add_parser("train", help="run one federated training run and write metrics.csv + run.json")
-    p.add_argument("--dataset", required=True)
-    p.add_argument("--root", required=True)
-    p.add_argument("--partition", required=True)
-    p.add_argument("--algorithm", required=True)
-    p.add_argument("--rounds", type=int, required=True)
-    p.add_argument("--join-ratio", type=float, default=0.2)
-    p.add_argument("--local-epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=100)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, cuda:auto (a free GPU, locked for the run: one job per GPU) or auto (CUDA when available)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p = sub.add_parser(
+        "train", help="run one federated training run and write metrics.csv + run.json",
+        epilog="Every option of an algorithm (its hyper-parameters, its paper / official-code switches, the engine "
+        "options) with its default and its preset=official value: `fedgmh options ALGORITHM`.",
+    )
+    p.add_argument("--dataset", required=True, choices=datasets, metavar="DATASET", help="one of: %(choices)s")
+    p.add_argument("--root", required=True, help="folder of the prepared datasets (`fedgmh download`)")
+    p.add_argument("--partition", required=True, help="partition file (`fedgmh partition`)")
+    p.add_argument("--algorithm", required=True, choices=algorithms, metavar="ALGORITHM",
+                   help="one of: %(choices)s; its options: `fedgmh options ALGORITHM`")
+    p.add_argument("--rounds", type=int, required=True, help="training rounds (the run evaluates rounds 0 .. ROUNDS)")
+    p.add_argument("--join-ratio", type=float, default=defaults["join_ratio"], help="share of clients per round (default %(default)s)")
+    p.add_argument("--local-epochs", type=int, default=defaults["local_epochs"], help="default %(default)s")
+    p.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="default %(default)s")
+    p.add_argument("--lr", type=float, default=defaults["lr"], help="default %(default)s")
+    p.add_argument("--seed", type=int, default=defaults["seed"], help="default %(default)s")
+    p.add_argument("--device", default=defaults["device"], help="cpu, cuda, cuda:N, cuda:auto (a free GPU, locked for the run: one job per GPU) or auto (CUDA when available; the default)")
+    p.add_argument("--threads", type=int, default=defaults["threads"], help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="engine or algorithm option, e.g. --set beta=0.3 --set drop_last=true (repeatable)",
+        help="engine or algorithm option, e.g. --set beta=0.3 --set drop_last=true (repeatable); "
+        "--set preset=official switches every official-code / PFLlib option; the list: `fedgmh options ALGORITHM`",
     )
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument(
@@ -234,8 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_train)
 
-    from fedgmh import cli_costs, cli_report, cli_store
+    from fedgmh import cli_costs, cli_options, cli_report, cli_store
 
+    cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
@@ -268,7 +300,10 @@ def _signals_interrupt() -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, --version (0) and usage errors (2, message already printed)
+        return stop.code if isinstance(stop.code, int) else 2
     try:
         with _signals_interrupt():
             args.func(args)

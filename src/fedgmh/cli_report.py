@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", help="the same table as CSV (rows = methods, columns = settings, cells 'mean ± std')")
     p.add_argument("--cells", help="tidy CSV, one row per cell: mean, std, n_seeds, best flag (and the paper's value with --reference)")
     p.add_argument("--title", help="caption's first words (default: the experiment id)")
-    p.add_argument("--reference", help="the paper's numbers (shared/reference/fedgmh_paper_tables.csv) to put next to ours in --cells")
+    p.add_argument("--reference", help="the paper's numbers (reference/fedgmh_paper_tables.csv) to put next to ours in --cells")
     p.set_defaults(func=_cmd_table)
 
     p = sub.add_parser("curves", help="figure: test accuracy per round, mean over seeds with a ±1 std band")

@@ -67,7 +67,7 @@ class EngineOptions:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The flags of `fedgmh train` (see design.md)."""
+    """The flags of `fedgmh train` (their defaults are the CLI's)."""
 
     dataset: str
     root: str
@@ -150,13 +150,3 @@ def build_options(cls: type, values: dict[str, Any]) -> Any:
 
 def option_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
-
-
-def describe_options(cls: type) -> list[str]:
-    """Lines `name (type, default): help` for docs and --help texts."""
-    hints = get_type_hints(cls)
-    lines = []
-    for f in dataclasses.fields(cls):
-        extra = f" one of {', '.join(f.metadata['choices'])};" if f.metadata.get("choices") else ""
-        lines.append(f"{f.name} ({hints[f.name].__name__}, default {f.default!r}):{extra} {f.metadata.get('help', '')}")
-    return lines

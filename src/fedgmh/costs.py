@@ -1,11 +1,11 @@
 """Storage and communication costs (paper section 2.3): analytic, from the actual model, and measured.
 
-Sizes come from a real `FedAvgCNN` (and FedCP's real policy network), never typed in: bytes are
-numel x element size (float32 parameters, int32 labels, a bool mask psi of 1 byte per head entry,
-float64 FedFomo weights); 1 KB = 1024 bytes. `exchange` says, per algorithm and with OUR
-implementation's semantics, what one client uploads and downloads in one training round, i.e. what
-the algorithms pass through `fed.channel` (see docs/costs.md); `round_traffic` sums it over a
-round, as the engine's `bytes_up` / `bytes_down` columns do. `measured_costs` reads finished runs.
+Sizes come from a real `FedAvgCNN`, never typed in: bytes are numel x element size (float32
+parameters, the uploaded labels' dtype, a bool mask psi of 1 byte per head entry); 1 KB = 1024
+bytes. Each algorithm's class says (`exchange`), with OUR implementation's semantics, what one
+client uploads and downloads in one training round, i.e. what it passes through `fed.channel` (see
+docs/costs.md); `round_traffic` sums it over a round, as the engine's `bytes_up` / `bytes_down`
+columns do. `measured_costs` reads finished runs.
 """
 
 from __future__ import annotations
@@ -14,21 +14,18 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 import torch
 
+from fedgmh.algorithms import REGISTRY, Exchange, get_algorithm, resolve_options
 from fedgmh.errors import UserError
 
 KB = 1024
-LABEL_DTYPE = torch.int32  # labels uploaded with FedGMH prototypes (the paper: 0.39 KB for 100 labels)
-WEIGHT_DTYPE = torch.float64  # FedFomo's weights w_n, uploaded with the model
 PSI_DTYPE = torch.bool  # the mask psi over the head, one byte per entry (NumPy / torch bool)
 
-#: what the parameter-averaging baselines share (download and upload), by algorithm name
-SHARED_PART = {"fedavg": "model", "fedprox": "model", "fedrod": "model", "fedper": "body", "fedrep": "body", "lgfedavg": "head"}
+__all__ = ["Exchange", "Sizes", "algorithm_costs", "cost_table", "exchange", "measured_costs", "paper_figures", "round_traffic"]
 
 
 def _element_size(dtype: torch.dtype) -> int:
@@ -48,33 +45,27 @@ class Sizes:
     prototype: int  # one mean feature vector: d_f floats
     label: int  # one uploaded label
     psi: int  # the boolean mask over the head
-    cpn: int  # FedCP's conditional policy network
-    weight: int  # one FedFomo weight w_n
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> Sizes:
-        from fedgmh.algorithms.decoupled import initial_cpn
+        from fedgmh.algorithms.fedgmh import LABEL_DTYPE
         from fedgmh.engine import Channel
         from fedgmh.model import is_body, is_head
 
         params = dict(model.named_parameters())
         nbytes = lambda keep: sum(Channel.size(p) for k, p in params.items() if keep(k))  # noqa: E731
         head = params["head.weight"]
-        dim = head.shape[1]
-        cpn = initial_cpn(SimpleNamespace(generator=torch.Generator().manual_seed(0), device=head.device), dim)
         entries = sum(p.numel() for k, p in params.items() if is_head(k))
         return cls(
             model=nbytes(lambda k: True),
             body=nbytes(is_body),
             head=nbytes(is_head),
             head_entries=entries,
-            feature_dim=dim,
+            feature_dim=head.shape[1],
             num_classes=head.shape[0],
-            prototype=dim * head.element_size(),  # the body output has the parameters' dtype
+            prototype=head.shape[1] * head.element_size(),  # the body output has the parameters' dtype
             label=_element_size(LABEL_DTYPE),
             psi=entries * _element_size(PSI_DTYPE),
-            cpn=Channel.size(cpn),
-            weight=_element_size(WEIGHT_DTYPE),
         )
 
     @classmethod
@@ -89,47 +80,15 @@ class Sizes:
         return cls.of(model)
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """Bytes one client moves in one training round."""
-
-    up: int  # a participating client uploads
-    down: int  # a participating client downloads (at the round's start and after aggregation)
-    down_other: int  # a client that does not participate downloads
-
-
 def exchange(algorithm: str, options: Any, sizes: Sizes, labels: int, models: int | None = None) -> Exchange:
     """What one client with `labels` = |S_m| local labels exchanges per training round.
 
-    `options` are the algorithm's resolved options; `models` is how many models a FedFomo client
-    downloads (default M; fewer while fewer clients have uploaded, none in round 0). FedGMH's
-    official `head_alias=client0` (client 0's head IS the server head) adds one head up when
-    client 0 trains and one head down to client 0 per round; that is in `round_traffic` only.
+    `options` are the algorithm's resolved options; `models` bounds how many uploaded models a
+    client can download (FedFomo downloads min(M, models): fewer while fewer clients have uploaded,
+    none in round 0; None = M). Bytes of server state aliased to client 0 (FedGMH's official
+    `head_alias=client0`) are in `round_traffic` only.
     """
-    from fedgmh.algorithms import get_algorithm
-    from fedgmh.algorithms.fedgmh import GlobalMultiHead
-
-    cls = get_algorithm(algorithm)
-    if issubclass(cls, GlobalMultiHead):
-        heads = labels if options.heads == "per_label" else 1
-        down = heads * sizes.head
-        return Exchange(labels * (sizes.prototype + sizes.label), down, down if options.broadcast == "all" else 0)
-    if algorithm in SHARED_PART:  # sent to every client each round, uploaded by the participants
-        shared = getattr(sizes, SHARED_PART[algorithm])
-        return Exchange(shared, shared, shared)
-    if algorithm == "ditto":
-        return Exchange(sizes.model, sizes.model, sizes.model if options.report == "max_of_both" else 0)
-    if algorithm == "fedamp":  # down: the cloud model u_i; up: the trained w_i
-        return Exchange(sizes.model, sizes.model, 0)
-    if algorithm == "fedfomo":
-        n = options.M if models is None else models
-        return Exchange(sizes.model + n * sizes.weight, n * sizes.model, 0)
-    if algorithm == "fedcp":
-        part = sizes.body + sizes.head + sizes.cpn  # up: body, (head + global head) / 2, CPN
-        if options.sync == "round_start":  # down: global body, head (kept frozen as ghead), CPN
-            return Exchange(part, part, 0)
-        return Exchange(part, sizes.head + sizes.cpn + sizes.body, sizes.body)  # body to all after aggregation
-    raise ValueError(f"no cost model for algorithm {algorithm!r}: add it to fedgmh.costs.exchange")
+    return get_algorithm(algorithm).exchange(options, sizes, labels, models)
 
 
 def round_traffic(
@@ -142,7 +101,7 @@ def round_traffic(
 ) -> tuple[int, int]:
     """Analytic (bytes_up, bytes_down) of one training round, all clients together.
 
-    `labels[c]` = |S_c| of every client c; `models[c]` = models FedFomo client c downloads.
+    `labels[c]` = |S_c| of every client c; `models[c]` = models client c can download (`exchange`).
     """
     selected = set(selected)
     up = down = 0
@@ -152,15 +111,11 @@ def round_traffic(
             up, down = up + ex.up, down + ex.down
         else:
             down += ex.down_other
-    if getattr(options, "head_alias", "server") == "client0":
-        up += sizes.head if 0 in selected else 0
-        down += sizes.head
-    return up, down
+    aliased = get_algorithm(algorithm).aliased_bytes(options, sizes)  # up when client 0 trains, down to it every round
+    return up + (aliased if 0 in selected else 0), down + aliased
 
 
 def resolved_options(algorithm: str, preset: str = "paper") -> Any:
-    from fedgmh.train import resolve_options
-
     return resolve_options(algorithm, {"preset": preset})[0]
 
 
@@ -220,11 +175,10 @@ def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | No
     """Per algorithm (paper preset; official preset where it moves other bytes): KB per round that a
     participating client uploads / downloads and that a non-participating client downloads.
 
-    FedGMH-family rows use |S_m| = `labels` (default: all the dataset's classes, the worst case);
-    FedFomo rows assume M models downloaded (steady state).
+    Rows of algorithms whose traffic grows with |S_m| (FedGMH family) use |S_m| = `labels`
+    (default: all the dataset's classes, the worst case); FedFomo rows assume M models downloaded
+    (steady state).
     """
-    from fedgmh.algorithms import REGISTRY
-
     rows = []
     for dataset in datasets:
         sizes = Sizes.for_dataset(dataset)
@@ -239,15 +193,8 @@ def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | No
                 for quantity, value in (("up_per_participant", ex.up), ("down_per_participant", ex.down), ("down_per_other_client", ex.down_other)):
                     rows.append({"kind": "algorithm", "dataset": dataset, "algorithm": name, "preset": preset, "quantity": quantity, "unit": "KB",
                                  "paper": math.nan, "analytic": value / KB, "measured": math.nan, "matches_paper": None,
-                                 "note": f"|S_m| = {count}" if name in _label_dependent() else ""})
+                                 "note": f"|S_m| = {count}" if REGISTRY[name].traffic_per_label else ""})
     return pd.DataFrame(rows)
-
-
-def _label_dependent() -> set[str]:
-    from fedgmh.algorithms import REGISTRY
-    from fedgmh.algorithms.fedgmh import GlobalMultiHead
-
-    return {name for name, cls in REGISTRY.items() if issubclass(cls, GlobalMultiHead)}
 
 
 def _run_preset(run: dict) -> str:
@@ -262,7 +209,6 @@ def measured_costs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
     partition's classes_per_client labels (nominal |S_m|; the note gives the measured mean number
     of labels per upload), FedFomo clients to download min(M, clients per round) models.
     """
-    from fedgmh.algorithms import get_algorithm
     from fedgmh.config import build_options
 
     rows = []
@@ -280,19 +226,17 @@ def measured_costs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
         algorithm, dataset = run["algorithm"], run["dataset"]
         num_clients = int(run["num_clients"])
         per_round = max(1, int(num_clients * float(run["config"]["join_ratio"])))
-        options = build_options(get_algorithm(algorithm).Options, run.get("algorithm_options") or {})
+        cls = get_algorithm(algorithm)
+        options = build_options(cls.Options, run.get("algorithm_options") or {})
         sizes = Sizes.for_dataset(dataset)
         labels = int((run.get("partition") or {}).get("classes_per_client") or sizes.num_classes)
-        models = min(options.M, per_round) if algorithm == "fedfomo" else None
-        ex = exchange(algorithm, options, sizes, labels, models)
-        up_round = per_round * ex.up
-        down_round = per_round * ex.down + (num_clients - per_round) * ex.down_other
-        if getattr(options, "head_alias", "server") == "client0":
-            up_round += sizes.head * per_round / num_clients  # expected: client 0 takes part in per_round / N rounds
-            down_round += sizes.head
+        ex = exchange(algorithm, options, sizes, labels, per_round)  # at most the last round's uploads
+        aliased = cls.aliased_bytes(options, sizes)
+        up_round = per_round * ex.up + aliased * per_round / num_clients  # client 0 takes part in per_round / N rounds
+        down_round = per_round * ex.down + (num_clients - per_round) * ex.down_other + aliased
         measured_up = float(trained["bytes_up"].mean()) / per_round
         note = f"{len(trained)} training rounds, {per_round} of {num_clients} clients per round"
-        if algorithm in _label_dependent():
+        if cls.traffic_per_label:
             note += f"; nominal |S_m| = {labels}, measured mean {measured_up / (sizes.prototype + sizes.label):.2f} labels per upload"
         base = {"kind": "run", "dataset": dataset, "algorithm": algorithm, "preset": _run_preset(run), "unit": "KB",
                 "paper": math.nan, "matches_paper": None, "run": str(run_dir), "note": note}

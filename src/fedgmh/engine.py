@@ -4,7 +4,7 @@ Client models are plain dicts of tensors (`Params`); a single `FedAvgCNN` instan
 compute through `torch.func.functional_call`. The pooled dataset lives in memory, normalised once,
 and client batches are index tensors.
 
-Round order follows PFLlib (protocol.md): select clients, send, evaluate ALL clients, train the
+Round order follows PFLlib (serverbase.py): select clients, send, evaluate ALL clients, train the
 selected ones, aggregate. Round indices run 0..rounds (rounds + 1 iterations, like PFLlib); the
 last iteration only evaluates, because training after the last evaluation cannot change a result.
 """
@@ -127,13 +127,18 @@ class Federation:
         steps = self.current_round if self.options.lr_decay_unit == "round" else int(self.participations[client])
         return self.lr * self.options.lr_decay ** steps
 
+    def epoch_indices(self, client: int, shuffle: bool = True) -> torch.Tensor:
+        """The samples of one epoch over the client's train split, in batch order: shuffled (one
+        draw from the run's generator) or in stored order; without the last partial batch when
+        `drop_last` (PFLlib's DataLoader)."""
+        idx = self.train_idx[client]
+        if shuffle:
+            idx = idx[torch.randperm(len(idx), generator=self.generator).to(idx.device)]
+        return idx[: len(idx) - len(idx) % self.batch_size] if self.options.drop_last else idx
+
     def shuffled_batches(self, client: int) -> Iterator[torch.Tensor]:
         """One epoch of a shuffled DataLoader over the client's train split, as index tensors."""
-        idx = self.train_idx[client]
-        order = torch.randperm(len(idx), generator=self.generator).to(idx.device)
-        stop = len(idx) - len(idx) % self.batch_size if self.options.drop_last else len(idx)
-        for start in range(0, stop, self.batch_size):
-            yield idx[order[start : start + self.batch_size]]
+        yield from split_batches(self.epoch_indices(client), self.batch_size)
 
     def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.model, params, (x,))
@@ -143,6 +148,11 @@ class Federation:
 
     def initial_params(self) -> Params:
         return {name: p.detach().clone() for name, p in self.model.named_parameters()}
+
+
+def split_batches(indices: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, ...]:
+    """Consecutive batches of `indices`, the last one possibly smaller (none when it is empty)."""
+    return indices.split(batch_size) if len(indices) else ()
 
 
 def proximal_hook(coef: float, anchor: Params) -> GradHook:
@@ -210,10 +220,9 @@ def predict(fed: Federation, params: Params, idx: torch.Tensor, forward: Forward
     return torch.cat(correct), torch.cat(losses)
 
 
-def count_correct(fed: Federation, params: Params, idx: torch.Tensor, forward: Forward | None = None) -> tuple[torch.Tensor, float]:
-    """Per-sample correctness (bool tensor) and summed cross-entropy of the model on samples `idx`."""
-    hits, losses = predict(fed, params, idx, forward)
-    return hits, float(losses.double().sum())
+def summed_loss(fed: Federation, params: Params, idx: torch.Tensor, forward: Forward | None = None) -> float:
+    """Summed cross-entropy of the model on samples `idx`."""
+    return float(predict(fed, params, idx, forward)[1].double().sum())
 
 
 class EvalCache:

@@ -2,8 +2,7 @@
 
 `exdir` reproduces, sample for sample, the PFLlib generator that the FedGMH authors used
 (`dataset/utils/dataset_utils.py`, seeded with `np.random.seed(1)`): one `RandomState(seed)`
-makes every draw in the same order as the reference's global-RNG calls (see
-../shared/spec/exdir.md). Unlike the reference, impossible parameters fail fast with a message and
+makes every draw in the same order as the reference's global-RNG calls. Unlike the reference, impossible parameters fail fast with a message and
 every retry loop is bounded. Where the reference would divide by zero (every holder of a class
 already full) we discard the draw and redraw; the reference's output is undefined there. Where
 alpha is so small that a Dirichlet draw underflows (every gamma variate is 0, so the shares are
@@ -194,7 +193,9 @@ def exdir(
 
 
 def save_partition(path: Path, partition: Partition, meta: dict) -> None:
-    """Write the partition file (format of ../shared/spec/exdir.md) atomically."""
+    """Write the partition file atomically: an .npz of int64 `train_indices` / `train_offsets`,
+    `test_indices` / `test_offsets` (client c's samples: indices[offsets[c]:offsets[c + 1]]) and a
+    JSON `meta` string."""
     def flat(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
         values = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)

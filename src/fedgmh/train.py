@@ -11,11 +11,9 @@ import dataclasses
 import datetime as dt
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,34 +21,14 @@ import torch
 
 import fedgmh
 from fedgmh import data, gpu_slots, store
-from fedgmh.algorithms import get_algorithm
-from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
+from fedgmh.algorithms import get_algorithm, resolve_options
+from fedgmh.config import EngineOptions, TrainConfig
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
-
-
-def resolve_options(algorithm: str, overrides: dict[str, Any]) -> tuple[Any, EngineOptions]:
-    """Split `--set` values into (algorithm options, engine options), applying `preset` first."""
-    cls = get_algorithm(algorithm)
-    explicit = dict(overrides)
-    preset = explicit.get("preset", "paper")
-    if preset not in ("paper", "official"):
-        raise UserError(f"option preset={preset!r}: choose one of paper, official")
-    values = {**cls.defaults, **(cls.official if preset == "official" else {}), **explicit}
-    algo_keys, engine_keys = option_names(cls.Options), option_names(EngineOptions)
-    if "preset" not in algo_keys:
-        values.pop("preset", None)
-    unknown = set(values) - algo_keys - engine_keys
-    if unknown:
-        known = ", ".join(sorted(algo_keys | engine_keys | {"preset"}))
-        raise UserError(f"unknown option(s) {', '.join(sorted(unknown))} for {algorithm}; known: {known}")
-    algo = build_options(cls.Options, {k: v for k, v in values.items() if k in algo_keys})
-    engine = build_options(EngineOptions, {k: v for k, v in values.items() if k in engine_keys})
-    return algo, engine
 
 
 def pick_device(name: str) -> torch.device:
@@ -115,14 +93,6 @@ def memory_record(fed: Federation, algorithm, device: torch.device) -> dict[str,
     if device.type == "cuda":
         record["peak_cuda_bytes"] = torch.cuda.max_memory_allocated(device)
     return record
-
-
-def _code_version() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
@@ -273,7 +243,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             "torch": torch.__version__,
             "numpy": np.__version__,
         },
-        "code_version": _code_version(),
+        "code_version": fedgmh.code_version(),
     }
     write_csv(metrics, out_dir / "metrics.csv")
     write_json(record, out_dir / "run.json")  # written last: its presence marks a finished run

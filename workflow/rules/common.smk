@@ -19,13 +19,14 @@
 
 import json
 import math
+import os
 import re
 
 from fedgmh.config import parse_overrides
 from fedgmh.data import DATASETS as DATASET_INFO
 from fedgmh.errors import UserError
 from fedgmh.report import assign_setting_ids, format_number
-from fedgmh.train import resolve_options  # imports torch: a few seconds per snakemake call
+from fedgmh.algorithms import resolve_options  # imports torch: a few seconds per snakemake call
 
 NAME = config["name"]
 # `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
@@ -309,6 +310,11 @@ def run_info_json(wildcards):
         config_name=NAME,
     )
     return json.dumps(info, sort_keys=True, default=str)
+
+
+def run_records():
+    """The markers of every trained run's record put into paper_artifacts/<name>/runs."""
+    return [f"{RESULTS}/stored/{os.path.relpath(run_dir, f'{RESULTS}/runs')}.done" for run_dir in TRAIN_JOBS]
 
 
 def set_arguments(options):

@@ -59,11 +59,6 @@ rule run_record:
         "fedgmh store put {params.source:q} {params.destination:q} > {log:q} 2>&1"
 
 
-def run_records():
-    """The markers of every trained run's record put into paper_artifacts/<name>/runs."""
-    return [f"{RESULTS}/stored/{run_dir[len(RESULTS + '/runs/'):]}.done" for run_dir in TRAIN_JOBS]
-
-
 rule all_runs:
     """Every training run of the config (no tables)."""
     input:

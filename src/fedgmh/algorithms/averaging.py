@@ -2,24 +2,37 @@
 
 Clients keep only their unshared parameters between rounds (nothing for FedAvg), so 100 clients
 cost 100 x (unshared size), not 100 models. FedPer (body shared) and LG-FedAvg (head shared) are
-this class with another `shares`.
+this class with another `shared_part`.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
-from fedgmh.algorithms.base import Algorithm, register
+from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
 from fedgmh.engine import LocalResult, Params
+from fedgmh.model import is_body, is_head
+
+#: the parameters each `shared_part` names
+SHARED_PARTS = {"model": lambda name: True, "body": is_body, "head": is_head}
 
 
 class ParameterAveraging(Algorithm):
     """Server averages the shared parameters, weighted by train sizes; the rest stays local."""
 
     personalised = True
+    #: what the server averages and sends to every client: the whole model, its body or its head
+    shared_part: ClassVar[str] = "model"
 
     def shares(self, name: str) -> bool:
-        return True
+        return SHARED_PARTS[self.shared_part](name)
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        shared = getattr(sizes, cls.shared_part)  # sent to every client each round, uploaded by the participants
+        return Exchange(shared, shared, shared)
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)
@@ -72,5 +85,6 @@ class FedAvg(ParameterAveraging):
 
     name = "fedavg"
     display_name = "FedAvg"
+    paper_row = 1
     personalised = False
-    official = {"drop_last": True}  # PFLlib's DataLoader drops the last partial batch
+    official = PFLLIB_LOADER

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import torch
@@ -13,10 +14,22 @@ from fedgmh.errors import UserError
 
 REGISTRY: dict[str, type["Algorithm"]] = {}
 
+#: PFLlib's DataLoader drops each client's last partial batch (part of most `official` presets)
+PFLLIB_LOADER = MappingProxyType({"drop_last": True})
+
 
 @dataclass(frozen=True)
 class NoOptions:
     """An algorithm without options of its own."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """Bytes one client moves in one training round."""
+
+    up: int  # a participating client uploads
+    down: int  # a participating client downloads (at the round's start and after aggregation)
+    down_other: int  # a client that does not participate downloads
 
 
 class Algorithm:
@@ -32,7 +45,12 @@ class Algorithm:
     """
 
     name: ClassVar[str] = ""
+    #: the name in tables and figures
     display_name: ClassVar[str] = ""
+    #: position of its row in the paper's tables (None: after those that have one, by name)
+    paper_row: ClassVar[int | None] = None
+    #: True when what a client exchanges grows with its number of labels |S_m|
+    traffic_per_label: ClassVar[bool] = False
     Options: ClassVar[type] = NoOptions
     #: option values that differ from `Options`' defaults for this registered variant
     defaults: ClassVar[dict[str, Any]] = {}
@@ -50,6 +68,18 @@ class Algorithm:
     def __init__(self, fed: Federation, options: Any) -> None:
         self.fed = fed
         self.options = options
+
+    @classmethod
+    def exchange(cls, options: Any, sizes: Any, labels: int, models: int | None = None) -> Exchange:
+        """What one client with `labels` = |S_m| local labels passes through `fed.channel` per training
+        round, from `costs.Sizes` and the resolved `options`; `models` bounds how many uploaded models
+        a client can download (None: no bound)."""
+        raise NotImplementedError(f"no cost model for algorithm {cls.name!r}: define exchange() on its class")
+
+    @classmethod
+    def aliased_bytes(cls, options: Any, sizes: Any) -> int:
+        """Bytes of server state that IS client 0's (up when client 0 trains, down to it every round)."""
+        return 0
 
     def state(self) -> dict[str, Any]:
         """Everything the algorithm keeps between rounds (client and server state), for checkpoints."""

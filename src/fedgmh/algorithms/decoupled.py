@@ -17,17 +17,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import register
+from fedgmh.algorithms.base import PFLLIB_LOADER, Exchange, register
 from fedgmh.config import choice, option
-from fedgmh.engine import Federation, LocalResult, Params, local_train
+from fedgmh.engine import Channel, Federation, LocalResult, Params, local_train
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
-
-#: PFLlib: DataLoader(drop_last=True). clientrod.py steps both of its lr schedulers once per
-#: participation (like our engine); clientcp.py builds its own optimiser and never steps a
-#: scheduler, so FedCP's lr stays constant there.
-PFLLIB_LOADER = {"drop_last": True}
-
 
 def linear(params: Params, prefix: str, x: Tensor) -> Tensor:
     return F.linear(x, params[prefix + "weight"], params[prefix + "bias"])
@@ -36,11 +30,7 @@ def linear(params: Params, prefix: str, x: Tensor) -> Tensor:
 def train_label_counts(fed: Federation, client: int) -> Tensor:
     """n_c of the client's train split; with drop_last (PFLlib) counted, like PFLlib, over one
     shuffled epoch without its last partial batch."""
-    if fed.options.drop_last:
-        batches = list(fed.shuffled_batches(client))
-        idx = torch.cat(batches) if batches else fed.train_idx[client][:0]
-    else:
-        idx = fed.train_idx[client]
+    idx = fed.epoch_indices(client) if fed.options.drop_last else fed.train_idx[client]
     return torch.bincount(fed.labels[idx], minlength=fed.num_classes)
 
 
@@ -70,7 +60,8 @@ class FedRoD(ParameterAveraging):
 
     name = "fedrod"
     display_name = "FedRoD"
-    official = PFLLIB_LOADER
+    paper_row = 10
+    official = PFLLIB_LOADER  # clientrod.py steps both of its lr schedulers once per participation, like our engine
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)  # shared: every model key (body + generic head)
@@ -122,13 +113,13 @@ def client_vector(params: Params) -> Tensor:
     return params["head.weight"].detach().sum(dim=0)
 
 
-def initial_cpn(fed: Federation, dim: int) -> Params:
-    """CPN = Linear(d, 2d) -> LayerNorm(2d) -> ReLU, with nn.Linear's default init drawn from the
-    run's generator (PFLlib: one CPN made on the server and copied to every client)."""
+def initial_cpn(dim: int, generator: torch.Generator, device: torch.device) -> Params:
+    """CPN = Linear(d, 2d) -> LayerNorm(2d) -> ReLU, with nn.Linear's default init drawn from
+    `generator` (the run's: PFLlib makes one CPN on the server and copies it to every client)."""
     bound = 1 / math.sqrt(dim)
-    uniform = lambda *shape: (torch.rand(*shape, generator=fed.generator) * 2 - 1) * bound  # noqa: E731
+    uniform = lambda *shape: (torch.rand(*shape, generator=generator) * 2 - 1) * bound  # noqa: E731
     cpn = {"cpn.fc.weight": uniform(2 * dim, dim), "cpn.fc.bias": uniform(2 * dim), "cpn.ln.weight": torch.ones(2 * dim), "cpn.ln.bias": torch.zeros(2 * dim)}
-    return {k: v.to(fed.device) for k, v in cpn.items()}
+    return {k: v.to(device) for k, v in cpn.items()}
 
 
 @dataclass(frozen=True)
@@ -161,15 +152,27 @@ class FedCP(ParameterAveraging):
 
     name = "fedcp"
     display_name = "FedCP"
+    paper_row = 5
     Options = FedCPOptions
+    # clientcp.py builds its own optimiser and never steps a scheduler: PFLlib's FedCP lr is constant
     official = {**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round", "context": "random"}
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        """Up: body, (head + global head) / 2, CPN; down: global body, head (kept frozen as ghead), CPN,
+        at the round's start (paper) or after aggregation, the body then to every client (PFLlib)."""
+        cpn = Channel.size(initial_cpn(sizes.feature_dim, torch.Generator(), torch.device("meta")))
+        part = sizes.body + sizes.head + cpn
+        if options.sync == "round_start":
+            return Exchange(part, part, 0)
+        return Exchange(part, part, sizes.body)
 
     def __init__(self, fed, options: FedCPOptions) -> None:
         super().__init__(fed, options)  # global: body + head of the initial model
         self.eval_noise = torch.Generator().manual_seed(fed.seed + 1)
         head = {k: v for k, v in self.global_params.items() if is_head(k)}
         dim = head["head.weight"].shape[1]
-        self.global_params.update(initial_cpn(fed, dim))
+        self.global_params.update(initial_cpn(dim, fed.generator, fed.device))
         local_keys = [k for k in self.global_params if not is_body(k) or options.sync == "round_start"]
         self.initial_local = {**{k: self.global_params[k] for k in local_keys}, **{"g" + k: v for k, v in head.items()}}
         self.initial_local["context"] = client_vector(head)

@@ -1,4 +1,4 @@
-"""FedGMH (Sun & Ni, 2026) and its ablations GMH-o, GMH-a, GMH-oa.
+"""FedGMH (Sun & Ni, 2026), its ablations GMH-o, GMH-a, GMH-oa, and FedGH (one global head).
 
 Bodies and heads stay on the clients. The server keeps one head per label (S = K heads; one head
 in the "-o" ablations) trained on the clients' per-label mean features (eq. 6). A selected client
@@ -8,8 +8,8 @@ computes a new mask from the head's criticality (Algorithm 1, eq. 7-8) and uploa
 (eq. 4-5).
 
 Every point where the official code (youcaihua1/FedGMH) departs from the paper's text is an
-option; `preset=official` selects all of them at once. See ../shared/spec/fedgmh.md and
-docs/fedgmh.md.
+option; `preset=official` selects all of them at once. See docs/fedgmh.md (FedGH:
+docs/baselines.md).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedgmh.algorithms.base import Algorithm, register
+from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
 from fedgmh.config import choice, option
 from fedgmh.engine import LocalResult, Params
 from fedgmh.errors import UserError
@@ -28,6 +28,7 @@ from fedgmh.model import is_head
 
 NEAR_ZERO = 1e-10  # official code: a threshold at or below this counts as "zero"
 TINY = 1e-20  # official code: fallback threshold = the smallest score above this
+LABEL_DTYPE = torch.int32  # uploaded labels: 4 bytes each, as the paper's 0.39 KB for 100 labels
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,17 @@ class GlobalMultiHead(Algorithm):
     """FedGMH with options; the registered variants below only change the defaults."""
 
     Options = GMHOptions
-    personalised = True
+    traffic_per_label = True
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        """Up: a prototype and a label per local label; down: the heads of its labels (or the one head)."""
+        down = (labels if options.heads == "per_label" else 1) * sizes.head
+        return Exchange(labels * (sizes.prototype + sizes.label), down, down if options.broadcast == "all" else 0)
+
+    @classmethod
+    def aliased_bytes(cls, options, sizes) -> int:
+        return sizes.head if options.head_alias == "client0" else 0
 
     def __init__(self, fed, options: GMHOptions) -> None:
         super().__init__(fed, options)
@@ -167,9 +178,9 @@ class GlobalMultiHead(Algorithm):
         critical = critical_mask(heads_before, heads_after, self.options.beta, self.options.score, self.options.selection)
         self.masks[client] = critical if self.options.mix == "critical" else {k: ~m for k, m in critical.items()}
         prototypes = self.prototypes(client, result.params)
-        # upload: one d_f-float prototype per label, and the labels as int32 (4 bytes each, as the
-        # paper's 0.39 KB for 100 labels); the server uses them as Python ints
-        self.fed.channel.upload([p for _, p in prototypes] + [torch.tensor([s for s, _ in prototypes], dtype=torch.int32)])
+        # upload: one d_f-float prototype per label, and the labels (LABEL_DTYPE); the server uses
+        # them as Python ints
+        self.fed.channel.upload([p for _, p in prototypes] + [torch.tensor([s for s, _ in prototypes], dtype=LABEL_DTYPE)])
         self.uploads.extend(prototypes)
         if self.options.head_alias == "client0" and client == 0:  # client 0's head becomes the server head
             self.heads = {k: self.fed.channel.upload(result.params[k]).unsqueeze(0).clone() for k in self.heads}
@@ -181,11 +192,7 @@ class GlobalMultiHead(Algorithm):
         With drop_last (official) the samples are those of one shuffled epoch without its last
         partial batch, like the official DataLoader; a client smaller than a batch uploads nothing.
         """
-        if self.fed.options.drop_last:
-            batches = list(self.fed.shuffled_batches(client))
-            idx = torch.cat(batches) if batches else self.fed.train_idx[client][:0]
-        else:
-            idx = self.fed.train_idx[client]
+        idx = self.fed.epoch_indices(client) if self.fed.options.drop_last else self.fed.train_idx[client]
         if len(idx) == 0:
             return []
         feats = torch.cat([self.fed.features(params, self.fed.images[b]) for b in idx.split(self.fed.options.eval_batch_size)])
@@ -221,13 +228,14 @@ class GlobalMultiHead(Algorithm):
             self.heads["head.bias"][head] -= self.options.eta_h * grad_b
 
 
-OFFICIAL_ENGINE = {"drop_last": True, "eval_last": 20}
+OFFICIAL_ENGINE = {**PFLLIB_LOADER, "eval_last": 20}
 
 
 @register
 class FedGMH(GlobalMultiHead):
     name = "fedgmh"
     display_name = "FedGMH"
+    paper_row = 15
     official = {**OFFICIAL_ENGINE, "mix": "noncritical", "score": "delta_sq_theta", "selection": "per_tensor", "broadcast": "all"}
 
 
@@ -237,6 +245,7 @@ class GMHOneHead(GlobalMultiHead):
 
     name = "gmh_o"
     display_name = "GMH-o"
+    paper_row = 12
     defaults = {"heads": "single"}
     official = {**OFFICIAL_ENGINE, "mix": "noncritical", "selection": "per_tensor", "broadcast": "all", "server_pass": "batched",
                 "head_alias": "client0", "gmh_o_zeroing": True}
@@ -248,6 +257,7 @@ class GMHAverage(GlobalMultiHead):
 
     name = "gmh_a"
     display_name = "GMH-a"
+    paper_row = 13
     defaults = {"combine": "average"}
     official = {**OFFICIAL_ENGINE, "combine": "replace", "broadcast": "all"}
 
@@ -258,5 +268,28 @@ class GMHOneHeadAverage(GlobalMultiHead):
 
     name = "gmh_oa"
     display_name = "GMH-oa"
+    paper_row = 14
     defaults = {"heads": "single", "combine": "average"}
     official = {**OFFICIAL_ENGINE, "combine": "replace", "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
+
+
+@register
+class FedGH(GlobalMultiHead):
+    """Yi et al. 2023: bodies local; one global head trained on the uploaded class-mean features.
+
+    GlobalMultiHead with one head (`heads=single`) that replaces the client's head
+    (`combine=replace`); the server head lr is `eta_h` (PFLlib's server_learning_rate). The server
+    pass is batched by default (the spec's and PFLlib's): one SGD step of lr 1.0 per prototype
+    (`server_pass=per_prototype`) diverges at the paper's MNIST protocol (docs/baselines.md).
+    """
+
+    name = "fedgh"
+    display_name = "FedGH"
+    paper_row = 7
+    defaults = {"heads": "single", "combine": "replace", "server_pass": "batched"}
+    official = {**PFLLIB_LOADER, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
+
+    def __init__(self, fed, options) -> None:
+        if options.heads != "single" or options.combine != "replace":
+            raise UserError("fedgh has one global head that replaces the client's head (heads=single, combine=replace); use the gmh_* algorithms for the other variants")
+        super().__init__(fed, options)

@@ -19,12 +19,10 @@ from typing import Callable, Iterator
 import torch
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import Algorithm, register
+from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
 from fedgmh.config import choice, option
-from fedgmh.engine import Federation, LocalResult, Params, count_correct, evaluate_clients, local_train, proximal_hook
+from fedgmh.engine import Federation, LocalResult, Params, evaluate_clients, local_train, proximal_hook, split_batches, summed_loss
 from fedgmh.errors import UserError
-
-PFLLIB_LOADER = {"drop_last": True}  # PFLlib's DataLoader drops the last partial batch
 
 
 def flatten(params: Params) -> torch.Tensor:
@@ -76,9 +74,15 @@ class Ditto(ParameterAveraging):
 
     name = "ditto"
     display_name = "Ditto"
+    paper_row = 3
     Options = DittoOptions
     transient = ("_reported",)
     official = {**PFLLIB_LOADER, "report": "max_of_both"}
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        """The global model up and down; to every client when it is evaluated there (max_of_both)."""
+        return Exchange(sizes.model, sizes.model, sizes.model if options.report == "max_of_both" else 0)
 
     def __init__(self, fed: Federation, options: DittoOptions) -> None:
         super().__init__(fed, options)
@@ -159,8 +163,13 @@ class FedAMP(Algorithm):
 
     name = "fedamp"
     display_name = "FedAMP"
+    paper_row = 4
     Options = AMPOptions
     official = {**PFLLIB_LOADER, "proximal": "detached", "cloud": "last_round"}
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        return Exchange(sizes.model, sizes.model, 0)  # down: the cloud model u_i; up: the trained w_i
 
     def __init__(self, fed: Federation, options: AMPOptions) -> None:
         super().__init__(fed, options)
@@ -211,6 +220,8 @@ class FedAMP(Algorithm):
 
 # --------------------------------------------------------------------------------------- FedFomo
 
+WEIGHT_DTYPE = torch.float64  # the weights w_n a client uploads with its model
+
 
 @dataclass(frozen=True)
 class FomoOptions:
@@ -241,7 +252,7 @@ class FomoOptions:
 def fomo_weights(loss_old: float, losses: list[float], distances: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw w_n = (L_old - L_n) / (||theta_n - theta_old|| + 1e-5) and their positive parts normalised
     to sum 1 (all zero when no model improves on theta_old)."""
-    raw = torch.tensor([(loss_old - ln) / (d + 1e-5) for ln, d in zip(losses, distances)], dtype=torch.float64)
+    raw = torch.tensor([(loss_old - ln) / (d + 1e-5) for ln, d in zip(losses, distances)], dtype=WEIGHT_DTYPE)
     positive = raw.clamp(min=0)
     total = positive.sum()
     return raw, positive / total if total > 0 else positive
@@ -249,10 +260,7 @@ def fomo_weights(loss_old: float, losses: list[float], distances: list[float]) -
 
 def fixed_order_batches(fed: Federation, client: int) -> Iterator[torch.Tensor]:
     """One epoch over the client's train split in stored order (a DataLoader with shuffle=False)."""
-    idx = fed.train_idx[client]
-    stop = len(idx) - len(idx) % fed.batch_size if fed.options.drop_last else len(idx)
-    for start in range(0, stop, fed.batch_size):
-        yield idx[start : start + fed.batch_size]
+    return iter(split_batches(fed.epoch_indices(client, shuffle=False), fed.batch_size))
 
 
 def train_split_view(fed: Federation, train_idx: list[torch.Tensor], fixed_order: bool) -> Federation:
@@ -276,9 +284,16 @@ class FedFomo(Algorithm):
 
     name = "fedfomo"
     display_name = "FedFomo"
+    paper_row = 6
     Options = FomoOptions
     transient = ("train_fed",)
     official = {**PFLLIB_LOADER, "selection": "top_m", "baseline": "pre_training", "val_loss": "batch_mean", "local_order": "fixed"}
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        """Down: n = min(M, models) models; up: its model and one weight w_n per downloaded model."""
+        n = options.M if models is None else min(options.M, models)
+        return Exchange(sizes.model + n * torch.empty(0, dtype=WEIGHT_DTYPE).element_size(), n * sizes.model, 0)
 
     def __init__(self, fed: Federation, options: FomoOptions) -> None:
         super().__init__(fed, options)
@@ -333,9 +348,9 @@ class FedFomo(Algorithm):
     def validation_loss(self, client: int, params: Params) -> float:
         idx = self.val_idx[client]
         if self.options.val_loss == "sample_mean":
-            return count_correct(self.fed, params, idx)[1] / len(idx)
+            return summed_loss(self.fed, params, idx) / len(idx)
         batches = idx.split(self.fed.batch_size)
-        return sum(count_correct(self.fed, params, b)[1] / len(b) for b in batches) / len(batches)
+        return sum(summed_loss(self.fed, params, b) / len(b) for b in batches) / len(batches)
 
     def personalise(self, client: int, downloads: list[tuple[int, Params]]) -> tuple[Params, torch.Tensor]:
         """The combined model theta_old + sum_n w_n (theta_n - theta_old) and the raw weights w_n."""

@@ -1,9 +1,9 @@
-"""Baselines that differ in what they share: FedProx, FedPer, LG-FedAvg, FedRep and FedGH.
+"""Baselines that differ in what they share: FedProx, FedPer, LG-FedAvg and FedRep.
 
 FedProx is FedAvg with a proximal gradient; FedPer, LG-FedAvg and FedRep are `ParameterAveraging`
-with another shared part (FedRep also with a two-phase local schedule); FedGH is
-`GlobalMultiHead` with one global head that replaces the client's head. The PFLlib behaviour is
-behind options listed in each class's `official` dict. See docs/baselines.md.
+with another shared part (FedRep also with a two-phase local schedule). (FedGH, one global head
+trained on prototypes, lives with its family in fedgmh.py.) The PFLlib behaviour is behind options
+listed in each class's `official` dict. See docs/baselines.md.
 """
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import register
-from fedgmh.algorithms.fedgmh import GlobalMultiHead
+from fedgmh.algorithms.base import PFLLIB_LOADER, register
 from fedgmh.config import option
 from fedgmh.engine import LocalResult, local_train, proximal_hook
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
-
-PFLLIB = {"drop_last": True}  # PFLlib's DataLoader drops each client's last partial batch
 
 
 @dataclass(frozen=True)
@@ -40,6 +37,7 @@ class FedProx(FedAvg):
 
     name = "fedprox"
     display_name = "FedProx"
+    paper_row = 2
     Options = FedProxOptions
 
     def train_client(self, rnd: int, client: int) -> LocalResult:
@@ -55,10 +53,9 @@ class FedPer(ParameterAveraging):
 
     name = "fedper"
     display_name = "FedPer"
-    official = PFLLIB
-
-    def shares(self, name: str) -> bool:
-        return is_body(name)
+    paper_row = 8
+    shared_part = "body"
+    official = PFLLIB_LOADER
 
 
 @register
@@ -67,10 +64,9 @@ class LGFedAvg(ParameterAveraging):
 
     name = "lgfedavg"
     display_name = "LG-FedAvg"
-    official = PFLLIB
-
-    def shares(self, name: str) -> bool:
-        return is_head(name)
+    paper_row = 11
+    shared_part = "head"
+    official = PFLLIB_LOADER
 
 
 @dataclass(frozen=True)
@@ -92,6 +88,7 @@ class FedRep(FedPer):
 
     name = "fedrep"
     display_name = "FedRep"
+    paper_row = 9
     Options = FedRepOptions
 
     def train_client(self, rnd: int, client: int) -> LocalResult:
@@ -99,24 +96,3 @@ class FedRep(FedPer):
         body = local_train(self.fed, head.params, client, trainable=is_body)
         self.keep(client, body.params)
         return LocalResult(body.params, head.loss_sum + body.loss_sum, head.num_samples + body.num_samples)
-
-
-@register
-class FedGH(GlobalMultiHead):
-    """Yi et al. 2023: bodies local; one global head trained on the uploaded class-mean features.
-
-    GlobalMultiHead with one head (`heads=single`) that replaces the client's head
-    (`combine=replace`); the server head lr is `eta_h` (PFLlib's server_learning_rate). The server
-    pass is batched by default (the spec's and PFLlib's): one SGD step of lr 1.0 per prototype
-    (`server_pass=per_prototype`) diverges at the paper's MNIST protocol (docs/baselines.md).
-    """
-
-    name = "fedgh"
-    display_name = "FedGH"
-    defaults = {"heads": "single", "combine": "replace", "server_pass": "batched"}
-    official = {**PFLLIB, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
-
-    def __init__(self, fed, options) -> None:
-        if options.heads != "single" or options.combine != "replace":
-            raise UserError("fedgh has one global head that replaces the client's head (heads=single, combine=replace); use the gmh_* algorithms for the other variants")
-        super().__init__(fed, options)

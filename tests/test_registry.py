@@ -1,0 +1,131 @@
+"""The registry is the only source of an algorithm's facts: schema enum, names and row order, costs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import make_federation
+
+from fedgmh import costs
+from fedgmh.algorithms import REGISTRY, Algorithm, Exchange, register, resolve_options
+from fedgmh.engine import run_rounds
+from fedgmh.model import is_head
+from fedgmh.report import names
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+PAPER_ORDER = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod",
+               "lgfedavg", "gmh_o", "gmh_a", "gmh_oa", "fedgmh"]  # Table 2, then Table 5's ablations before FedGMH
+
+
+def schema_algorithms() -> list[str]:
+    return yaml.safe_load(SCHEMA.read_text())["$defs"]["algorithm"]["enum"]
+
+
+def schema_mismatch(enum: list[str]) -> str:
+    """'' when the schema's algorithm enum lists exactly the registered algorithms, else what differs."""
+    missing, unknown = sorted(set(REGISTRY) - set(enum)), sorted(set(enum) - set(REGISTRY))
+    problems = [f"registered but not in the schema: {', '.join(missing)}"] * bool(missing)
+    problems += [f"in the schema but not registered: {', '.join(unknown)}"] * bool(unknown)
+    problems += ["listed twice in the schema"] * (len(enum) != len(set(enum)))
+    return "; ".join(problems)
+
+
+def test_the_schema_enum_is_the_registry():
+    assert schema_mismatch(schema_algorithms()) == ""
+    assert "not registered: fedbogus" in schema_mismatch([*REGISTRY, "fedbogus"])
+    assert "not in the schema: fedavg" in schema_mismatch([n for n in REGISTRY if n != "fedavg"])
+
+
+def test_names_and_row_order_come_from_the_classes():
+    assert list(names.ALGORITHM_ORDER) == PAPER_ORDER
+    assert dict(names.ALGORITHM_NAMES) == {name: REGISTRY[name].display_name for name in PAPER_ORDER}
+    assert names.algorithm_name("lgfedavg") == "LG-FedAvg" and names.algorithm_name("not_registered") == "not_registered"
+    rows = [cls.paper_row for cls in REGISTRY.values()]
+    assert None not in rows and len(set(rows)) == len(rows)
+
+
+@pytest.mark.parametrize("module", [costs, names])
+def test_no_algorithm_is_named_outside_its_class(module):
+    text = Path(module.__file__).read_text()
+    assert [name for name in REGISTRY if f'"{name}"' in text or f"'{name}'" in text] == []
+
+
+def test_every_algorithm_has_its_own_cost_model():
+    assert all(cls.exchange.__func__ is not Algorithm.exchange.__func__ for cls in REGISTRY.values())
+
+
+def test_costs_do_not_import_the_training_module():
+    code = "import sys, fedgmh.costs; print('fedgmh.train' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"
+
+
+class Toy(Algorithm):
+    """A toy algorithm, defined only here: clients keep their models, get them sent down, upload the head."""
+
+    name = "toy"
+    display_name = "Toy-Heads"
+    paper_row = 0  # before FedAvg
+
+    def __init__(self, fed, options) -> None:
+        super().__init__(fed, options)
+        self.models = [fed.initial_params()] * fed.num_clients
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        return Exchange(up=sizes.head, down=sizes.model, down_other=0)
+
+    def eval_params(self, client):
+        return self.models[client]
+
+    def start_training(self, rnd, client):
+        return self.fed.channel.download(self.models[client])
+
+    def finish_training(self, rnd, client, start, result) -> None:
+        self.fed.channel.upload({k: v for k, v in result.params.items() if is_head(k)})
+        self.models[client] = result.params
+
+
+@pytest.fixture
+def toy():
+    register(Toy)
+    yield Toy
+    del REGISTRY[Toy.name]
+
+
+def _results(algorithms):
+    return pd.DataFrame([{"experiment": "t", "setting": "digits_c2_a0.5", "dataset": "digits", "classes_per_client": 2,
+                          "alpha": 0.5, "clients": 4, "algorithm": a, "variant": "", "seed": 0, "rounds": 2,
+                          "local_epochs": 1, "join_ratio": 0.5, "batch_size": 4, "lr": 0.1, "options": "{}",
+                          "best_test_acc": 0.5, "best_round": 1, "final_test_acc": 0.5, "rounds_evaluated": 3,
+                          "wall_time_s": 1.0, "run_dir": ""} for a in algorithms])
+
+
+def test_a_toy_algorithm_defined_in_one_place_shows_up_everywhere(toy):
+    from fedgmh.report import summarize
+
+    # options, training and the channel's bytes = the analytic traffic of its class
+    options, _ = resolve_options("toy", {"preset": "official"})
+    fed = make_federation([[0, 1] * 4, [2, 3] * 4, [0, 2] * 4, [1, 3] * 4])
+    rows = run_rounds(fed, toy(fed, options), 1, 0.5, seed=0)
+    sizes = costs.Sizes.of(fed.model)
+    assert (rows[0]["bytes_up"], rows[0]["bytes_down"]) == (2 * sizes.head, 2 * sizes.model)  # 2 of 4 clients trained
+    assert costs.round_traffic("toy", options, sizes, [2] * 4, [0, 1]) == (rows[0]["bytes_up"], rows[0]["bytes_down"])
+    # the cost table
+    table = costs.algorithm_costs(["digits"])
+    toy_rows = table[table["algorithm"] == "toy"].set_index("quantity")["analytic"]
+    digits = costs.Sizes.for_dataset("digits")
+    assert toy_rows.to_dict() == {"up_per_participant": digits.head / costs.KB, "down_per_participant": digits.model / costs.KB,
+                                  "down_per_other_client": 0.0}
+    # the names and the row order the tables use
+    assert names.algorithm_name("toy") == "Toy-Heads" and names.ALGORITHM_ORDER[0] == "toy"
+    cells, _ = summarize(_results(["fedgmh", "toy", "fedavg"]), "t")
+    assert list(cells["row_name"]) == ["Toy-Heads", "FedAvg", "FedGMH"]
+    # and the schema check notices that the workflow's schema does not list it
+    assert "registered but not in the schema: toy" in schema_mismatch(schema_algorithms())
