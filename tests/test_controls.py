@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -10,8 +11,9 @@ import torch
 from conftest import make_federation
 
 from fedgmh.algorithms import REGISTRY
-from fedgmh.algorithms.controls import PRIOR_KEY, label_prior
+from fedgmh.algorithms.controls import PRIOR_KEY
 from fedgmh.engine import predict, run_rounds
+from fedgmh.priors import label_prior
 from fedgmh.train import resolve_options
 
 # 6 clients of 2 labels out of 5 (label skew), one client of a single label
@@ -20,7 +22,7 @@ CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [2, 3, 3, 2, 3], [3, 4, 4, 3], [4, 
 
 def run(name, rounds=3, seed=0, **overrides):
     algo_options, engine = resolve_options(name, overrides)
-    fed = make_federation(CLIENTS, num_classes=5, batch_size=2, test_per_client=6, drop_last=engine.drop_last, lr_decay=engine.lr_decay)
+    fed = make_federation(CLIENTS, num_classes=5, batch_size=2, test_per_client=6, **dataclasses.asdict(engine))
     algo = REGISTRY[name](fed, algo_options)
     rows = pd.DataFrame(run_rounds(fed, algo, rounds, 0.5, seed)).drop(columns="seconds")
     return fed, algo, rows
@@ -93,3 +95,32 @@ def test_prior_rides_along_without_touching_the_model():
     assert params[PRIOR_KEY] is algo.eval_params(0)[PRIOR_KEY]  # same object: the eval cache can hit
     x = fed.images[fed.test_idx[0]]
     torch.testing.assert_close(algo.forward(params, x), fed.forward(algo.global_params, x) + params[PRIOR_KEY])
+
+
+def test_eval_prior_mask_on_fedavg_equals_the_label_prior_control():
+    _, _, control = run("fedavg_lp")
+    _, _, masked = run("fedavg", eval_prior="mask")
+    _, _, plain = run("fedavg")
+    columns = ["test_acc", "test_acc_mean", "test_acc_std", "train_loss"]
+    pd.testing.assert_frame_equal(control[columns], masked[columns])
+    assert (masked["test_acc"] != plain["test_acc"]).any()
+
+
+def test_eval_prior_applies_to_any_algorithm_and_changes_no_training():
+    _, _, plain = run("fedper")
+    _, _, masked = run("fedper", eval_prior="mask")
+    pd.testing.assert_frame_equal(plain[["train_loss", "bytes_up"]], masked[["train_loss", "bytes_up"]])
+    assert (masked["test_acc"] >= 0).all() and not masked["test_acc"].equals(plain["test_acc"])
+
+
+def test_partition_statistics_count_prior_only_and_unreachable_test_samples():
+    import numpy as np
+
+    from fedgmh.partition import Partition, client_statistics
+
+    labels = np.array([0, 0, 1, 2, 0, 1, 2, 2])
+    part = Partition(train=[np.array([0, 1, 2]), np.array([3])], test=[np.array([4, 5, 6]), np.array([7])])
+    stats = client_statistics(part, labels, 3)
+    # client 0 trains on 0, 0, 1: predicting 0 gets test sample 4 right; its test label 2 is unseen
+    assert stats["prior_only_correct"].tolist() == [1, 1]
+    assert stats["unreachable_test"].tolist() == [1, 0]

@@ -9,7 +9,6 @@ gain that knowing the label set explains.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +17,7 @@ from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
 from fedgmh.algorithms.base import register
 from fedgmh.config import choice
 from fedgmh.engine import Params
+from fedgmh.priors import label_prior
 
 PRIOR_KEY = "label_prior"  # rides along in the evaluated parameters; never part of the model
 
@@ -44,22 +44,6 @@ class Local(ParameterAveraging):
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         """Nothing to aggregate."""
-
-
-def label_prior(labels: torch.Tensor, num_classes: int, kind: str, pooled: torch.Tensor) -> torch.Tensor:
-    """The additive prior pi_c over the K logits of a client with train labels `labels`.
-
-    mask: 0 on the client's labels, -inf elsewhere; log_freq: log of its label shares; log_ratio:
-    log shares minus the log shares of the pooled train labels (`pooled`: counts per class).
-    """
-    counts = torch.bincount(labels, minlength=num_classes).double()
-    if kind == "mask":
-        prior = torch.where(counts > 0, 0.0, -math.inf)
-    else:
-        prior = torch.log(counts / counts.sum())  # log 0 = -inf: unseen labels are never predicted
-        if kind == "log_ratio":
-            prior = prior - torch.log(pooled / pooled.sum())
-    return prior.float()
 
 
 @dataclass(frozen=True)
