@@ -124,3 +124,25 @@ def test_partition_statistics_count_prior_only_and_unreachable_test_samples():
     # client 0 trains on 0, 0, 1: predicting 0 gets test sample 4 right; its test label 2 is unseen
     assert stats["prior_only_correct"].tolist() == [1, 1]
     assert stats["unreachable_test"].tolist() == [1, 0]
+
+
+def test_control_summary_shares_of_gain(tmp_path):
+    import json
+
+    from fedgmh.report.controls import control_summary
+
+    def row(algorithm, acc, mask=False, seed=0):
+        return {"dataset": "mnist", "classes_per_client": 2, "alpha": 0.5, "algorithm": algorithm, "seed": seed,
+                "best_test_acc": acc, "options": json.dumps({"eval_prior": "mask"} if mask else {})}
+
+    results = pd.DataFrame([row("fedavg", 0.80), row("fedavg", 0.90, seed=1), row("fedavg", 0.95, mask=True),
+                            row("fedgmh", 0.99), row("fedgmh", 0.99, mask=True), row("local", 0.96)])
+    stats = tmp_path / "mnist_c2_a0.5.stats.csv"
+    pd.DataFrame({"client": [0, 1], "num_test": [10, 30], "prior_only_correct": [6, 18], "unreachable_test": [1, 3]}).to_csv(stats, index=False)
+    summary = control_summary(results, [stats]).set_index("algorithm")
+    assert summary.loc["fedavg", "acc"] == pytest.approx(85.0)  # mean over seeds
+    assert summary.loc["fedgmh", "gain_over_fedavg"] == pytest.approx(14.0)
+    assert summary.loc["fedgmh", "prior_share_of_gain"] == pytest.approx(100 * 10 / 14)  # (95 - 85) / (99 - 85)
+    assert summary.loc["local", "prior_share_of_gain"] == pytest.approx(100 * 10 / 11)
+    assert math.isnan(summary.loc["fedavg", "prior_share_of_gain"]) and math.isnan(summary.loc["local", "acc_with_mask"])
+    assert summary.loc["fedgmh", "prior_only"] == pytest.approx(60.0) and summary.loc["fedgmh", "unreachable"] == pytest.approx(10.0)
