@@ -56,6 +56,15 @@ def _cmd_compare(args: argparse.Namespace) -> None:
           f"{counts.get('reduced protocol', 0)} reduced protocol (not comparable), {counts.get('not run', 0)} not run -> {args.out}")
 
 
+def _cmd_controls(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from fedgmh.report.controls import write_control_summary
+
+    summary = write_control_summary(Path(args.results), [Path(p) for p in args.stats], Path(args.out), Path(args.csv), args.title)
+    print(f"controls: {summary['method'].nunique()} methods x {summary['setting'].nunique()} settings -> {args.out}")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the reporting subcommands to the `fedgmh` parser."""
     p = sub.add_parser("aggregate", help="collect run directories into a tidy results CSV (and per-round curves)")
@@ -106,3 +115,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", help="one row per paper cell (CSV)")
     p.add_argument("--k", type=float, default=2.0, help="agree when |ours - paper| <= k*sqrt(std_paper^2 + std_ours^2) (default 2)")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("controls", help="how much of each method's gain over FedAvg the label set explains (the controls experiment)")
+    p.add_argument("--results", required=True, help="results CSV of the controls experiment from `fedgmh aggregate`")
+    p.add_argument("--stats", nargs="+", required=True, help="the partitions' statistics CSVs (`fedgmh partition --stats`)")
+    p.add_argument("--out", required=True, help="Markdown report (.md)")
+    p.add_argument("--csv", required=True, help="the same as CSV")
+    p.add_argument("--title", default="Controls: the label prior and local-only training", help="report title")
+    p.set_defaults(func=_cmd_controls)

@@ -48,6 +48,11 @@ class EngineOptions:
         help="train the selected clients in one vmap step where an algorithm allows it (same results to float "
         "tolerance on CPU; on CUDA see BENCHMARKS.md); auto = on for CUDA, off on CPU, where it is slower",
     )
+    eval_prior: str = choice(
+        "none", "mask",
+        help="at evaluation, remove the logits of labels absent from the client's train split (the label-prior "
+        "control for any algorithm: how much of its accuracy is knowing the label set)",
+    )
     tf32: bool = option(
         False,
         "allow TensorFloat-32 on CUDA (PyTorch's default for convolutions: ~1e-3 relative error); off = plain fp32",

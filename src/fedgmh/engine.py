@@ -251,6 +251,15 @@ class EvalCache:
         self.entries[client] = (self._signature(params), result)
 
 
+def with_label_prior(fed: Federation, client: int, forward: Forward | None) -> Forward:
+    """`forward` with the client's mask prior added (engine option eval_prior=mask)."""
+    from fedgmh.priors import label_prior
+
+    forward = forward or fed.forward
+    prior = label_prior(fed.labels[fed.train_idx[client]], fed.num_classes, fed.options.eval_prior).to(fed.device)
+    return lambda params, x: forward(params, x) + prior
+
+
 def evaluate_clients(
     fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None, cache: EvalCache | None = None
 ) -> dict[str, float]:
@@ -267,7 +276,8 @@ def evaluate_clients(
         params = params_of(client)
         cached = cache.get(client, params) if cache is not None else None
         if cached is None:
-            hits, sample_losses = predict(fed, params, fed.test_idx[client], forward)
+            client_forward = forward if fed.options.eval_prior == "none" else with_label_prior(fed, client, forward)
+            hits, sample_losses = predict(fed, params, fed.test_idx[client], client_forward)
             cached = float(hits.sum()), float(sample_losses.double().sum())
             if cache is not None:
                 cache.put(client, params, cached)

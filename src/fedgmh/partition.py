@@ -414,12 +414,17 @@ def validate_partition(partition: Partition, num_samples: int | None = None, *, 
 
 
 def client_statistics(partition: Partition, labels: np.ndarray, num_classes: int) -> pd.DataFrame:
-    """One row per client: split sizes, number of classes, and samples per class (train + test)."""
+    """One row per client: split sizes, number of classes, samples per class (train + test), and the
+    label-prior facts of its test split (`priors.prior_only`): `prior_only_correct` = test samples of
+    its most frequent train label, `unreachable_test` = test samples of labels it never trains on."""
+    from fedgmh.priors import prior_only
+
     labels = np.asarray(labels)
     rows = []
     for client, (tr, te) in enumerate(zip(partition.train, partition.test)):
         counts = np.bincount(labels[np.concatenate([tr, te])], minlength=num_classes)
         row = {"client": client, "num_train": len(tr), "num_test": len(te), "num_samples": len(tr) + len(te)}
+        row["prior_only_correct"], row["unreachable_test"] = prior_only(labels[tr], labels[te], num_classes)
         row["num_classes"] = int((counts > 0).sum())
         row.update({f"class_{k}": int(c) for k, c in enumerate(counts)})
         rows.append(row)

@@ -120,6 +120,25 @@ rule costs:
         "fedgmh costs --out {output.csv:q} --tex {output.tex:q} {params.runs:q} > {log:q} 2>&1"
 
 
+rule controls_summary:
+    """The controls experiment read as shares: how much of each method's gain over FedAvg the label
+    set alone explains, next to what the label distribution predicts with no model."""
+    input:
+        results=f"{RESULTS}/aggregate/controls.results.csv",
+        stats=lambda wildcards: sorted({f"{RESULTS}/partitions/{run['partition']}.stats.csv" for run in RUNS if run["experiment"] == "controls"}),
+    output:
+        md=report(f"{ARTIFACTS}/controls_summary.md", caption="../report/controls.rst", category="Tables",
+                  subcategory="controls", labels={"table": "controls summary", "format": "Markdown"}),
+        csv=f"{ARTIFACTS}/controls_summary.csv",
+    log:
+        f"{LOGS}/report/controls_summary.log",
+    params:
+        title=lambda wildcards: config["experiments"]["controls"].get("title", "controls"),
+    shell:
+        "fedgmh controls --results {input.results:q} --stats {input.stats:q} --out {output.md:q} --csv {output.csv:q}"
+        " --title {params.title:q} > {log:q} 2>&1"
+
+
 rule all_tables:
     """The LaTeX tables (and CSVs) of every configured experiment, the rounds-to-target table
     (config `rounds_to_target`) and the comparison with the paper (config `reference_tables`)."""
@@ -128,6 +147,7 @@ rule all_tables:
         rules.rounds_to_target.output if ROUNDS_TO_TARGET else [],
         rules.compare.output if REFERENCE else [],
         rules.costs.output,
+        rules.controls_summary.output if "controls" in config["experiments"] else [],
         run_records(),
 
 
