@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import register
+from fedgmh.algorithms.base import Exchange, register
 from fedgmh.config import choice
 from fedgmh.engine import Params
 from fedgmh.priors import label_prior
@@ -32,9 +32,14 @@ class Local(ParameterAveraging):
 
     name = "local"
     display_name = "Local"
+    paper_row = None  # not in the paper's tables
 
     def shares(self, name: str) -> bool:
         return False
+
+    @classmethod
+    def exchange(cls, options, sizes, labels, models=None) -> Exchange:
+        return Exchange(0, 0, 0)
 
     def send(self, rnd: int, selected: list[int]) -> None:
         """Nothing to send."""
@@ -57,6 +62,7 @@ class FedAvgLabelPrior(FedAvg):
 
     name = "fedavg_lp"
     display_name = "FedAvg + label prior"
+    paper_row = None  # not in the paper's tables (FedAvg's row is inherited otherwise)
     Options = PriorOptions
     personalised = True  # the evaluated model differs per client (by its prior only)
 
