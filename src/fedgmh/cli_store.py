@@ -15,7 +15,7 @@ def _cmd_check(args: argparse.Namespace) -> None:
     for line in problems:
         print(f"unreadable: {line}")
     for group in groups:
-        print("conflict: " + store._conflict_message(group))
+        print("conflict: " + store.conflict_message(group))
     keys = len({run.digest for run in runs})
     print(f"store check: {len(runs)} records of {keys} distinct runs, {len(groups)} conflict(s), {len(problems)} unreadable")
     if groups or problems:

@@ -162,7 +162,7 @@ def conflicts(runs: list[StoredRun]) -> list[list[StoredRun]]:
     return [group for group in by_key.values() if any(not group[0].same_results(other) for other in group[1:])]
 
 
-def _conflict_message(group: list[StoredRun]) -> str:
+def conflict_message(group: list[StoredRun]) -> str:
     folders = ", ".join(str(run.folder) for run in group)
     return (f"{len(group)} records of the same run ({describe_key(group[0].key)}) have different results: {folders}; "
             "keep the one you trust and move the others out of the store (`fedgmh store check` lists every such case)")
@@ -175,7 +175,7 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
     runs, _ = scan(stores)
     matches = [run for run in runs if run.key == key]
     if any(not matches[0].same_results(other) for other in matches[1:]):
-        raise StoreConflict(_conflict_message(matches))
+        raise StoreConflict(conflict_message(matches))
     notes = []
     if not matches:
         for run in runs:
@@ -207,7 +207,7 @@ def put(source: Path | str, destination: Path | str) -> str:
             raise StoreConflict(f"{destination} holds the record of another run ({'; '.join(key_differences(old.key, new.key))}); "
                                 "move it elsewhere (e.g. another store folder) before writing this one")
         if not old.same_results(new):
-            raise StoreConflict(_conflict_message([old, new]))
+            raise StoreConflict(conflict_message([old, new]))
         copy_record(new.folder, destination)
         return "updated"
     copy_record(new.folder, destination)
@@ -234,7 +234,7 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
                 if existing.same_results(run):
                     outcome["present"].append(f"{run.folder} = {existing.folder}")
                 else:
-                    outcome["conflict"].append(_conflict_message([existing, run]))
+                    outcome["conflict"].append(conflict_message([existing, run]))
                 continue
             target = into / run.folder.relative_to(source)
             if (target / "run.json").exists():

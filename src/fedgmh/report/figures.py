@@ -10,8 +10,9 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
-from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, _order_key, algorithm_name, dataset_name, format_number
+from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name, dataset_name, format_number
 from fedgmh.report.settings import setting_id
+from fedgmh.report.values import order_key
 
 def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = None, settings: Sequence[str] | None = None,
                 experiment: str | None = None, algorithms: Sequence[str] | None = None, title: str | None = None) -> list[str]:
@@ -42,10 +43,10 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         raise UserError("nothing to plot: the selection of curves is empty")
     frame = frame.copy()
     frame["accuracy (%)"] = 100.0 * frame["test_acc"]
-    alg_key = _order_key(ALGORITHM_ORDER)
+    alg_key = order_key(ALGORITHM_ORDER)
     order = [algorithm_name(a) for a in sorted(set(frame["algorithm"]), key=alg_key)]
     frame["method"] = frame["algorithm"].map(algorithm_name)
-    ds_key = _order_key(DATASET_ORDER)
+    ds_key = order_key(DATASET_ORDER)
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
 
     palette = dict(zip(order, sns.color_palette("tab20" if len(order) > 10 else "tab10", n_colors=len(order))))
