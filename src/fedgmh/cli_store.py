@@ -29,6 +29,9 @@ def _cmd_merge(args: argparse.Namespace) -> None:
     for kind in ("added", "conflict", "unreadable"):
         for line in outcome[kind]:
             print(f"{kind}: {line}")
+    for line in outcome["present"]:
+        if " (+ " in line:  # a stored record completed with a file it lacked (e.g. clients.csv)
+            print(f"completed: {line}")
     print(f"store merge: {len(outcome['added'])} added, {len(outcome['present'])} already present, "
           f"{len(outcome['conflict'])} conflict(s), {len(outcome['unreadable'])} unreadable -> {args.into}")
     if outcome["conflict"] or outcome["unreadable"]:
