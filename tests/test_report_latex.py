@@ -110,7 +110,7 @@ def _document(tmp_path: Path, results: pd.DataFrame) -> Path:
     tex_path = art / "report.tex"
     assert cli_main(["document", "--out", str(tex_path), "--results", str(results_csv), "--titles", '{"table2": "Table 2 (test)"}',
                      "--reference", str(ref_csv), "--input", str(art / "costs.tex"), "--figure", str(art / "figure3.pdf"),
-                     str(heatmap)]) == 0
+                     str(heatmap), "--captions", '{"figure3": "Figure 3 (test): accuracy per round"}']) == 0
     return tex_path
 
 
@@ -119,6 +119,7 @@ def test_document_holds_every_table_and_figure(results: pd.DataFrame, tmp_path: 
     assert text.startswith(r"\documentclass") and text.rstrip().endswith(r"\end{document}")
     assert r"Table 2 (test)" in text and r"98.66 $\pm$ 0.09" in text  # the paper's value beside ours
     assert "Section 2.3" in text and r"\includegraphics" in text and "{figure3.pdf}" in text
+    assert r"\caption{Figure 3 (test): accuracy per round}" in text
     assert "Partition: samples per class and client, MNIST ExDir(2, 0.5)" in text
     with pytest.raises(UserError, match="not found"):
         report.document.build_document(tmp_path / "x.tex", "t", [], inputs=[tmp_path / "missing.tex"])

@@ -72,16 +72,23 @@ def _cmd_clients(args: argparse.Namespace) -> None:
 
 def _cmd_document(args: argparse.Namespace) -> None:
     import json
+    from pathlib import Path
 
     from fedgmh.errors import UserError
     from fedgmh.report.document import build_document, compile_pdf
 
-    try:
-        titles = json.loads(args.titles) if args.titles else {}
-    except json.JSONDecodeError as err:
-        raise UserError(f"--titles is not JSON ({err}); e.g. '{{\"table2\": \"Table 2\"}}'") from err
+    def mapping(flag: str, text: str | None) -> dict:
+        try:
+            value = json.loads(text) if text else {}
+        except json.JSONDecodeError as err:
+            raise UserError(f"{flag} is not JSON ({err}); e.g. '{{\"table2\": \"Table 2\"}}'") from err
+        if not isinstance(value, dict):
+            raise UserError(f"{flag} must be a JSON object, e.g. '{{\"table2\": \"Table 2\"}}'")
+        return value
+
+    titles, captions = mapping("--titles", args.titles), mapping("--captions", args.captions)
     build_document(args.out, args.title, args.results, titles=titles, reference=args.reference, accuracy=args.accuracy,
-                   inputs=args.input, figures=[(path, "") for path in args.figure])
+                   inputs=args.input, figures=[(path, captions.get(Path(path).stem, "")) for path in args.figure])
     if args.pdf:
         compile_pdf(args.out, args.pdf, log=args.log)
     print(f"document: {len(args.results)} results files, {len(args.input)} tables, {len(args.figure)} figures -> {args.out}"
@@ -160,6 +167,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
     p.add_argument("--input", nargs="*", default=[], help="LaTeX tables to paste in (rounds_to_target.tex, costs.tex, comparison.tex)")
     p.add_argument("--figure", nargs="*", default=[], help="figure files (PDF or PNG)")
+    p.add_argument("--captions", help='figure captions by file name without suffix, as JSON: {"figure3": "Figure 3 ..."}')
     p.add_argument("--pdf", help="compile the document to this PDF with latexmk")
     p.add_argument("--log", help="latexmk's output (with --pdf)")
     p.set_defaults(func=_cmd_document)

@@ -195,9 +195,19 @@ rule report_pdf:
     params:
         title=f"FedGMH reproduction: every table and figure of config {NAME}",
         titles=json.dumps({name: exp.get("title", name) for name, exp in config["experiments"].items()}),
+        captions=json.dumps({
+            **{
+                name: f"{fig.get('title', name)}: test accuracy per round, mean over seeds (band: ±1 std), one line per "
+                f"method; experiment {fig['experiment']}, setting {fig['setting']}."
+                for name, fig in config["figures"].items()
+            },
+            "client_accuracy": "Per-client test accuracy per method and setting (the runs' clients.csv; runs recorded "
+            "before it existed are named, not drawn).",
+        }),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
         accuracy=config["table_accuracy"],
     shell:
         "fedgmh document --out {output.tex:q} --title {params.title:q} --results {input.results:q} --titles {params.titles:q}"
         " {params.reference:q} --accuracy {params.accuracy:q} --input {input.tables:q} --figure {input.figures:q}"
+        " --captions {params.captions:q}"
         " --pdf {output.pdf:q} --log {log.latex:q} > {log.main:q} 2>&1"

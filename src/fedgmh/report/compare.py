@@ -28,7 +28,7 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import format_number
+from fedgmh.report.names import OPTION_LABELS, SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_ROUNDS, PAPER_SEEDS, REFERENCE_COLUMNS, read_reference, reference_dataset
 from fedgmh.report.runs import read_results
 from fedgmh.report.summary import summarize
@@ -36,7 +36,9 @@ from fedgmh.report.values import norm_name
 
 # our cells' column -> the reference's column, for the swept dimensions
 MATCHED_DIMS = (("local_epochs", "local_epochs"), ("join_ratio", "join_ratio"), ("opt_beta", "beta"), ("opt_eta_h", "eta_h"))
-DIM_LABELS = {"local_epochs": ("E", "$E$"), "join_ratio": ("ρ", r"$\rho$"), "beta": ("β", r"$\beta$"), "eta_h": ("η_h", r"$\eta_h$")}
+#: the reference's swept columns -> their labels
+DIM_LABELS = {"local_epochs": SWEEP_DIMS["local_epochs"][1], "join_ratio": SWEEP_DIMS["join_ratio"][1],
+              "beta": OPTION_LABELS["beta"], "eta_h": OPTION_LABELS["eta_h"]}
 #: fewer seeds than this and a cell is not compared: its spread over seeds is unknown
 MIN_SEEDS = 3
 STATUSES = ("agree", "disagree", "reduced protocol", "not run")
@@ -62,7 +64,7 @@ def _protocol_differences(rec: dict, ref: pd.Series, swept: list[str]) -> str:
             continue
         ours = float(str(rec[column]).split("/")[0])
         if not math.isnan(ours) and not np.isclose(ours, float(ref[column])):
-            notes.append(f"{DIM_LABELS[column][0]}={format_number(ours)} (paper {format_number(float(ref[column]))})")
+            notes.append(f"{DIM_LABELS[column]}={format_number(ours)} (paper {format_number(float(ref[column]))})")
     if rec.get("n_seeds") not in (None, "") and int(rec["n_seeds"]) != PAPER_SEEDS:
         notes.append(f"{int(rec['n_seeds'])} seed{'s' if int(rec['n_seeds']) != 1 else ''} (paper {PAPER_SEEDS})")
     return ", ".join(notes)
@@ -148,7 +150,7 @@ def compare_with_paper(cells: pd.DataFrame, reference: pd.DataFrame, k: float = 
         table = str(ref["table"])
         dataset = reference_dataset(ref["dataset"])
         setting = f"{dataset} ExDir({int(ref['C'])}, {format_number(float(ref['alpha']))})"
-        extra = [f"{DIM_LABELS[d][0]}={format_number(float(ref[d]))}" for d in swept.get(table, [])]
+        extra = [f"{DIM_LABELS[d]}={format_number(float(ref[d]))}" for d in swept.get(table, [])]
         row = {
             "table": table, "dataset": dataset, "C": int(ref["C"]), "alpha": float(ref["alpha"]),
             "setting": " ".join([setting, *extra]), "algorithm": ref["algorithm"],

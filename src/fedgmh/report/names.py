@@ -45,17 +45,13 @@ PARTITION_FIELDS = ("classes_per_client", "alpha")
 REPORTED_OPTIONS = ("beta", "eta_h", "preset")
 
 # Dimensions (besides dataset, C, alpha) that an experiment may sweep: results.csv column ->
-# (suffix in setting ids, label in CSV tables, label in LaTeX tables).
-SWEEP_DIMS: dict[str, tuple[str, str, str]] = {
-    "local_epochs": ("e", "E", "$E$"),
-    "join_ratio": ("j", "ρ", r"$\rho$"),
-    "rounds": ("r", "R", "$R$"),
+# (suffix in setting ids, label in table headers; the LaTeX writer translates the symbols).
+SWEEP_DIMS: dict[str, tuple[str, str]] = {
+    "local_epochs": ("e", "E"),
+    "join_ratio": ("j", "ρ"),
+    "rounds": ("r", "R"),
 }
-OPTION_LABELS: dict[str, tuple[str, str]] = {
-    "beta": ("β", r"$\beta$"),
-    "eta_h": ("η_h", r"$\eta_h$"),
-    "mu": ("μ", r"$\mu$"),
-}
+OPTION_LABELS: dict[str, str] = {"beta": "β", "eta_h": "η_h", "mu": "μ"}
 
 BASE_COLUMNS = [
     "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "algorithm", "variant", "seed",

@@ -29,7 +29,7 @@ from fedgmh.report.values import order_key, parse_scalar, sort_value
 def dim_label(column: str, value: Any) -> str:
     """'ρ=0.4', 'β=0.1', 'E=4': a swept dimension's value in a column header."""
     if column.startswith("opt_"):
-        text = OPTION_LABELS.get(column[4:], (column[4:],))[0]
+        text = OPTION_LABELS.get(column[4:], column[4:])
     else:
         text = SWEEP_DIMS[column][1]
     return f"{text}={format_number(value)}"
