@@ -47,6 +47,8 @@ rule table:
 
 
 rule curves:
+    wildcard_constraints:
+        figure="|".join(re.escape(name) for name in config["figures"]) or "(?!)",  # not client_accuracy
     input:
         curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=config["figures"][wildcards.figure]["experiment"]),
     output:
