@@ -114,11 +114,12 @@ def test_table_mean_std_bold_and_order(runs: list[Path], tmp_path: Path) -> None
 
 
 def test_cell_text_says_how_many_seeds() -> None:
-    from fedgmh.report.tables import cell_text
+    from fedgmh.report.latex import tex
+    from fedgmh.report.summary import cell_text
 
-    assert cell_text(98.661, 0.0, 1, latex=False) == "98.66 (n=1)"  # no "± 0.00" for one seed
-    assert cell_text(98.661, 0.123, 5, latex=False) == "98.66 ± 0.12"  # the paper's 5 seeds: plain
-    assert cell_text(98.661, 0.123, 4, latex=True) == "98.66 $\\pm$ 0.12 (n=4)"
+    assert cell_text(98.661, 0.0, 1) == "98.66 (n=1)"  # no "± 0.00" for one seed
+    assert cell_text(98.661, 0.123, 5) == "98.66 ± 0.12"  # the paper's 5 seeds: plain
+    assert tex(cell_text(98.661, 0.123, 4)) == "98.66 $\\pm$ 0.12 (n=4)"
 
 
 def test_table_cli_writes_tex_and_csv(runs: list[Path], tmp_path: Path) -> None:
@@ -158,7 +159,7 @@ def test_swept_dimension_becomes_a_column(tmp_path: Path) -> None:
     assert sorted(set(results["setting"])) == ["cifar10_c2_a0.5_e4", "cifar10_c2_a0.5_e6"]
     table = report.make_table(results, "table3")
     assert list(table["wide"].columns[1:]) == ["CIFAR-10 ExDir(2, 0.5) E=4", "CIFAR-10 ExDir(2, 0.5) E=6"]
-    assert "$E$=4" in table["latex"]
+    assert "CIFAR-10" in table["latex"] and "ExDir(2, 0.5) E=4" in table["latex"]
 
 
 @pytest.mark.parametrize("damage", ["no_run_json", "no_metrics", "empty_metrics", "missing_key", "no_dir"])
@@ -313,8 +314,9 @@ def test_comparison_agree_disagree_not_run(tmp_path: Path) -> None:
     text = md.read_text()
     assert "| table2 | 3 | 1 | 1 | 0 | 1 |" in text and "| table7 | 1 | 0 | 0 | 0 | 1 |" in text and "| **all** | 4 | 1 | 1 | 0 | 2 |" in text
     assert "≤ 2·√(std_paper² + std_ours²)" in text
-    assert "| Cifar10 ExDir(2, 0.5) | FedAvg | 31.30 ± 1.05 | — |  |  |  | not run |" in text
+    assert "| CIFAR-10 ExDir(2, 0.5) | FedAvg | 31.30 ± 1.05 | — |  |  |  | not run |" in text  # display names
     latex = tex.read_text()
+    assert "CIFAR-100 ExDir(5, 0.5)" in latex and "Cifar" not in latex
     assert r"\begin{longtable}" in latex and r"\toprule" in latex and r"\bottomrule" in latex and "1 agree, 1 disagree, 0 at a reduced protocol (not comparable), 2 not run" in latex
     assert len(pd.read_csv(csv)) == 4
 

@@ -129,6 +129,37 @@ def test_put_refuses_to_replace_the_record_of_another_run(stored, tmp_path: Path
     assert json.loads((destination / "run.json").read_text())["config"]["rounds"] == 2
 
 
+def test_clients_csv_is_part_of_a_record_when_present(stored, tmp_path: Path, capsys) -> None:
+    clients = pd.read_csv(stored["record"] / "clients.csv")  # written by `fedgmh train`
+    assert list(clients.columns) == ["client", "test_samples", "test_acc_best", "test_acc_last"] and len(clients) == 4
+    record = json.loads((stored["record"] / "run.json").read_text())
+    pooled = lambda column: float((clients[column] * clients["test_samples"]).sum() / clients["test_samples"].sum())  # noqa: E731
+    assert pooled("test_acc_best") == pytest.approx(record["best_test_acc"])  # the best round's clients
+    assert pooled("test_acc_last") == pytest.approx(record["final_test_acc"])
+    old = tmp_path / "store" / "run"  # a record made before clients.csv existed: still valid
+    shutil.copytree(stored["record"], old)
+    (old / "clients.csv").unlink()
+    assert store.read_record(old).same_results(store.read_record(stored["record"]))
+    found, _ = store.find([tmp_path / "store", stored["store"]], store.read_record(old).key)
+    assert (found.folder / "clients.csv").is_file()  # of two equal records, the complete one is reused
+    # merge completes the stored record with the file it lacks, and overwrites nothing
+    metrics = (old / "metrics.csv").read_bytes()
+    assert cli_main(["store", "merge", str(stored["store"]), "--into", str(tmp_path / "store")]) == 0
+    assert "(+ clients.csv)" in capsys.readouterr().out
+    assert (old / "clients.csv").read_bytes() == (stored["record"] / "clients.csv").read_bytes()
+    assert (old / "metrics.csv").read_bytes() == metrics
+    # put: copied with the record; other per-client numbers are a conflict, not an overwrite
+    destination = tmp_path / "dest"
+    assert store.put(stored["record"], destination) == "added" and (destination / "clients.csv").is_file()
+    other = tmp_path / "other"
+    shutil.copytree(stored["record"], other)
+    clients.loc[0, "test_acc_best"] += 0.5
+    clients.to_csv(other / "clients.csv", index=False)
+    with pytest.raises(store.StoreConflict, match="different results"):
+        store.put(other, destination)
+    assert (destination / "clients.csv").read_bytes() == (stored["record"] / "clients.csv").read_bytes()
+
+
 def test_workflow_second_time_from_records_only(tmp_path: Path) -> None:
     """A fresh clone (no results/, the committed paper_artifacts/) regenerates its tables from the
     records without training; a record whose settings differ is not used and not overwritten."""

@@ -181,10 +181,12 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
         assert (cells["n_seeds"] == len(seeds)).all()
         assert cells["mean"].between(0, 100).all()
         assert f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}" in tex and f"{config['clients']} clients" in tex
-    assert "$E$=2" in (art / "table3.tex").read_text() and r"$\beta$=0.1" in (art / "table6.tex").read_text()
-    for figure in ("figure3", "figure4"):
+    assert "E=2" in (art / "table3.tex").read_text() and r"$\beta$=0.1" in (art / "table6.tex").read_text()
+    for figure in ("figure3", "figure4", "client_accuracy"):
         assert (art / f"{figure}.pdf").read_bytes().startswith(b"%PDF")
         assert (art / f"{figure}.png").read_bytes().startswith(b"\x89PNG")
+    clients = pd.read_csv(art / "client_accuracy.csv")  # every Table 2 run's clients.csv
+    assert len(clients) == len(config["experiments"]["table2"]["algorithms"]) * len(config["seeds"]) * config["clients"]
     settings = {(s["dataset"], s["classes_per_client"], s["alpha"]) for e in config["experiments"].values() for s in e["settings"]}
     assert len(list((art / "partitions").glob("*.pdf"))) == len(settings)
     # rounds to target: one row per method of Figure 3, the smoke config's targets
@@ -225,7 +227,7 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert len(records) == 40
     for record in records[:3]:
         run_dir = tmp_path / "results" / "smoke" / record.parent.relative_to(art)
-        for name in ("run.json", "metrics.csv", "run_info.json"):
+        for name in ("run.json", "metrics.csv", "run_info.json", "clients.csv"):
             assert (record.parent / name).read_bytes() == (run_dir / name).read_bytes()
     assert (art / "partitions" / "digits_c2_a0.5.png").read_bytes().startswith(b"\x89PNG")
 

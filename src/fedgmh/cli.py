@@ -105,6 +105,7 @@ def _cmd_partition(args: argparse.Namespace) -> None:
 def _partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
     from fedgmh.io import write_csv
+    from fedgmh.report.names import dataset_name
 
     _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
@@ -135,7 +136,7 @@ def _partition(args: argparse.Namespace) -> None:
     stats_path = _stats_path(args)
     write_csv(stats, stats_path)
     for heatmap in args.heatmap:
-        partition.plot_heatmap(stats, Path(heatmap), title=f"{args.dataset} ExDir({args.classes_per_client}, {args.alpha})")
+        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} ExDir({args.classes_per_client}, {args.alpha:g})")
     sizes = part.client_sizes()
     print(
         f"partition: {args.clients} clients, sizes min {sizes.min()} / median {int(sorted(sizes)[len(sizes) // 2])} "

@@ -9,13 +9,14 @@ def _cmd_costs(args: argparse.Namespace) -> None:
     from fedgmh import costs
     from fedgmh.errors import UserError
     from fedgmh.io import write_csv, write_text
+    from fedgmh.report.cost_tables import costs_latex
 
     if args.labels is not None and args.labels < 1:
         raise UserError(f"--labels must be >= 1, got {args.labels}")
     table = costs.cost_table(args.dataset, labels=args.labels, runs=args.runs or ())
     write_csv(table, args.out)
     if args.tex:
-        write_text(costs.to_latex(table), args.tex)
+        write_text(costs_latex(table), args.tex)
     figures = table[table["kind"] == "model"]
     matched = figures[figures["matches_paper"] == True]  # noqa: E712 - a column of True / False / None
     runs = table[table["kind"] == "run"]["run"].nunique() if "run" in table else 0

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+# `--accuracy` values are checked by fedgmh.report.summary (ACCURACIES), not here: importing it
+# would load pandas for every `fedgmh` command
+ACCURACY_HELP = ("each run's accuracy: best (over all evaluated rounds: the paper's, default), last (the last round) or "
+                 "last10 (mean of the last 10 evaluated rounds)")
+
 
 def _cmd_aggregate(args: argparse.Namespace) -> None:
     from fedgmh import report
@@ -18,7 +23,7 @@ def _cmd_table(args: argparse.Namespace) -> None:
     from fedgmh import report
 
     table = report.write_table(args.results, args.experiment, args.out, out_csv=args.csv, cells_csv=args.cells,
-                               title=args.title, reference_path=args.reference)
+                               title=args.title, reference_path=args.reference, accuracy=args.accuracy, beside_tex=args.beside)
     cells = table["cells"]
     print(f"table {args.experiment}: {cells['algorithm'].nunique()} methods x {len(table['settings'])} settings -> {args.out}")
 
@@ -63,6 +68,38 @@ def _cmd_controls(args: argparse.Namespace) -> None:
 
     summary = write_control_summary(Path(args.results), [Path(p) for p in args.stats], Path(args.out), Path(args.csv), args.title)
     print(f"controls: {summary['method'].nunique()} methods x {summary['setting'].nunique()} settings -> {args.out}")
+def _cmd_clients(args: argparse.Namespace) -> None:
+    from fedgmh import report
+    from fedgmh.report.clients import plot_client_accuracy
+
+    drawn, missing = plot_client_accuracy(report.read_results(args.results), args.out, png=args.png, csv=args.csv,
+                                          experiment=args.experiment, round_=args.round, title=args.title)
+    print(f"clients: per-client accuracy of {drawn} runs ({missing} without clients.csv) -> {args.out}")
+
+
+def _cmd_document(args: argparse.Namespace) -> None:
+    import json
+    from pathlib import Path
+
+    from fedgmh.errors import UserError
+    from fedgmh.report.document import build_document, compile_pdf
+
+    def mapping(flag: str, text: str | None) -> dict:
+        try:
+            value = json.loads(text) if text else {}
+        except json.JSONDecodeError as err:
+            raise UserError(f"{flag} is not JSON ({err}); e.g. '{{\"table2\": \"Table 2\"}}'") from err
+        if not isinstance(value, dict):
+            raise UserError(f"{flag} must be a JSON object, e.g. '{{\"table2\": \"Table 2\"}}'")
+        return value
+
+    titles, captions = mapping("--titles", args.titles), mapping("--captions", args.captions)
+    build_document(args.out, args.title, args.results, titles=titles, reference=args.reference, accuracy=args.accuracy,
+                   inputs=args.input, figures=[(path, captions.get(Path(path).stem, "")) for path in args.figure])
+    if args.pdf:
+        compile_pdf(args.out, args.pdf, log=args.log)
+    print(f"document: {len(args.results)} results files, {len(args.input)} tables, {len(args.figure)} figures -> {args.out}"
+          + (f", {args.pdf}" if args.pdf else ""))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,6 +121,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cells", help="tidy CSV, one row per cell: mean, std, n_seeds, best flag (and the paper's value with --reference)")
     p.add_argument("--title", help="caption's first words (default: the experiment id)")
     p.add_argument("--reference", help="the paper's numbers (reference/fedgmh_paper_tables.csv) to put next to ours in --cells")
+    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--beside", help="with --reference: also this LaTeX file, the table with the paper's value beside ours")
     p.set_defaults(func=_cmd_table)
 
     p = sub.add_parser("curves", help="figure: test accuracy per round, mean over seeds with a ±1 std band")
@@ -123,3 +162,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--csv", required=True, help="the same as CSV")
     p.add_argument("--title", default="Controls: the label prior and local-only training", help="report title")
     p.set_defaults(func=_cmd_controls)
+    p = sub.add_parser("clients", help="figure: per-client test accuracy per method (box plots), from the runs' clients.csv")
+    p.add_argument("--results", required=True, help="results CSV from `fedgmh aggregate` (its run_dir column locates the runs)")
+    p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
+    p.add_argument("--png", help="also write this PNG")
+    p.add_argument("--csv", help="the per-client accuracies drawn, one row per run and client")
+    p.add_argument("--experiment", help="only this experiment's runs")
+    p.add_argument("--round", choices=["best", "last"], default="best", help="the best round of each run (default) or the last")
+    p.add_argument("--title", help="figure title")
+    p.set_defaults(func=_cmd_clients)
+
+    p = sub.add_parser("document", help="every table and figure in one LaTeX document (and its PDF, with latexmk)")
+    p.add_argument("--out", required=True, help="LaTeX document (.tex); figures are referenced relative to its folder")
+    p.add_argument("--title", default="FedGMH reproduction: tables and figures", help="the document's title")
+    p.add_argument("--results", nargs="*", default=[], help="results CSVs from `fedgmh aggregate`: one table per experiment")
+    p.add_argument("--titles", help='table titles per experiment as JSON: {"table2": "Table 2"}')
+    p.add_argument("--reference", help="the paper's numbers: tables show the paper's value beside ours")
+    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--input", nargs="*", default=[], help="LaTeX tables to paste in (rounds_to_target.tex, costs.tex, comparison.tex)")
+    p.add_argument("--figure", nargs="*", default=[], help="figure files (PDF or PNG)")
+    p.add_argument("--captions", help='figure captions by file name without suffix, as JSON: {"figure3": "Figure 3 ..."}')
+    p.add_argument("--pdf", help="compile the document to this PDF with latexmk")
+    p.add_argument("--log", help="latexmk's output (with --pdf)")
+    p.set_defaults(func=_cmd_document)

@@ -15,7 +15,7 @@ def _cmd_check(args: argparse.Namespace) -> None:
     for line in problems:
         print(f"unreadable: {line}")
     for group in groups:
-        print("conflict: " + store._conflict_message(group))
+        print("conflict: " + store.conflict_message(group))
     keys = len({run.digest for run in runs})
     print(f"store check: {len(runs)} records of {keys} distinct runs, {len(groups)} conflict(s), {len(problems)} unreadable")
     if groups or problems:
@@ -29,6 +29,9 @@ def _cmd_merge(args: argparse.Namespace) -> None:
     for kind in ("added", "conflict", "unreadable"):
         for line in outcome[kind]:
             print(f"{kind}: {line}")
+    for line in outcome["present"]:
+        if " (+ " in line:  # a stored record completed with a file it lacked (e.g. clients.csv)
+            print(f"completed: {line}")
     print(f"store merge: {len(outcome['added'])} added, {len(outcome['present'])} already present, "
           f"{len(outcome['conflict'])} conflict(s), {len(outcome['unreadable'])} unreadable -> {args.into}")
     if outcome["conflict"] or outcome["unreadable"]:

@@ -259,32 +259,3 @@ def cost_table(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | None = 
     table = pd.concat([figures, algos, measured], ignore_index=True)
     columns = ["kind", "dataset", "algorithm", "preset", "quantity", "unit", "paper", "analytic", "measured", "matches_paper", "note"]
     return table[columns + [c for c in table.columns if c not in columns]]
-
-
-def to_latex(table: pd.DataFrame) -> str:
-    """Booktabs tables: the section 2.3 figures, and the per-round KB of each algorithm per dataset."""
-    fmt = lambda v: "--" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"  # noqa: E731
-    esc = lambda s: str(s).replace("_", r"\_").replace("%", r"\%").replace("|", r"$|$")  # noqa: E731
-    out = []
-    figures = table[table["kind"] == "model"]
-    datasets = list(dict.fromkeys(figures["dataset"]))
-    out += [r"\begin{table}[t]", r"\centering", r"\caption{Section 2.3: sizes computed from the actual models (KB = 1024 bytes) and the paper's figures.}",
-            r"\begin{tabular}{l" + "r" * (len(datasets) + 1) + "}", r"\toprule",
-            "Quantity & Paper & " + " & ".join(esc(d) for d in datasets) + r" \\", r"\midrule"]
-    for quantity, group in figures.groupby("quantity", sort=False):
-        unit = group["unit"].iloc[0]
-        cells = [fmt(v) + (r"$^\ast$" if m is True else "") for v, m in zip(group["analytic"], group["matches_paper"])]
-        out.append(f"{esc(quantity)} ({esc(unit)}) & {fmt(group['paper'].iloc[0])} & " + " & ".join(cells) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}", r"\\[2pt]{\footnotesize $^\ast$ equals the paper's figure at its printed precision.}", r"\end{table}", ""]
-    algos = table[table["kind"] == "algorithm"]
-    for dataset, group in algos.groupby("dataset", sort=False):
-        wide = group.pivot_table(index=["algorithm", "preset"], columns="quantity", values=["analytic", "measured"], aggfunc="first", sort=False)
-        out += [r"\begin{table}[t]", r"\centering",
-                rf"\caption{{KB per round on {esc(dataset)}: upload and download of a participating client, download of any other client.}}",
-                r"\begin{tabular}{llrrrr}", r"\toprule", r"Algorithm & Preset & Up & Down & Down (others) & Up measured \\", r"\midrule"]
-        for (name, preset), row in wide.iterrows():
-            measured = row.get(("measured", "up_per_participant"), math.nan)
-            out.append(f"{esc(name)} & {preset} & {fmt(row[('analytic', 'up_per_participant')])} & {fmt(row[('analytic', 'down_per_participant')])} & "
-                       f"{fmt(row[('analytic', 'down_per_other_client')])} & {fmt(measured)}" + r" \\")
-        out += [r"\bottomrule", r"\end{tabular}", r"\end{table}", ""]
-    return "\n".join(out)

@@ -263,7 +263,8 @@ def with_label_prior(fed: Federation, client: int, forward: Forward | None) -> F
 def evaluate_clients(
     fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None, cache: EvalCache | None = None
 ) -> dict[str, float]:
-    """Evaluate each client's model on its own test split.
+    """Evaluate each client's model on its own test split: pooled accuracy, mean / std over clients,
+    loss, and `client_acc`, the array of each client's accuracy.
 
     One pass per client, also when clients share a model: a sample's logits then never depend on
     which other clients happen to be in the same batch, so a cached result is bit-identical to a
@@ -289,6 +290,7 @@ def evaluate_clients(
         "test_acc_mean": float(accs.mean()),
         "test_acc_std": float(accs.std()),
         "test_loss": float(loss_sum / total.sum()),
+        "client_acc": accs,  # per client, for the run's clients.csv (not a metrics.csv column)
     }
 
 

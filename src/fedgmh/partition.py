@@ -432,7 +432,10 @@ def client_statistics(partition: Partition, labels: np.ndarray, num_classes: int
 
 
 def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
-    """Clients x classes heat-map of sample counts (log colour scale), written atomically as PDF or PNG."""
+    """Classes x clients heat-map of sample counts (log colour scale), written atomically as PDF or PNG.
+
+    Clients run along the x axis (there are usually more clients than classes), so the figure is
+    wide rather than tall: about 10 x 3 inches for 100 clients and 10 classes, 10 x 7 for 100 classes."""
     figure_format = Path(path).suffix.lower().lstrip(".")
     if figure_format not in ("pdf", "png"):
         raise UserError(f"heat-map {path}: unsupported figure type; give a name ending in .pdf or .png")
@@ -443,16 +446,19 @@ def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
     import seaborn as sns
     from matplotlib.colors import LogNorm
 
-    counts = stats[[c for c in stats.columns if c.startswith("class_")]].to_numpy()
+    counts = stats[[c for c in stats.columns if c.startswith("class_")]].to_numpy().T
     counts = np.where(counts > 0, counts, np.nan)
-    num_clients, num_classes = counts.shape
-    fig, ax = plt.subplots(figsize=(min(3 + 0.12 * num_classes, 16), min(2 + 0.08 * num_clients, 14)))
-    sns.heatmap(counts, ax=ax, norm=LogNorm(), cmap="viridis", cbar_kws={"label": "samples (log scale)"},
-                xticklabels=max(1, num_classes // 20), yticklabels=max(1, num_clients // 20))
-    ax.set_xlabel("class")
-    ax.set_ylabel("client")
+    num_classes, num_clients = counts.shape
+    width = min(max(4 + 0.06 * num_clients, 6), 14)
+    height = min(max(1.2 + 0.06 * num_classes, 2.6), 9)
+    fig, ax = plt.subplots(figsize=(width, height))
+    sns.heatmap(counts, ax=ax, norm=LogNorm(), cmap="viridis", cbar_kws={"label": "samples (log scale)", "pad": 0.01},
+                xticklabels=max(1, num_clients // 20), yticklabels=max(1, num_classes // 10))
+    ax.set_xlabel("client")
+    ax.set_ylabel("class")
+    ax.tick_params(axis="y", rotation=0)
     ax.set_title(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=figure_format)
+        fig.savefig(tmp, format=figure_format, dpi=150)
     plt.close(fig)

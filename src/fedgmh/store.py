@@ -1,6 +1,8 @@
 """The results store: finished runs are kept, found by what they ran, and reused instead of retrained.
 
-A *record* is a run folder holding `run.json` and `metrics.csv` (what `fedgmh train` writes). A
+A *record* is a run folder holding `run.json` and `metrics.csv` (what `fedgmh train` writes), and
+`clients.csv` (per-client accuracy) when the code that made it wrote one: records without it, made
+before it existed, stay valid, and one is added to a stored record that lacks it (merge, put). A
 *store* is any folder of records, at any depth (by default the workflow searches `paper_artifacts/`,
 where every config's records are committed). A record's *run key* is everything that decides its
 numbers: the results version of the code, dataset and its fingerprint, the partition (parameters
@@ -31,6 +33,8 @@ from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
+#: part of a record when present: compared like metrics.csv, never required
+OPTIONAL_FILES = ("clients.csv",)
 #: engine options that choose how a run is computed, not what: never part of the key
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "vectorise", "memory_format"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
@@ -111,12 +115,29 @@ class StoredRun:
         frame = pd.read_csv(self.folder / "metrics.csv")
         return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
 
+    def optional(self, name: str) -> pd.DataFrame | None:
+        """One of OPTIONAL_FILES, or None when this record has none."""
+        path = self.folder / name
+        return pd.read_csv(path) if path.is_file() else None
+
     def same_results(self, other: "StoredRun") -> bool:
-        """Same key and the same metrics in every round (timing columns aside)."""
-        if self.key != other.key:
+        """Same key, the same metrics in every round (timing columns aside) and the same optional
+        files where both records have them."""
+        if self.key != other.key or not _same_frame(self.metrics(), other.metrics()):
             return False
-        mine, theirs = self.metrics(), other.metrics()
-        return mine.shape == theirs.shape and list(mine.columns) == list(theirs.columns) and mine.equals(theirs)
+        for name in OPTIONAL_FILES:
+            mine, theirs = self.optional(name), other.optional(name)
+            if mine is not None and theirs is not None and not _same_frame(mine, theirs):
+                return False
+        return True
+
+    def missing(self, other: "StoredRun") -> list[str]:
+        """The optional files that `other` has and this record lacks."""
+        return [name for name in OPTIONAL_FILES if (other.folder / name).is_file() and not (self.folder / name).is_file()]
+
+
+def _same_frame(mine: pd.DataFrame, theirs: pd.DataFrame) -> bool:
+    return mine.shape == theirs.shape and list(mine.columns) == list(theirs.columns) and mine.equals(theirs)
 
 
 def read_record(folder: Path | str) -> StoredRun:
@@ -162,7 +183,7 @@ def conflicts(runs: list[StoredRun]) -> list[list[StoredRun]]:
     return [group for group in by_key.values() if any(not group[0].same_results(other) for other in group[1:])]
 
 
-def _conflict_message(group: list[StoredRun]) -> str:
+def conflict_message(group: list[StoredRun]) -> str:
     folders = ", ".join(str(run.folder) for run in group)
     return (f"{len(group)} records of the same run ({describe_key(group[0].key)}) have different results: {folders}; "
             "keep the one you trust and move the others out of the store (`fedgmh store check` lists every such case)")
@@ -174,8 +195,9 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
     the run disagree."""
     runs, _ = scan(stores)
     matches = [run for run in runs if run.key == key]
+    matches.sort(key=lambda run: -sum((run.folder / name).is_file() for name in OPTIONAL_FILES))  # the most complete first
     if any(not matches[0].same_results(other) for other in matches[1:]):
-        raise StoreConflict(_conflict_message(matches))
+        raise StoreConflict(conflict_message(matches))
     notes = []
     if not matches:
         for run in runs:
@@ -184,10 +206,11 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
     return (matches[0] if matches else None), notes
 
 
-def copy_record(source: Path, destination: Path) -> None:
-    """Copy a record's files (every regular file of the folder, run.json last), each atomically."""
+def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
+    """Copy a record's files (every regular file of the folder, or `names`; run.json last), each atomically."""
     destination.mkdir(parents=True, exist_ok=True)
-    names = sorted(p.name for p in source.iterdir() if p.is_file() and not p.name.startswith("."))
+    if names is None:
+        names = sorted(p.name for p in source.iterdir() if p.is_file() and not p.name.startswith("."))
     for name in sorted(names, key=lambda n: n == "run.json"):
         if name == "checkpoint.pt":
             continue
@@ -207,7 +230,7 @@ def put(source: Path | str, destination: Path | str) -> str:
             raise StoreConflict(f"{destination} holds the record of another run ({'; '.join(key_differences(old.key, new.key))}); "
                                 "move it elsewhere (e.g. another store folder) before writing this one")
         if not old.same_results(new):
-            raise StoreConflict(_conflict_message([old, new]))
+            raise StoreConflict(conflict_message([old, new]))
         copy_record(new.folder, destination)
         return "updated"
     copy_record(new.folder, destination)
@@ -232,9 +255,11 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
             existing = by_digest.get(run.digest)
             if existing is not None:
                 if existing.same_results(run):
-                    outcome["present"].append(f"{run.folder} = {existing.folder}")
+                    added = existing.missing(run)  # e.g. clients.csv for a record made before it existed
+                    copy_record(run.folder, existing.folder, added)
+                    outcome["present"].append(f"{run.folder} = {existing.folder}" + "".join(f" (+ {name})" for name in added))
                 else:
-                    outcome["conflict"].append(_conflict_message([existing, run]))
+                    outcome["conflict"].append(conflict_message([existing, run]))
                 continue
             target = into / run.folder.relative_to(source)
             if (target / "run.json").exists():

@@ -1,7 +1,8 @@
 """`fedgmh train`: resolve options, load data and partition, run the rounds, write the run record.
 
 Outputs (written atomically, so a killed run never leaves a file that looks finished):
-RUNDIR/metrics.csv (one row per evaluated round) and RUNDIR/run.json (config, resolved options,
+RUNDIR/metrics.csv (one row per evaluated round), RUNDIR/clients.csv (each client's test accuracy
+in the best and in the last evaluated round) and RUNDIR/run.json (config, resolved options,
 versions, device, wall time, best accuracy).
 """
 
@@ -151,6 +152,15 @@ class ProgressLog:
         )
 
 
+def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None:
+    """clients.csv: each client's test samples and accuracy in the best and in the last evaluated
+    round; None when those rows lack it (rows from a checkpoint written before clients.csv)."""
+    if "client_acc" not in best or "client_acc" not in last:
+        return None
+    return pd.DataFrame({"client": np.arange(fed.num_clients), "test_samples": [len(idx) for idx in fed.test_idx],
+                         "test_acc_best": np.asarray(best["client_acc"]), "test_acc_last": np.asarray(last["client_acc"])})
+
+
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
                  stores: list[Path] | None = None, overwrite: bool = False) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
@@ -195,7 +205,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         if reused is not None:
             return reused
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
-    for name in ("metrics.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
+    for name in ("metrics.csv", "clients.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
         remove_leftovers(out_dir / name)
     resumed = checkpoint.load()
     started = dt.datetime.now(dt.timezone.utc)
@@ -214,8 +224,9 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             stop.message += "; checkpoints are off (--checkpoint-every 0): the same command starts again"
         raise
     wall = time.perf_counter() - wall
-    metrics = pd.DataFrame(rows)
+    metrics = pd.DataFrame([{k: v for k, v in row.items() if k != "client_acc"} for row in rows])
     best = metrics.loc[metrics["test_acc"].idxmax()]
+    clients = client_table(rows[int(metrics["test_acc"].idxmax())], rows[-1], fed)
     record = {
         "algorithm": config.algorithm,
         "dataset": config.dataset,
@@ -246,6 +257,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "code_version": fedgmh.code_version(),
     }
     write_csv(metrics, out_dir / "metrics.csv")
+    if clients is not None:
+        write_csv(clients, out_dir / "clients.csv")
     write_json(record, out_dir / "run.json")  # written last: its presence marks a finished run
     checkpoint.remove()
     return record

@@ -1,6 +1,10 @@
 # Results: aggregate the runs of each experiment, then LaTeX tables (+ CSV), accuracy curves, the
 # rounds-to-target table and the comparison with the paper. Outputs marked with report(...) go into
-# `snakemake --report report.html` (captions: workflow/report/*.rst).
+# `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
+# and figure into one LaTeX document and compiles it (needs a TeX engine, so it is not part of `all`).
+
+# the experiment whose per-client accuracy is drawn (config `clients_figure`), None: no such figure
+CLIENTS_FIGURE = config.get("clients_figure") if config.get("clients_figure") in config["experiments"] else None
 
 
 rule aggregate:
@@ -35,12 +39,16 @@ rule table:
     params:
         title=lambda wildcards: config["experiments"][wildcards.experiment].get("title", wildcards.experiment),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
+        accuracy=config["table_accuracy"],
     shell:
         "fedgmh table --results {input.results:q} --experiment {wildcards.experiment:q} --title {params.title:q}"
-        " --out {output.tex:q} --csv {output.csv:q} --cells {output.cells:q} {params.reference:q} > {log:q} 2>&1"
+        " --accuracy {params.accuracy:q} --out {output.tex:q} --csv {output.csv:q} --cells {output.cells:q}"
+        " {params.reference:q} > {log:q} 2>&1"
 
 
 rule curves:
+    wildcard_constraints:
+        figure="|".join(re.escape(name) for name in config["figures"]) or "(?!)",  # not client_accuracy
     input:
         curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=config["figures"][wildcards.figure]["experiment"]),
     output:
@@ -63,6 +71,27 @@ rule curves:
     shell:
         "fedgmh curves --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
         " {params.algorithms:q} {params.title:q} --out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
+
+
+rule client_accuracy:
+    """Per-client test accuracy per method and setting (box plots) of experiment `clients_figure`,
+    from the runs' clients.csv; runs recorded without one are named in the figure."""
+    input:
+        results=lambda wildcards: expand(rules.aggregate.output.results, experiment=CLIENTS_FIGURE),
+    output:
+        pdf=f"{ARTIFACTS}/client_accuracy.pdf",
+        png=report(f"{ARTIFACTS}/client_accuracy.png", caption="../report/clients.rst", category="Figures",
+                   labels={"figure": "client accuracy"}),
+        csv=f"{ARTIFACTS}/client_accuracy.csv",
+    log:
+        f"{LOGS}/report/client_accuracy.log",
+    params:
+        experiment=CLIENTS_FIGURE,
+        round="best" if config["table_accuracy"] == "best" else "last",
+        title=lambda wildcards: "Per-client test accuracy: " + config["experiments"][CLIENTS_FIGURE].get("title", CLIENTS_FIGURE),
+    shell:
+        "fedgmh clients --results {input.results:q} --experiment {params.experiment:q} --round {params.round:q}"
+        " --title {params.title:q} --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule rounds_to_target:
@@ -152,6 +181,55 @@ rule all_tables:
 
 
 rule all_figures:
-    """The accuracy-per-round figures listed under `figures` in the config."""
+    """The accuracy-per-round figures listed under `figures` in the config, and the per-client
+    accuracy of experiment `clients_figure`."""
     input:
         expand(rules.curves.output, figure=list(config["figures"])),
+        rules.client_accuracy.output if CLIENTS_FIGURE else [],
+
+
+rule report_pdf:
+    """Every table (the paper's value beside ours) and figure in one LaTeX document, report.tex,
+    compiled to report.pdf with latexmk (Debian: latexmk texlive-latex-base texlive-latex-recommended
+    texlive-latex-extra). Not part of `all`: the rest of the workflow needs no TeX."""
+    input:
+        results=expand(rules.aggregate.output.results, experiment=list(config["experiments"])),
+        reference=[REFERENCE] if REFERENCE else [],
+        tables=[
+            *([rules.rounds_to_target.output.tex] if ROUNDS_TO_TARGET else []),
+            rules.costs.output.tex,
+            *([rules.compare.output.tex] if REFERENCE else []),
+        ],
+        figures=[
+            *expand(rules.curves.output.pdf, figure=list(config["figures"])),
+            *([rules.client_accuracy.output.pdf] if CLIENTS_FIGURE else []),
+            *[
+                expand(rules.partition.output.heatmap, dataset=p["dataset"], C=p["classes_per_client"], alpha=format_number(p["alpha"]))[0]
+                for p in PARTITIONS.values()
+            ],
+        ],
+    output:
+        tex=f"{ARTIFACTS}/report.tex",
+        pdf=f"{ARTIFACTS}/report.pdf",
+    log:
+        main=f"{LOGS}/report/report_pdf.log",
+        latex=f"{LOGS}/report/latexmk.log",
+    params:
+        title=f"FedGMH reproduction: every table and figure of config {NAME}",
+        titles=json.dumps({name: exp.get("title", name) for name, exp in config["experiments"].items()}),
+        captions=json.dumps({
+            **{
+                name: f"{fig.get('title', name)}: test accuracy per round, mean over seeds (band: ±1 std), one line per "
+                f"method; experiment {fig['experiment']}, setting {fig['setting']}."
+                for name, fig in config["figures"].items()
+            },
+            "client_accuracy": "Per-client test accuracy per method and setting (the runs' clients.csv; runs recorded "
+            "before it existed are named, not drawn).",
+        }),
+        reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
+        accuracy=config["table_accuracy"],
+    shell:
+        "fedgmh document --out {output.tex:q} --title {params.title:q} --results {input.results:q} --titles {params.titles:q}"
+        " {params.reference:q} --accuracy {params.accuracy:q} --input {input.tables:q} --figure {input.figures:q}"
+        " --captions {params.captions:q}"
+        " --pdf {output.pdf:q} --log {log.latex:q} > {log.main:q} 2>&1"

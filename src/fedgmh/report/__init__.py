@@ -1,34 +1,44 @@
 """Run directories -> tidy results, paper-style tables, figures, and the comparison with the paper.
 
-Modules (each a library with a CLI wrapper in `fedgmh.cli_report`):
+Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import order (no circle):
 
+- `values`: parsing, ordering and comparing values (shared helpers).
 - `names`: display names and orders of algorithms and datasets, number formatting.
+- `paper`: the paper's protocol and its numbers (the reference CSV).
+- `latex`: the one LaTeX writer of every table (pandas `Styler.to_latex`, one symbol map).
 - `settings`: setting ids (`<dataset>_c<C>_a<alpha>` + swept dimensions + `@<variant>`), shared
   with the workflow, which names its run folders with them.
 - `runs`: `aggregate_runs` -> one tidy row per run (`results.csv`) and the per-round curves in
   long format (`curves.csv`).
-- `tables`: `make_table` -> rows = algorithms in the paper's order (or named variants), columns =
-  settings, cells = mean ± std of the best test accuracy (%) over seeds; LaTeX (booktabs) + CSV.
-- `figures`: `plot_curves` -> test accuracy per round, mean over seeds with a ±1 std band.
-- `rounds`: `rounds_to_target` -> first round at which an accuracy curve reaches each target.
+- `summary`: `summarize` -> one cell per (setting, method): mean ± std over seeds of the best,
+  the last-round or the mean of the last 10 rounds' accuracy.
 - `compare`: every cell of the paper's tables next to ours, with an agreement criterion.
+- `tables`: `make_table` -> rows = algorithms in the paper's order (or named variants), columns =
+  settings; LaTeX (booktabs) + CSV, and the same beside the paper's values.
+- `rounds`: `rounds_to_target` -> first round at which an accuracy curve reaches each target.
+- `cost_tables`: the section 2.3 costs (`fedgmh costs`) as LaTeX.
+- `figures`: `plot_curves` -> test accuracy per round, mean over seeds with a ±1 std band.
+- `clients`: per-client accuracy of each run (`clients.csv`) and its distribution per method.
+- `document`: every table and figure in one LaTeX document (`report.tex` -> `report.pdf`).
 """
 
 from fedgmh.report.compare import attach_reference, compare_with_paper, write_comparison
 from fedgmh.report.figures import plot_curves
 from fedgmh.report.names import (
     ALGORITHM_NAMES, ALGORITHM_ORDER, DATASET_NAMES, DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, algorithm_name,
-    dataset_name, format_number, parse_options,
+    dataset_name, format_number,
 )
 from fedgmh.report.rounds import rounds_to_target, write_rounds_to_target
 from fedgmh.report.runs import aggregate_runs, load_run, read_curves, read_results, write_aggregate
 from fedgmh.report.settings import assign_setting_ids, setting_id, sweep_dimensions
-from fedgmh.report.tables import make_table, summarize, write_table
+from fedgmh.report.summary import ACCURACIES, summarize
+from fedgmh.report.tables import make_table, write_table
+from fedgmh.report.values import parse_options
 
 __all__ = [
-    "ALGORITHM_NAMES", "ALGORITHM_ORDER", "DATASET_NAMES", "DATASET_ORDER", "OPTION_LABELS", "STD_DDOF", "SWEEP_DIMS",
-    "aggregate_runs", "algorithm_name", "assign_setting_ids", "attach_reference", "compare_with_paper", "dataset_name",
-    "format_number", "load_run", "make_table", "parse_options", "plot_curves", "read_curves", "read_results",
+    "ACCURACIES", "ALGORITHM_NAMES", "ALGORITHM_ORDER", "DATASET_NAMES", "DATASET_ORDER", "OPTION_LABELS", "STD_DDOF",
+    "SWEEP_DIMS", "aggregate_runs", "algorithm_name", "assign_setting_ids", "attach_reference", "compare_with_paper",
+    "dataset_name", "format_number", "load_run", "make_table", "parse_options", "plot_curves", "read_curves", "read_results",
     "rounds_to_target", "setting_id", "summarize", "sweep_dimensions", "write_aggregate", "write_comparison",
     "write_rounds_to_target", "write_table",
 ]

@@ -27,46 +27,26 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
-from fedgmh.report.names import _norm_name, format_number
+from fedgmh.report.latex import latex_table
+from fedgmh.report.names import OPTION_LABELS, SWEEP_DIMS, format_number
+from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_ROUNDS, PAPER_SEEDS, REFERENCE_COLUMNS, read_reference, reference_dataset
+from fedgmh.report.runs import read_results
+from fedgmh.report.summary import summarize
+from fedgmh.report.values import norm_name
 
-REFERENCE_COLUMNS = ("table", "dataset", "C", "alpha", "algorithm", "mean", "std")
 # our cells' column -> the reference's column, for the swept dimensions
 MATCHED_DIMS = (("local_epochs", "local_epochs"), ("join_ratio", "join_ratio"), ("opt_beta", "beta"), ("opt_eta_h", "eta_h"))
-DIM_LABELS = {"local_epochs": ("E", "$E$"), "join_ratio": ("ρ", r"$\rho$"), "beta": ("β", r"$\beta$"), "eta_h": ("η_h", r"$\eta_h$")}
-# the paper's protocol outside the swept dimensions (protocol.md)
-PAPER_ROUNDS = {"mnist": 200, "cifar10": 200, "cifar100": 300}
-PAPER_CLIENTS, PAPER_SEEDS = 100, 5
+#: the reference's swept columns -> their labels
+DIM_LABELS = {"local_epochs": SWEEP_DIMS["local_epochs"][1], "join_ratio": SWEEP_DIMS["join_ratio"][1],
+              "beta": OPTION_LABELS["beta"], "eta_h": OPTION_LABELS["eta_h"]}
 #: fewer seeds than this and a cell is not compared: its spread over seeds is unknown
 MIN_SEEDS = 3
 STATUSES = ("agree", "disagree", "reduced protocol", "not run")
 
 
-def read_reference(path: Path | str) -> pd.DataFrame:
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"reference table {path} is a folder; pass the CSV file (e.g. reference/fedgmh_paper_tables.csv)")
-    if not path.is_file():
-        raise UserError(f"reference table {path} not found")
-    hint = "pass the paper's numbers as CSV (e.g. reference/fedgmh_paper_tables.csv)"
-    try:
-        with open(path, "rb") as handle:
-            if b"\x00" in handle.read(8192):
-                raise UserError(f"reference table {path} is a binary file, not a CSV table; {hint}")
-        reference = pd.read_csv(path, encoding="utf-8")
-    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-        reason = "not UTF-8 text" if isinstance(err, UnicodeDecodeError) else " ".join(str(err).split())[:200]
-        raise UserError(f"reference table {path} is not a CSV table ({reason}); {hint}") from None
-    except OSError as err:
-        raise UserError(f"reference table {path} cannot be read ({err.strerror or err}); make it readable") from None
-    absent = set(REFERENCE_COLUMNS) - set(reference.columns)
-    if absent:
-        raise UserError(f"reference table {path} lacks column(s) {', '.join(sorted(absent))}")
-    return reference
-
-
 def _reference_keys(reference: pd.DataFrame) -> list[tuple]:
     return [
-        (str(t), _norm_name(d), int(c), float(a), _norm_name(alg))
+        (str(t), norm_name(d), int(c), float(a), norm_name(alg))
         for t, d, c, a, alg in zip(reference["table"], reference["dataset"], reference["C"], reference["alpha"], reference["algorithm"])
     ]
 
@@ -74,7 +54,7 @@ def _reference_keys(reference: pd.DataFrame) -> list[tuple]:
 def _protocol_differences(rec: dict, ref: pd.Series, swept: list[str]) -> str:
     """How our cell's run differs from the paper's protocol outside the table's swept dimensions."""
     notes = []
-    paper_rounds = PAPER_ROUNDS.get(_norm_name(rec["dataset"]))
+    paper_rounds = PAPER_ROUNDS.get(norm_name(rec["dataset"]))
     if paper_rounds and rec.get("rounds") not in (None, "") and int(rec["rounds"]) != paper_rounds:
         notes.append(f"{int(rec['rounds'])} rounds (paper {paper_rounds})")
     if rec.get("clients") not in (None, "") and int(rec["clients"]) != PAPER_CLIENTS:
@@ -84,7 +64,7 @@ def _protocol_differences(rec: dict, ref: pd.Series, swept: list[str]) -> str:
             continue
         ours = float(str(rec[column]).split("/")[0])
         if not math.isnan(ours) and not np.isclose(ours, float(ref[column])):
-            notes.append(f"{DIM_LABELS[column][0]}={format_number(ours)} (paper {format_number(float(ref[column]))})")
+            notes.append(f"{DIM_LABELS[column]}={format_number(ours)} (paper {format_number(float(ref[column]))})")
     if rec.get("n_seeds") not in (None, "") and int(rec["n_seeds"]) != PAPER_SEEDS:
         notes.append(f"{int(rec['n_seeds'])} seed{'s' if int(rec['n_seeds']) != 1 else ''} (paper {PAPER_SEEDS})")
     return ", ".join(notes)
@@ -115,7 +95,7 @@ def attach_reference(cells: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFra
     for rec in cells.to_dict("records"):
         match = ref.iloc[0:0]
         if not rec.get("variant"):
-            key = (rec["experiment"], _norm_name(rec["dataset"]), rec["classes_per_client"], rec["alpha"], _norm_name(rec["algorithm_name"]))
+            key = (rec["experiment"], norm_name(rec["dataset"]), rec["classes_per_client"], rec["alpha"], norm_name(rec["algorithm_name"]))
             match = ref[ref["_key"] == key]
         table_swept = swept.get(str(rec["experiment"]), [])
         for column, ref_column in MATCHED_DIMS:
@@ -168,10 +148,11 @@ def compare_with_paper(cells: pd.DataFrame, reference: pd.DataFrame, k: float = 
     rows = []
     for index, ref in reference.iterrows():
         table = str(ref["table"])
-        setting = f"{ref['dataset']} ExDir({int(ref['C'])}, {format_number(float(ref['alpha']))})"
-        extra = [f"{DIM_LABELS[d][0]}={format_number(float(ref[d]))}" for d in swept.get(table, [])]
+        dataset = reference_dataset(ref["dataset"])
+        setting = f"{dataset} ExDir({int(ref['C'])}, {format_number(float(ref['alpha']))})"
+        extra = [f"{DIM_LABELS[d]}={format_number(float(ref[d]))}" for d in swept.get(table, [])]
         row = {
-            "table": table, "dataset": ref["dataset"], "C": int(ref["C"]), "alpha": float(ref["alpha"]),
+            "table": table, "dataset": dataset, "C": int(ref["C"]), "alpha": float(ref["alpha"]),
             "setting": " ".join([setting, *extra]), "algorithm": ref["algorithm"],
             **{d: ref[d] for d in DIM_LABELS if d in reference.columns},
             "paper_mean": float(ref["mean"]), "paper_std": float(ref["std"]),
@@ -199,8 +180,11 @@ def summary_counts(comparison: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index().rename(columns={"table": "table"})
 
 
-def _pm(mean: float, std: float) -> str:
-    return "—" if math.isnan(mean) else f"{mean:.2f} ± {std:.2f}"
+def _pm(mean: float, std: float, n_seeds: int = PAPER_SEEDS) -> str:
+    """'mean ± std', 'mean' for one seed (no spread to show), '—' for no value."""
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:.2f}" if n_seeds == 1 else f"{mean:.2f} ± {std:.2f}"
 
 
 def comparison_markdown(comparison: pd.DataFrame, k: float, experiments: Sequence[str] = ()) -> str:
@@ -232,47 +216,33 @@ def comparison_markdown(comparison: pd.DataFrame, k: float, experiments: Sequenc
             diff = "" if math.isnan(rec["diff"]) else f"{rec['diff']:+.2f}"
             tol = "" if math.isnan(rec["tolerance"]) else f"{rec['tolerance']:.2f}"
             lines.append(f"| {rec['setting']} | {rec['algorithm']} | {_pm(rec['paper_mean'], rec['paper_std'])} | "
-                         f"{_pm(rec['our_mean'], rec['our_std'])} | {rec['n_seeds'] or ''} | {diff} | {tol} | {rec['status']} | "
+                         f"{_pm(rec['our_mean'], rec['our_std'], rec['n_seeds'])} | {rec['n_seeds'] or ''} | {diff} | {tol} | {rec['status']} | "
                          f"{rec.get('protocol') or ''} |")
     return "\n".join(lines) + "\n"
 
 
 def comparison_latex(comparison: pd.DataFrame, k: float) -> str:
-    def tex(text: str) -> str:
-        return (str(text).replace("±", r"$\pm$").replace("—", "--").replace("ρ", r"$\rho$").replace("β", r"$\beta$")
-                .replace("η_h", r"$\eta_h$"))
-
+    """Every paper cell next to ours as a LaTeX longtable, through the reports' one writer."""
     counts = summary_counts(comparison).set_index("table").loc["all"]
-    lines = [
-        "% Generated by `fedgmh compare`. Needs \\usepackage{booktabs,longtable}.",
-        r"\begin{longtable}{llllrrl}",
-        rf"\caption{{The paper's numbers next to ours (best test accuracy, \%, mean $\pm$ std over seeds). Agree: "
-        rf"$|\Delta| \le {format_number(k)}\sqrt{{\sigma_p^2 + \sigma_o^2}}$ at the paper's protocol with at least {MIN_SEEDS} seeds. "
-        rf"{counts['agree']} agree, {counts['disagree']} disagree, {counts['reduced protocol']} at a reduced protocol (not comparable), "
-        rf"{counts['not run']} not run.}}\label{{tab:comparison}}\\",
-        r"\toprule",
-        r"Table & Setting & Method & Paper & Ours & $\Delta$ & Status \\",
-        r"\midrule",
-        r"\endhead",
-    ]
+    rows = []
     previous = None
     for rec in comparison.to_dict("records"):
-        if previous is not None and rec["table"] != previous:
-            lines.append(r"\midrule")
-        previous = rec["table"]
         diff = "" if math.isnan(rec["diff"]) else f"{rec['diff']:+.2f}"
-        lines.append(" & ".join([rec["table"], tex(rec["setting"]), rec["algorithm"], tex(_pm(rec["paper_mean"], rec["paper_std"])),
-                                 tex(_pm(rec["our_mean"], rec["our_std"])), diff, rec["status"]]) + r" \\")
-    lines += [r"\bottomrule", r"\end{longtable}", ""]
-    return "\n".join(lines)
+        rows.append({"Table": rec["table"] if rec["table"] != previous else "", "Setting": rec["setting"], "Method": rec["algorithm"],
+                     "Paper": _pm(rec["paper_mean"], rec["paper_std"]), "Ours": _pm(rec["our_mean"], rec["our_std"], rec["n_seeds"]),
+                     "Seeds": str(rec["n_seeds"] or ""), "Δ": diff, "Status": rec["status"]})
+        previous = rec["table"]
+    caption = (f"The paper's numbers next to ours (best test accuracy, %, mean ± std over seeds). A cell agrees when "
+               f"|ours − paper| ≤ {format_number(k)}·√(std_paper² + std_ours²) at the paper's protocol with at least "
+               f"{MIN_SEEDS} seeds. {counts['agree']} agree, {counts['disagree']} disagree, {counts['reduced protocol']} at a "
+               f"reduced protocol (not comparable), {counts['not run']} not run.")
+    return latex_table(pd.DataFrame(rows), caption, "tab:comparison", column_format="lllrrrrl", long=True, size="small",
+                       comment="Generated by `fedgmh compare`.")
 
 
 def write_comparison(results_paths: Sequence[Path | str], reference_path: Path | str, out_md: Path | str,
                      out_tex: Path | str | None = None, out_csv: Path | str | None = None, k: float = 2.0) -> pd.DataFrame:
     """Summarize every experiment of the results files, compare with the reference, write the report."""
-    from fedgmh.report.runs import read_results
-    from fedgmh.report.tables import summarize
-
     if not k > 0:
         raise UserError(f"k must be positive, got {k}")
     reference = read_reference(reference_path)
@@ -281,7 +251,7 @@ def write_comparison(results_paths: Sequence[Path | str], reference_path: Path |
         results = read_results(path)
         for experiment in dict.fromkeys(results["experiment"]):
             experiments.append(experiment)
-            frames.append(summarize(results, experiment)[0])
+            frames.append(summarize(results, experiment, PAPER_ACCURACY)[0])  # the paper reports the best
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     comparison = compare_with_paper(cells, reference, k=k)
     write_text(comparison_markdown(comparison, k, experiments), out_md)

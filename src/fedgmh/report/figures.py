@@ -10,22 +10,29 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
-from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, _order_key, algorithm_name, dataset_name, format_number
+from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name, dataset_name, format_number
 from fedgmh.report.settings import setting_id
+from fedgmh.report.style import method_style, use_agg
+from fedgmh.report.values import order_key
 
-def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = None, settings: Sequence[str] | None = None,
-                experiment: str | None = None, algorithms: Sequence[str] | None = None, title: str | None = None) -> list[str]:
-    """Accuracy (%) per round: mean over seeds with a ±1 std band; one panel per setting.
 
-    Returns the settings drawn. Raises a UserError when the selection is empty.
-    """
-    import matplotlib
+def setting_title(data: pd.DataFrame, setting: str) -> str:
+    """'CIFAR-100 ExDir(5, 0.5)' (+ swept values) of a setting's rows (display names, not ids)."""
+    first = data.iloc[0]
+    label = f"{dataset_name(first['dataset'])} ExDir({int(first['classes_per_client'])}, {format_number(first['alpha'])})"
+    extra = setting[len(setting_id(first.to_dict())):].strip("_").replace("_", " ")
+    return f"{label} {extra}" if extra else label
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-    from matplotlib.ticker import MaxNLocator
 
+def save_figure(fig, out: Path | str, png: Path | str | None = None) -> None:
+    """Write the figure (format from the suffix) and the PNG, each atomically, legend included."""
+    for path in [Path(out)] + ([Path(png)] if png else []):
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=path.suffix.lstrip(".") or "pdf", dpi=150, bbox_inches="tight")
+
+
+def _select(curves: pd.DataFrame, settings: Sequence[str] | None, experiment: str | None,
+            algorithms: Sequence[str] | None) -> pd.DataFrame:
     frame = curves
     if experiment is not None:
         frame = frame[frame["experiment"] == experiment]
@@ -40,40 +47,48 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         frame = frame[frame["algorithm"].isin(algorithms)]
     if frame.empty:
         raise UserError("nothing to plot: the selection of curves is empty")
-    frame = frame.copy()
-    frame["accuracy (%)"] = 100.0 * frame["test_acc"]
-    alg_key = _order_key(ALGORITHM_ORDER)
-    order = [algorithm_name(a) for a in sorted(set(frame["algorithm"]), key=alg_key)]
-    frame["method"] = frame["algorithm"].map(algorithm_name)
-    ds_key = _order_key(DATASET_ORDER)
-    panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
+    return frame
 
-    palette = dict(zip(order, sns.color_palette("tab20" if len(order) > 10 else "tab10", n_colors=len(order))))
-    ncols = min(len(panels), 3)
+
+def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = None, settings: Sequence[str] | None = None,
+                experiment: str | None = None, algorithms: Sequence[str] | None = None, title: str | None = None) -> list[str]:
+    """Accuracy (%) per round: mean over seeds with a ±1 std band; one panel per setting, one
+    legend outside the panels. Returns the settings drawn; a UserError when the selection is empty."""
+    from matplotlib.ticker import MaxNLocator
+
+    plt = use_agg()
+    frame = _select(curves, settings, experiment, algorithms).assign(acc=lambda f: 100.0 * f["test_acc"])
+    order = sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER))
+    ds_key = order_key(DATASET_ORDER)
+    panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
+    ncols = min(len(panels), 2)
     nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.8 * nrows), squeeze=False, sharey=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.6 * nrows), squeeze=False)
+    handles = {}
     for ax, setting in zip(axes.flat, panels):
         data = frame[frame["setting"] == setting]
-        n_seeds = data.groupby("method")["seed"].nunique().max()
-        sns.lineplot(data=data, x="round", y="accuracy (%)", hue="method", hue_order=[m for m in order if m in set(data["method"])],
-                     palette=palette, errorbar="sd", ax=ax, linewidth=1.2)
-        first = data.iloc[0]
-        label = f"{dataset_name(first['dataset'])} ExDir({int(first['classes_per_client'])}, {format_number(first['alpha'])})"
-        extra = setting[len(setting_id(first.to_dict())):]
-        ax.set_title(f"{label}{' ' + extra.strip('_') if extra else ''} ({n_seeds} seed{'s' if n_seeds != 1 else ''})", fontsize=10)
+        n_seeds = int(data.groupby("algorithm")["seed"].nunique().max())
+        rounds = int(data["round"].max())
+        for algorithm in [a for a in order if a in set(data["algorithm"])]:
+            stats = data[data["algorithm"] == algorithm].groupby("round")["acc"].agg(["mean", "std", "count"])
+            style = method_style(algorithm)
+            (line,) = ax.plot(stats.index, stats["mean"], label=algorithm_name(algorithm), markevery=max(1, rounds // 12), **style)
+            if (stats["count"] > 1).any():
+                ax.fill_between(stats.index, stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0),
+                                color=style["color"], alpha=0.12, linewidth=0, zorder=style["zorder"] - 1)
+            handles.setdefault(algorithm, line)
+        ax.set_title(f"{setting_title(data, setting)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})", fontsize=10)
         ax.set_xlabel("round")
+        ax.set_ylabel("test accuracy (%)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, title=None)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    legend = [handles[a] for a in order if a in handles]
+    fig.legend(legend, [h.get_label() for h in legend], loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    outputs = [Path(out)] + ([Path(png)] if png else [])
-    for path in outputs:
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=path.suffix.lstrip(".") or "pdf", dpi=150)
+    save_figure(fig, out, png)
     plt.close(fig)
     return panels
-

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fedgmh.errors import UserError
 
 
 def algorithm_order() -> list[str]:
@@ -70,23 +68,19 @@ PARTITION_FIELDS = ("classes_per_client", "alpha")
 REPORTED_OPTIONS = ("beta", "eta_h", "preset")
 
 # Dimensions (besides dataset, C, alpha) that an experiment may sweep: results.csv column ->
-# (suffix in setting ids, label in CSV tables, label in LaTeX tables).
-SWEEP_DIMS: dict[str, tuple[str, str, str]] = {
-    "local_epochs": ("e", "E", "$E$"),
-    "join_ratio": ("j", "ρ", r"$\rho$"),
-    "rounds": ("r", "R", "$R$"),
+# (suffix in setting ids, label in table headers; the LaTeX writer translates the symbols).
+SWEEP_DIMS: dict[str, tuple[str, str]] = {
+    "local_epochs": ("e", "E"),
+    "join_ratio": ("j", "ρ"),
+    "rounds": ("r", "R"),
 }
-OPTION_LABELS: dict[str, tuple[str, str]] = {
-    "beta": ("β", r"$\beta$"),
-    "eta_h": ("η_h", r"$\eta_h$"),
-    "mu": ("μ", r"$\mu$"),
-}
+OPTION_LABELS: dict[str, str] = {"beta": "β", "eta_h": "η_h", "mu": "μ"}
 
 BASE_COLUMNS = [
     "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "algorithm", "variant", "seed",
     "rounds", "local_epochs", "join_ratio", "batch_size", "lr", "options",
 ]
-RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "rounds_evaluated", "wall_time_s", "run_dir"]
+RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "last10_test_acc", "rounds_evaluated", "wall_time_s", "run_dir"]
 
 
 def format_number(value: Any) -> str:
@@ -109,62 +103,3 @@ def algorithm_name(algorithm: str) -> str:
 
 def dataset_name(dataset: str) -> str:
     return DATASET_NAMES.get(dataset, dataset)
-
-
-def _order_key(order: Sequence[str]):
-    position = {name: i for i, name in enumerate(order)}
-    return lambda name: (position.get(name, len(position)), str(name))
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def parse_options(raw: Any) -> dict[str, Any]:
-    """The `overrides` of a run's config: a dict, or a list of 'key=value' strings."""
-    if raw is None:
-        return {}
-    if isinstance(raw, dict):  # `fedgmh train` keeps the --set values as strings: '0.5' -> 0.5
-        return {str(k): _parse_scalar(v) if isinstance(v, str) else _jsonable(v) for k, v in raw.items()}
-    if isinstance(raw, (list, tuple)):
-        out: dict[str, Any] = {}
-        for item in raw:
-            key, sep, value = str(item).partition("=")
-            if not sep:
-                raise UserError(f"option {item!r} is not of the form key=value")
-            out[key.strip()] = _parse_scalar(value.strip())
-        return out
-    raise UserError(f"options must be a mapping or a list of key=value strings, got {raw!r}")
-
-
-def _parse_scalar(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _freeze(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-def _sort_value(value: Any) -> tuple:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return (1, 0, "")
-    if isinstance(value, (int, float, np.number)):
-        return (0, float(value), "")
-    return (0, 0, str(value))
-
-
-def _norm_name(text: Any) -> str:
-    return "".join(ch for ch in str(text).lower() if ch.isalnum())
-

@@ -19,9 +19,12 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv
 from fedgmh.report.names import (
-    BASE_COLUMNS, METRICS_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS, _jsonable, parse_options,
+    BASE_COLUMNS, METRICS_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
 )
 from fedgmh.report.settings import assign_setting_ids
+from fedgmh.report.values import jsonable, parse_options
+
+LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds
 
 
 def _read_json(path: Path, run_dir: Path) -> dict[str, Any]:
@@ -103,11 +106,12 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
         "batch_size": field("batch_size", config),
         "lr": field("lr", config),
         "options": parse_options(config.get("overrides")),
-        "resolved_options": {k: _jsonable(v) for k, v in (record.get("algorithm_options") or {}).items()
+        "resolved_options": {k: jsonable(v) for k, v in (record.get("algorithm_options") or {}).items()
                              if k in REPORTED_OPTIONS and isinstance(v, (str, int, float, bool))},
         "best_test_acc": float(record["best_test_acc"]),
         "best_round": int(record["best_round"]),
         "final_test_acc": float(record["final_test_acc"]),
+        "last10_test_acc": float(metrics["test_acc"].tail(LAST_ROUNDS).mean()),
         "rounds_evaluated": int(len(metrics)),
         "wall_time_s": float(record["wall_time_s"]),
         "run_dir": str(run_dir),

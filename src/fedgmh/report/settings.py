@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fedgmh.report.names import SWEEP_DIMS, _freeze, format_number
+from fedgmh.report.names import SWEEP_DIMS, format_number
+from fedgmh.report.values import freeze
 
 
 def variant_of(record: dict[str, Any]) -> str:
@@ -32,16 +33,16 @@ def sweep_dimensions(records: Iterable[dict[str, Any]]) -> list[str]:
         groups.setdefault(key, []).append(rec)
     dims: list[str] = []
     for field in SWEEP_DIMS:
-        if any(len({_freeze(r.get(field)) for r in group}) > 1 for group in groups.values()):
+        if any(len({freeze(r.get(field)) for r in group}) > 1 for group in groups.values()):
             dims.append(field)
     option_keys = sorted({k for group in groups.values() for r in group for k in (r.get("options") or {})})
     for key in option_keys:
-        if any(len({_freeze((r.get("options") or {}).get(key)) for r in group}) > 1 for group in groups.values()):
+        if any(len({freeze((r.get("options") or {}).get(key)) for r in group}) > 1 for group in groups.values()):
             dims.append(f"opt:{key}")
     return dims
 
 
-def _dim_value(record: dict[str, Any], dim: str) -> Any:
+def dim_value(record: dict[str, Any], dim: str) -> Any:
     if dim.startswith("opt:"):
         return (record.get("options") or {}).get(dim[4:])
     return record.get(dim)
@@ -51,7 +52,7 @@ def setting_id(record: dict[str, Any], dims: Sequence[str] = ()) -> str:
     """`<dataset>_c<C>_a<alpha>` plus `_<suffix><value>` for every swept dimension in `dims`, plus `@<variant>`."""
     text = f"{record['dataset']}_c{int(record['classes_per_client'])}_a{format_number(record['alpha'])}"
     for dim in dims:
-        value = _dim_value(record, dim)
+        value = dim_value(record, dim)
         suffix = dim[4:] if dim.startswith("opt:") else SWEEP_DIMS[dim][0]
         text += f"_{suffix}{format_number(value) if value is not None else 'default'}"
     if variant_of(record):

@@ -1,0 +1,115 @@
+"""Per-client accuracy: each run's `clients.csv` (written by `fedgmh train`: every client's test
+accuracy in the best and in the last evaluated round), collected per experiment, and a figure of
+its distribution per method (one box per method and setting, the clients as dots).
+
+Records made before `clients.csv` existed have none; they are listed, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from fedgmh.errors import UserError
+from fedgmh.report.figures import save_figure, setting_title
+from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name
+from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
+from fedgmh.report.values import order_key
+
+CLIENT_COLUMNS = ("client", "test_samples", "test_acc_best", "test_acc_last")
+ROUNDS = {"best": "test_acc_best", "last": "test_acc_last"}
+ID_COLUMNS = ("experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "variant", "seed")
+
+
+def client_results(results: pd.DataFrame, experiment: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(one row per run and client, the runs without clients.csv) of the results' runs (`run_dir`)."""
+    if experiment is not None:
+        results = results[results["experiment"] == experiment]
+        if results.empty:
+            raise UserError(f"no runs of experiment {experiment!r} in the results")
+    frames, missing = [], []
+    for rec in results.to_dict("records"):
+        path = Path(rec["run_dir"]) / "clients.csv"
+        if not path.is_file():
+            missing.append(rec)
+            continue
+        frame = pd.read_csv(path)
+        absent = [c for c in CLIENT_COLUMNS if c not in frame.columns]
+        if absent:
+            raise UserError(f"{path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh train`?")
+        for column in reversed(ID_COLUMNS):
+            frame.insert(0, column, rec.get(column, ""))
+        frames.append(frame)
+    columns = [*ID_COLUMNS, *CLIENT_COLUMNS]
+    clients = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    return clients[columns], pd.DataFrame(missing, columns=results.columns)
+
+
+def _missing_text(missing: pd.DataFrame) -> str:
+    names = sorted(set(missing["algorithm"]), key=order_key(ALGORITHM_ORDER))
+    return "no clients.csv (records made before it existed): " + ", ".join(
+        f"{algorithm_name(a)} ({(missing['algorithm'] == a).sum()} run{'s' if (missing['algorithm'] == a).sum() != 1 else ''})"
+        for a in names)
+
+
+def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str | None = None, csv: Path | str | None = None,
+                         experiment: str | None = None, round_: str = "best", title: str | None = None) -> tuple[int, int]:
+    """Box plots of the per-client test accuracy (%) per method, one panel per setting, for the
+    runs with clients.csv; the runs without it are named in the figure. Returns (runs drawn, runs
+    without clients.csv)."""
+    import seaborn as sns
+
+    if round_ not in ROUNDS:
+        raise UserError(f"round {round_!r} is not one of {', '.join(ROUNDS)}")
+    clients, missing = client_results(results, experiment)
+    if csv:
+        from fedgmh.io import write_csv
+
+        write_csv(clients, csv)
+    frame = results if experiment is None else results[results["experiment"] == experiment]
+    ds_key = order_key(DATASET_ORDER)
+    panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
+    order = sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER))
+    plt = use_agg()
+    ncols = min(len(panels), 2)
+    nrows = math.ceil(len(panels) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 0.3 * len(order) * nrows + 1.2 * nrows), squeeze=False)
+    data = clients.assign(accuracy=100.0 * clients[ROUNDS[round_]], method=clients["algorithm"].map(algorithm_name))
+    names = [algorithm_name(a) for a in order]
+    palette = {algorithm_name(a): method_style(a)["color"] for a in order}
+    for ax, setting in zip(axes.flat, panels):
+        here = data[data["setting"] == setting]
+        ax.set_title(setting_title(frame[frame["setting"] == setting], setting), fontsize=10)
+        ax.set_xlabel(f"test accuracy of a client (%), {round_} round")
+        ax.set_xlim(-2, 102)
+        ax.grid(axis="x", alpha=0.3)
+        if here.empty:
+            ax.set_yticks(range(len(names)), names)
+            ax.set_ylim(len(names) - 0.5, -0.5)
+            ax.text(0.5, 0.5, "no per-client results\n(records made before clients.csv)", transform=ax.transAxes,
+                    ha="center", va="center", fontsize=9, color="0.35")
+        else:
+            with warnings.catch_warnings():  # seaborn 0.13 passes matplotlib 3.11's deprecated `vert`
+                warnings.simplefilter("ignore", DeprecationWarning)
+                sns.boxplot(data=here, x="accuracy", y="method", hue="method", order=names, hue_order=names, palette=palette, ax=ax,
+                            width=0.6, fliersize=0, linewidth=1.0, legend=False, boxprops={"alpha": 0.55})
+            sns.stripplot(data=here, x="accuracy", y="method", order=names, color="0.15", size=1.8, alpha=0.45, jitter=0.2, ax=ax)
+            absent = set(missing.loc[missing["setting"] == setting, "algorithm"].map(algorithm_name)) - set(here["method"])
+            for name in absent:
+                ax.text(50, names.index(name), "no clients.csv", ha="center", va="center", fontsize=7, color="0.4")
+        ax.set_ylabel("")
+        if algorithm_name(HIGHLIGHT) in names:
+            ax.get_yticklabels()[names.index(algorithm_name(HIGHLIGHT))].set_fontweight("bold")
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    if len(missing):
+        fig.text(0.01, 0.0, _missing_text(missing), fontsize=8, color="0.35", ha="left", va="top", wrap=True)
+    fig.tight_layout()
+    save_figure(fig, out, png)
+    plt.close(fig)
+    return int(clients.groupby(["setting", "algorithm", "variant", "seed"]).ngroups), len(missing)

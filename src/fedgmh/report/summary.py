@@ -1,0 +1,129 @@
+"""Table cells: one row per (setting, algorithm or variant) of an experiment, mean ± std over seeds.
+
+`summarize` is shared by the tables (`fedgmh.report.tables`) and the comparison with the paper
+(`fedgmh.report.compare`). The accuracy of a run is one of ACCURACIES (default: the best over all
+evaluated rounds, what the paper reports, section 3.1); the std is the population std (ddof=0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedgmh.errors import UserError
+from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, STD_DDOF, algorithm_name, format_number
+from fedgmh.report.paper import PAPER_ACCURACY, PAPER_SEEDS
+from fedgmh.report.settings import base_setting, dim_value, sweep_dimensions, variant_of
+from fedgmh.report.values import freeze, order_key
+
+#: accuracy of a run -> (results.csv column, words for captions)
+ACCURACIES: dict[str, tuple[str, str]] = {
+    "best": ("best_test_acc", "best test accuracy (%) over all evaluated rounds"),
+    "last": ("final_test_acc", "test accuracy (%) of the last round"),
+    "last10": ("last10_test_acc", "mean test accuracy (%) of the last 10 evaluated rounds"),
+}
+DEFAULT_ACCURACY = PAPER_ACCURACY
+PROTOCOL_FIELDS = (("_rounds", "rounds"), ("_clients", "clients"), ("_join", "join_ratio"), ("_epochs", "local_epochs"))
+
+
+def accuracy_column(results: pd.DataFrame, accuracy: str) -> str:
+    """The results column of `accuracy` (a UserError when unknown or absent)."""
+    if accuracy not in ACCURACIES:
+        raise UserError(f"accuracy {accuracy!r} is not one of {', '.join(ACCURACIES)}")
+    column = ACCURACIES[accuracy][0]
+    if column not in results.columns:
+        raise UserError(f"the results lack column {column} (accuracy {accuracy!r}); aggregate the runs again with this version")
+    return column
+
+
+def option_dims(frame: pd.DataFrame) -> tuple[list[str], list[dict[str, Any]]]:
+    """The swept dimensions of these result rows, and the rows as dicts with parsed options."""
+    records = []
+    for rec in frame.to_dict("records"):
+        opts = rec.get("options")
+        rec["options"] = json.loads(opts) if isinstance(opts, str) and opts else {}
+        records.append(rec)
+    return sweep_dimensions(records), records
+
+
+def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_ACCURACY) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (setting, algorithm) of `experiment`: mean / std (percent) over seeds.
+
+    Returns the cells frame (sorted in table order) and the swept dimensions. Each cell also says
+    where it goes in the table: `row` / `row_name` (the algorithm, or the variant for runs of a
+    named variant, in order of appearance) and `column` (the setting id without `@<variant>`).
+    """
+    frame = results[results["experiment"] == experiment]
+    if frame.empty:
+        known = sorted(set(results["experiment"]))
+        raise UserError(f"no runs of experiment {experiment!r} in the results; experiments present: {', '.join(known) or 'none'}")
+    value_column = accuracy_column(results, accuracy)
+    dims, records = option_dims(frame)
+    variant_order = list(dict.fromkeys(variant_of(rec) for rec in records))
+    several_algorithms = len({rec["algorithm"] for rec in records}) > 1
+    cells: dict[tuple, dict[str, Any]] = {}
+    for rec in records:
+        variant = variant_of(rec)
+        cell = cells.setdefault((rec["setting"], rec["algorithm"]), {
+            "experiment": experiment,
+            "setting": rec["setting"],
+            "dataset": rec["dataset"],
+            "classes_per_client": int(rec["classes_per_client"]),
+            "alpha": float(rec["alpha"]),
+            **{dim: dim_value(rec, dim) for dim in dims},
+            "algorithm": rec["algorithm"],
+            "algorithm_name": algorithm_name(rec["algorithm"]),
+            "variant": variant,
+            "row": f"{rec['algorithm']}@{variant}" if variant else rec["algorithm"],
+            "row_name": row_name(rec["algorithm"], variant, several_algorithms),
+            "column": base_setting(rec["setting"]),
+            "_acc": [], "_seeds": [], **{field: set() for field, _ in PROTOCOL_FIELDS},
+        })
+        cell["_acc"].append(100.0 * float(rec[value_column]))
+        cell["_seeds"].append(int(rec["seed"]))
+        for field, column in PROTOCOL_FIELDS:
+            value = rec.get(column)
+            if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                cell[field].add(freeze(value))
+    rows = []
+    for cell in cells.values():
+        acc = np.array(cell.pop("_acc"))
+        cell["accuracy"] = accuracy
+        cell["mean"] = float(acc.mean())
+        cell["std"] = float(acc.std(ddof=STD_DDOF)) if len(acc) > 1 else 0.0
+        cell["n_seeds"] = len(acc)
+        cell["seeds"] = " ".join(str(s) for s in sorted(cell.pop("_seeds")))
+        for field, column in PROTOCOL_FIELDS:
+            values = sorted(cell.pop(field))
+            if column not in dims:
+                cell[column] = "/".join(format_number(v) for v in values) if values else ""
+        rows.append(cell)
+    out = pd.DataFrame(rows)
+    dim_columns = [f"opt_{d[4:]}" if d.startswith("opt:") else d for d in dims]
+    out = out.rename(columns=dict(zip(dims, dim_columns)))
+    ds_key, alg_key = order_key(DATASET_ORDER), order_key(ALGORITHM_ORDER)
+    out["_ds"] = out["dataset"].map(lambda d: ds_key(d)[0])
+    out["_alg"] = out["algorithm"].map(lambda a: alg_key(a)[0])
+    out["_variant"] = out["variant"].map(variant_order.index)
+    sort_by = ["_variant", "_alg", "algorithm", "_ds", "dataset", "classes_per_client", "alpha"] + dim_columns
+    out = out.sort_values(sort_by, kind="stable").drop(columns=["_ds", "_alg", "_variant"]).reset_index(drop=True)
+    return out, dim_columns
+
+
+def cell_text(mean: float, std: float, n_seeds: int) -> str:
+    """'mean ± std', without the std for one seed, and '(n=k)' where k is below the paper's 5 seeds."""
+    if isinstance(mean, float) and math.isnan(mean):
+        return "—"
+    text = f"{mean:.2f}" if n_seeds == 1 else f"{mean:.2f} ± {std:.2f}"
+    return text + (f" (n={n_seeds})" if n_seeds < PAPER_SEEDS else "")
+
+
+def row_name(algorithm: str, variant: str, several_algorithms: bool) -> str:
+    """A table row's label: the method, or the variant (with its method when there are several)."""
+    if not variant:
+        return algorithm_name(algorithm)
+    return f"{algorithm_name(algorithm)} ({variant})" if several_algorithms else variant
