@@ -1,10 +1,10 @@
 """Controls, not methods: what a client's own data alone gives, and what its label set alone gives.
 
-`local`: every client trains only its own model; nothing is shared (../shared/spec/more/local.md).
+`local`: every client trains only its own model; nothing is shared.
 `fedavg_lp`: FedAvg's global model, trained exactly as FedAvg's, whose logits at evaluation are
-restricted to the labels of the client's training data (../shared/spec/more/label_prior.md). On
+restricted to the labels of the client's training data. On
 label-skewed partitions the gap between the two FedAvg rows is the part of a personalised method's
-gain that knowing the label set explains.
+gain that knowing the label set explains. docs/baselines.md, "Controls".
 """
 
 from __future__ import annotations
