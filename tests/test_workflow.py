@@ -102,9 +102,9 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # Table 3: 12 x 4 local epochs x 5; Table 4: 12 x 4 join ratios x 5      = 240 + 240
     # Table 5: 4 ablations x 3 settings x 5, FedGMH's are Table 2's          = 45
     # Table 6: 10 betas x 5, beta 0.5 is Table 2's; Table 7: 5 eta_h, 1.0 too = 45 + 20
-    # audit: 8 variants x 3 settings x 5, the paper variant is Table 2's     = 105
+    # audit: 10 variants x 3 settings x 5, the paper variant is Table 2's    = 135
     # audit_beta: 3 betas x {paper, official} x 5: paper = Tables 6/2, official 0.5 = audit's = 10
-    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 105 + 10 == 1065
+    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 == 1095
     assert counts["download"] == 3 and counts["partition"] == 6
     assert counts["aggregate"] == 8 and counts["table"] == 8
     assert counts["rounds_to_target"] == 1 and counts["compare"] == 1
