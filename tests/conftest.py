@@ -24,6 +24,11 @@ def shared_data() -> Path:
     return path
 
 
+def comparable(row: dict) -> dict:
+    """A metrics row with its per-client accuracy array as a list, so rows compare with `==`."""
+    return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
+
+
 def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed=0, num_classes=None, test_per_client=3, **engine):
     """A tiny federation on random 1x28x28 images: client i gets train labels `client_labels[i]`."""
     import torch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import make_federation
+from conftest import comparable, make_federation
 
 from fedgmh.algorithms import get_algorithm, sharing
 from fedgmh.engine import run_rounds
@@ -52,7 +52,7 @@ def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit():
     for name in ("fedavg", "fedprox"):
         algo = build(name)
         rows = run_rounds(algo.fed, algo, rounds=2, join_ratio=0.5, seed=3)
-        runs[name] = ([{k: v for k, v in r.items() if k != "seconds"} for r in rows], algo.global_params)
+        runs[name] = ([comparable({k: v for k, v in r.items() if k != "seconds"}) for r in rows], algo.global_params)
     assert runs["fedavg"][0] == runs["fedprox"][0]
     for k, v in runs["fedavg"][1].items():
         assert torch.equal(v, runs["fedprox"][1][k])

@@ -132,7 +132,9 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     assert any("--set eta_h=0.01" in c and "runs/table7/cifar100_c5_a0.5_eta_h0.01/fedgmh/seed0" in c for c in train)
     # the audit: one official option per variant, and the official preset
     assert any("--set mix=noncritical --set preset=paper" in c and "runs/audit/mnist_c2_a0.5@mix=noncritical/fedgmh/seed0" in c for c in train)
-    assert any("--set preset=official" in c and "runs/audit/cifar10_c2_a0.5@official/fedgmh/seed1" in c for c in train)
+    # the audit's official FedGMH runs are table2_pflib's (same run, trained once, in the first experiment)
+    assert any("--set preset=official" in c and "runs/table2_pflib/cifar10_c2_a0.5@official/fedgmh/seed1" in c for c in train)
+    assert not any("runs/audit/cifar10_c2_a0.5@official/fedgmh/" in c for c in train)
     assert any("--set beta=1.0" in c and "--set preset=official" in c and "runs/audit_beta/cifar100_c5_a0.5_beta1@official" in c
                for c in train)
     assert "runs/audit/mnist_c2_a0.5@paper" not in out  # the paper variant is Table 2's FedGMH

@@ -1,9 +1,11 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | compare | costs | store`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | compare | controls | clients | document | costs | store`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
-`compare` turn runs into the paper's tables and figures (cli_report.py), `costs` computes section
+`compare` turn runs into the paper's tables and figures, `controls` the label-prior controls'
+summary, `clients` the per-client accuracy figure, `document` the one-file report (cli_report.py),
+`costs` computes section
 2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
 --version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2;

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import Exchange, register
+from fedgmh.algorithms.base import PFLLIB_LOADER, Exchange, register
 from fedgmh.config import choice
 from fedgmh.engine import Params
 from fedgmh.priors import label_prior
@@ -33,6 +33,7 @@ class Local(ParameterAveraging):
     name = "local"
     display_name = "Local"
     paper_row = None  # not in the paper's tables
+    official = PFLLIB_LOADER  # serverlocal.py trains clientAVG, through PFLlib's loader
 
     def shares(self, name: str) -> bool:
         return False

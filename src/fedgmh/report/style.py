@@ -17,9 +17,9 @@ from fedgmh.report.names import ALGORITHM_ORDER
 HIGHLIGHT = "fedgmh"
 HIGHLIGHT_COLOR = "#000000"
 COLORS = ("#E69F00", "#0072B2", "#117733", "#CC6677", "#332288", "#882255", "#88CCEE", "#999933", "#AA4499", "#44AA99",
-          "#7F7F7F", "#D55E00", "#56B4E9", "#009E73")
+          "#7F7F7F", "#D55E00", "#56B4E9", "#009E73", "#CC79A7", "#DDCC77")
 LINESTYLES = ("-", "--", "-.", ":")
-MARKERS = ("s", "x", "^", "v", "D", "P", "<", ">", "*", "h", "p", "d", "1", "+")
+MARKERS = ("s", "x", "^", "v", "D", "P", "<", ">", "*", "h", "p", "d", "1", "+", "X", "8")
 
 
 def method_style(algorithm: str) -> dict[str, Any]:
