@@ -129,7 +129,12 @@ def float64():
     torch.set_default_dtype(default)
 
 
-@pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
+# whole runs of the PFLlib variants are slow checks (`-m slow`): their local training is compared above
+RUN_CASES = [pytest.param(name, overrides, id=i, marks=[pytest.mark.slow] if overrides.get("preset") else [])
+             for (name, overrides), i in zip(CASES, IDS)]
+
+
+@pytest.mark.parametrize(("name", "overrides"), RUN_CASES)
 def test_vectorised_runs_give_the_sequential_metrics(name, overrides, float64):
     runs = {}
     for mode in ("off", "on"):

@@ -73,16 +73,23 @@ def _batch_plans(fed: Federation, clients: list[int], phases: list[list[Phase]],
     return [_layout(fed, b, d) for b, d in zip(batches, draws)]
 
 
+def _same_value(x, y) -> bool:
+    return x is y or (isinstance(x, _PLAIN) and type(x) is type(y) and x == y)
+
+
 def _same_function(a, b) -> bool:
-    """Equal, or the same code over the same captured values (a per-client value belongs in extra)."""
+    """Equal, or the same code over the same captured values and defaults (a per-client value
+    belongs in extra)."""
     if a is b or a == b:
         return True
     fa, fb = getattr(a, "__func__", a), getattr(b, "__func__", b)
     code = getattr(fa, "__code__", None)
     if code is None or code is not getattr(fb, "__code__", None) or getattr(a, "__self__", None) is not getattr(b, "__self__", None):
         return False
-    cells = zip(fa.__closure__ or (), fb.__closure__ or ())
-    return all(x.cell_contents is y.cell_contents or (isinstance(x.cell_contents, _PLAIN) and x.cell_contents == y.cell_contents) for x, y in cells)
+    captured = [(x.cell_contents, y.cell_contents) for x, y in zip(fa.__closure__ or (), fb.__closure__ or ())]
+    captured += list(zip(fa.__defaults__ or (), fb.__defaults__ or ()))
+    captured += [(v, (fb.__kwdefaults__ or {}).get(k)) for k, v in (fa.__kwdefaults__ or {}).items()]
+    return all(_same_value(x, y) for x, y in captured)
 
 
 def _check_alike(phases: list[list[Phase]]) -> None:
