@@ -99,7 +99,7 @@ MMD_BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # PFLlib clientcp.py MMD(kernel="rbf"
 FROZEN = ("ghead.", "context")  # FedCP keys that local training never moves
 
 
-def trained(name: str) -> bool:
+def locally_trained(name: str) -> bool:
     """Whether FedCP's local training moves the parameter `name`."""
     return not name.startswith(FROZEN)
 
@@ -251,7 +251,7 @@ class FedCP(ParameterAveraging):
         params = self.client_params(client)
         global_body = {k: v for k, v in params.items() if is_body(k)}  # the personal body starts as the global body
         draw = self.training_noise if self.options.policy == "gumbel" else None
-        return [Phase(params, trainable=trained, loss_fn=self.local_loss, extra={"global_body": global_body}, draw=draw)]
+        return [Phase(params, trainable=locally_trained, loss_fn=self.local_loss, extra={"global_body": global_body}, draw=draw)]
 
     def keep(self, client: int, params: Params) -> None:
         super().keep(client, params)
