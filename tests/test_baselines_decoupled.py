@@ -158,7 +158,8 @@ def test_fedcp_policy_shares_sum_to_one_and_lie_in_unit_interval(policy):
     algo = build("fedcp", policy=policy)
     params = randomise(algo.client_params(0), ("cpn.ln.",))
     f = algo.fed.features(params, algo.fed.images[:6])
-    s, r = algo.policy(params, f)
+    gumbel = algo.gumbel_noise(len(f), algo.fed.generator) if policy == "gumbel" else None
+    s, r = algo.policy(params, f, gumbel)
     assert s.shape == r.shape == f.shape
     torch.testing.assert_close(s + r, torch.ones_like(s))
     assert ((s >= 0) & (s <= 1) & (r >= 0) & (r <= 1)).all()
@@ -169,9 +170,9 @@ def test_fedcp_policy_shares_sum_to_one_and_lie_in_unit_interval(policy):
     else:  # gumbel noise: random, but drawn from the run's generator
         assert not torch.allclose(s, ref_s)
         state = algo.fed.generator.get_state()
-        s1, _ = algo.policy(params, f)
+        s1, _ = algo.policy(params, f, algo.gumbel_noise(len(f), algo.fed.generator))
         algo.fed.generator.set_state(state)
-        s2, _ = algo.policy(params, f)
+        s2, _ = algo.policy(params, f, algo.gumbel_noise(len(f), algo.fed.generator))
         assert torch.equal(s1, s2) and not torch.equal(s, s1)
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from conftest import make_federation
 
-from fedgmh.algorithms import base, get_algorithm, personal
+from fedgmh.algorithms import get_algorithm
 from fedgmh.algorithms.personal import (
     attention_weights, flatten, fomo_weights, proximal_hook, pull_toward, squared_distances, unflatten,
 )
@@ -43,27 +43,14 @@ def squared_distance(a, b):
     return float(squared_distances(flatten(a), flatten(b).unsqueeze(0)))
 
 
-def recording_local_train(monkeypatch):
-    """Replace personal.local_train by a wrapper that records the grad hooks it receives."""
-    hooks = []
-
-    def wrapper(fed, params, client, **kwargs):
-        hooks.append(kwargs.get("grad_hook"))
-        return local_train(fed, params, client, **kwargs)
-
-    monkeypatch.setattr(personal, "local_train", wrapper)
-    monkeypatch.setattr(base, "local_train", wrapper)
-    return hooks
-
-
 # ------------------------------------------------------------------------------------ shared pieces
 
 
 def test_proximal_hook_adds_coef_times_distance_exactly():
     anchor = {"w": torch.tensor([1.0, -2.0, 0.5])}
     p, g = torch.tensor([1.5, 0.0, 0.5]), torch.tensor([0.25, -1.0, 3.0])
-    assert torch.equal(proximal_hook(0.4, anchor)("w", p, g), g + 0.4 * (p - anchor["w"]))
-    assert torch.equal(proximal_hook(0.4, anchor)("w", p, torch.zeros(3)), 0.4 * (p - anchor["w"]))
+    assert torch.equal(proximal_hook(0.4)("w", p, g, {"anchor": anchor}), g + 0.4 * (p - anchor["w"]))
+    assert torch.equal(proximal_hook(0.4)("w", p, torch.zeros(3), {"anchor": anchor}), 0.4 * (p - anchor["w"]))
 
 
 def test_pull_toward_is_own_plus_weighted_differences():
@@ -81,16 +68,15 @@ def test_pull_toward_is_own_plus_weighted_differences():
 
 
 def test_ditto_hook_is_mu_times_distance_to_the_received_global_model(monkeypatch):
-    hooks = recording_local_train(monkeypatch)
     algo = build("ditto", mu=0.5)
     global_before = algo.global_params
     algo.personal[0] = perturbed(global_before)
-    algo.train_client(0, 0)
-    personal_hook, global_hook = hooks  # personal step first, then the global (FedAvg) step
-    assert global_hook is None
+    personal, global_step = algo.start_training(0, 0)  # personal step first, then the global (FedAvg) step
+    assert global_step.grad_hook is None and all(global_step.params[k] is v for k, v in global_before.items())
+    assert personal.params is algo.personal[0] and personal.epochs == 1
     v, g = perturbed(global_before, seed=1), perturbed(global_before, seed=2)
     for k in v:
-        assert torch.equal(personal_hook(k, v[k], g[k]), g[k] + 0.5 * (v[k] - global_before[k]))
+        assert torch.equal(personal.grad_hook(k, v[k], g[k], personal.extra), g[k] + 0.5 * (v[k] - global_before[k]))
 
 
 def test_ditto_personal_step_is_proximal_sgd_from_the_personal_model():

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from conftest import comparable, make_federation
 
-from fedgmh.algorithms import get_algorithm, sharing
+from fedgmh import engine
+from fedgmh.algorithms import get_algorithm
 from fedgmh.engine import run_rounds
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
@@ -95,19 +96,19 @@ def test_shared_part_is_weighted_average_and_local_part_stays(name, shared):
 
 def test_fedrep_trains_head_then_body_with_the_other_frozen(monkeypatch):
     algo = build("fedrep", fed_kwargs={"local_epochs": 1}, plocal_epochs=2)
-    calls, original = [], sharing.local_train
+    calls, original = [], engine.local_train
 
     def spy(fed, params, client, **kwargs):
         result = original(fed, params, client, **kwargs)
         calls.append((kwargs, params, result))
         return result
 
-    monkeypatch.setattr(sharing, "local_train", spy)
+    monkeypatch.setattr(engine, "local_train", spy)
     algo.send(0, [2])
     received = algo.eval_params(2)
     result = algo.train_client(0, 2)
     (head_kw, head_in, head_out), (body_kw, body_in, body_out) = calls
-    assert head_kw["epochs"] == 2 and "epochs" not in body_kw  # head phase first, then E body epochs
+    assert head_kw["epochs"] == 2 and body_kw["epochs"] is None  # head phase first, then E body epochs
     assert all(head_in[k] is received[k] for k in received) and body_in is head_out.params  # body phase starts from the new head
     assert [k for k in received if head_kw["trainable"](k)] == ["head.weight", "head.bias"]
     assert [k for k in received if body_kw["trainable"](k)] == [k for k in received if is_body(k)]

@@ -51,7 +51,7 @@ def test_local_train_returns_new_tensors_and_respects_frozen_and_grad_hook():
     assert torch.equal(result.params["body.0.weight"], start["body.0.weight"])
     assert not torch.equal(result.params["head.weight"], start["head.weight"])
     assert result.num_samples == 4
-    zeroed = local_train(fed, start, 0, grad_hook=lambda k, p, g: torch.zeros_like(g))
+    zeroed = local_train(fed, start, 0, grad_hook=lambda k, p, g, extra: torch.zeros_like(g))
     assert all(torch.equal(zeroed.params[k], start[k]) for k in start)
 
 

@@ -1,23 +1,67 @@
 """The vectorised training path (all selected clients in one vmap step) against the sequential one."""
 
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
 
 from conftest import make_federation
-from fedgmh.algorithms import get_algorithm
-from fedgmh.engine import local_train, run_rounds
-from fedgmh.vectorised import local_train_many
+from fedgmh.algorithms import REGISTRY, base, get_algorithm
+from fedgmh.algorithms.averaging import FedAvg
+from fedgmh.algorithms.decoupled import mmd
+from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds
+from fedgmh.errors import UserError
+from fedgmh.train import resolve_options
+from fedgmh.vectorised import local_train_many, train_phases_many
 
 # unequal client sizes (partial last batches, clients running out of batches early) and a
 # client with fewer samples than one batch
 CLIENTS = [[0, 1, 0, 1, 2, 2, 1, 0, 1], [1, 2, 2], [0, 2, 2, 1, 0, 0, 1], [2], [0, 0, 2, 1, 1]]
+
+# every algorithm, with settings under which each of its seams changes the training (a proximal
+# weight of 0 would hide a wrong anchor), and the PFLlib variants that take other paths (drop_last,
+# Gumbel noise, a detached proximal term, fixed batch order, ...)
+STRONG = {"fedprox": {"mu": 0.5}, "ditto": {"mu": 0.5, "plocal_epochs": 2}, "fedrep": {"plocal_epochs": 2}, "fedamp": {"lamda": 0.5}}
+CASES = [(name, STRONG.get(name, {})) for name in sorted(REGISTRY)] + [
+    ("fedcp", {"policy": "gumbel"}),
+    *[(name, {"preset": "official"}) for name in ("ditto", "fedamp", "fedcp", "fedfomo", "fedprox", "fedrep", "fedrod", "fedgh", "fedgmh")],
+]
+IDS = [name + "".join(f"-{k}={v}" for k, v in overrides.items()) for name, overrides in CASES]
 
 
 def _close(a, b, atol=1e-5):
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=atol)
+
+
+def _same_state(a, b, path="state"):
+    """Tensors within 1e-5 (booleans and integers exactly), everything else equal, recursively."""
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{path}: {m}")
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            _same_state(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def _twins(name, overrides, **fed_kwargs):
+    """Two identical algorithms on identical federations (sequential path)."""
+    options, engine = resolve_options(name, overrides)
+    kwargs = dict(num_classes=3, batch_size=3, local_epochs=2, lr=0.1, drop_last=engine.drop_last, lr_decay=engine.lr_decay, vectorise="off")
+    feds = [make_federation(CLIENTS, **{**kwargs, **fed_kwargs}) for _ in range(2)]
+    return [get_algorithm(name)(fed, options) for fed in feds]
+
+
+def _vectorise(algorithm, mode="on"):
+    algorithm.fed.options = dataclasses.replace(algorithm.fed.options, vectorise=mode)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -38,42 +82,129 @@ def test_local_train_many_matches_sequential_local_train(drop_last):
     assert torch.equal(feds[0].generator.get_state(), feds[1].generator.get_state())
 
 
-def test_a_client_without_batches_keeps_its_parameters():
+def test_a_client_without_batches_keeps_its_parameters_even_with_a_gradient_hook():
     fed = make_federation(CLIENTS, batch_size=3, drop_last=True)  # client 3 (one sample) has no full batch
     start = fed.initial_params()
-    result = local_train_many(fed, [start, start], [3, 0])
-    assert result[0].num_samples == 0
+    anchor = {k: v + 1.0 for k, v in start.items()}  # a proximal pull alone would move every parameter
+    phases = [[Phase(start, grad_hook=proximal_hook(0.5), extra={"anchor": anchor})] for _ in range(2)]
+    (alone,), (trained,) = train_phases_many(fed, phases, [3, 0])
+    assert alone.num_samples == 0 and trained.num_samples == 9
     for k in start:
-        assert torch.equal(result[0].params[k], start[k])
-        assert result[0].params[k].data_ptr() != result[1].params[k].data_ptr()  # own storage, not a view
+        assert torch.equal(alone.params[k], start[k])
+        assert alone.params[k].data_ptr() != trained.params[k].data_ptr()  # own storage, not a view
 
 
-@pytest.mark.parametrize("name", ["fedavg", "fedper", "lgfedavg", "fedgmh", "gmh_oa", "fedgh"])
-def test_vectorised_runs_give_the_sequential_metrics(name):
-    from fedgmh.train import resolve_options
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
+def test_one_local_training_matches_the_sequential_path(name, overrides, monkeypatch):
+    """After one sequential round (so that clients' models, clouds, downloads differ), the same
+    round's local training of four clients, client by client and batched: the same results and
+    the same algorithm state (parameters within 1e-5), the same random numbers drawn."""
+    sequential, batched = _twins(name, overrides)
+    for algorithm in (sequential, batched):
+        play_round(algorithm.fed, algorithm, 0, [0, 1, 2, 4], evaluate=False)
+    _vectorise(batched)
+    selected = [4, 0, 3, 2]
+    results = []
+    for algorithm in (sequential, batched):
+        algorithm.send(1, selected)
+        results.append(algorithm.train_clients(1, selected))
+        monkeypatch.setattr(base, "train_phases", lambda *args: pytest.fail("trained client by client"))
+    for s, b in zip(*results):
+        _close(s.params, b.params)
+        assert b.num_samples == s.num_samples
+        assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
+    _same_state(sequential.state(), batched.state())
+    assert torch.equal(sequential.fed.generator.get_state(), batched.fed.generator.get_state())
+    assert sequential.fed.channel.take_round() == batched.fed.channel.take_round()
 
+
+@pytest.fixture
+def float64():
+    """Whole runs in float64. In float32 a last-digit difference between the two paths can flip a
+    ReLU of these tiny random-data models and send two runs apart within a few rounds (seen with
+    2 torch threads), which says nothing about the batched path."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(default)
+
+
+# whole runs of the PFLlib variants are slow checks (`-m slow`): their local training is compared above
+RUN_CASES = [pytest.param(name, overrides, id=i, marks=[pytest.mark.slow] if overrides.get("preset") else [])
+             for (name, overrides), i in zip(CASES, IDS)]
+
+
+@pytest.mark.parametrize(("name", "overrides"), RUN_CASES)
+def test_vectorised_runs_give_the_sequential_metrics(name, overrides, float64):
     runs = {}
     for mode in ("off", "on"):
-        options, _ = resolve_options(name, {})
-        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, test_per_client=3, vectorise=mode)
-        algorithm = get_algorithm(name)(fed, options)
+        algorithm = _twins(name, overrides)[0]
+        _vectorise(algorithm, mode)
         calls = []
         original = algorithm.train_client
         algorithm.train_client = lambda rnd, client, f=original: calls.append(client) or f(rnd, client)
-        runs[mode] = pd.DataFrame(run_rounds(fed, algorithm, rounds=4, join_ratio=0.6, seed=3)).drop(columns="seconds")
+        runs[mode] = pd.DataFrame(run_rounds(algorithm.fed, algorithm, rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds")
         assert bool(calls) == (mode == "off")  # "on" never trains client by client
     pd.testing.assert_frame_equal(runs["on"], runs["off"], check_exact=False, rtol=1e-3, atol=1e-4)
 
 
-def test_algorithms_with_their_own_local_step_stay_sequential():
-    from fedgmh.train import resolve_options
+def test_vectorise_on_stops_an_algorithm_that_must_train_client_by_client_before_training():
+    class OwnLoop(FedAvg):
+        """An algorithm with its own train_client: the batched path cannot know what it does."""
 
-    for name, vectorisable in [("fedavg", True), ("fedgmh", True), ("fedprox", False), ("ditto", False), ("fedrep", False)]:
-        options, _ = resolve_options(name, {})
-        algorithm = get_algorithm(name)(make_federation(CLIENTS, num_classes=3), options)
-        assert algorithm.vectorisable() is vectorisable, name
-    options, _ = resolve_options("fedgmh", {"preset": "official"})  # drop_last: prototypes draw a shuffle per client
-    assert not get_algorithm("fedgmh")(make_federation(CLIENTS, num_classes=3, drop_last=True), options).vectorisable()
+        name = "own_loop"
+
+        def train_client(self, rnd, client):
+            return super().train_client(rnd, client)
+
+    options = resolve_options("fedavg", {})[0]
+    fed = make_federation(CLIENTS, num_classes=3, vectorise="on")
+    algorithm = OwnLoop(fed, options)
+    state = fed.generator.get_state()
+    with pytest.raises(UserError, match="vectorise=on: own_loop cannot .* its own train_client") as error:
+        run_rounds(fed, algorithm, rounds=2, join_ratio=0.6, seed=0)
+    assert "\n" not in str(error.value)
+    assert torch.equal(fed.generator.get_state(), state) and not fed.participations.any()  # nothing trained
+    for mode in ("auto", "off"):  # these train it client by client, as before
+        fed = make_federation(CLIENTS, num_classes=3, vectorise=mode)
+        assert run_rounds(fed, OwnLoop(fed, options), rounds=1, join_ratio=0.6, seed=0)
+
+
+def test_every_algorithm_may_train_batched_in_both_presets():
+    for name in REGISTRY:
+        for preset in ("paper", "official"):
+            options, engine = resolve_options(name, {"preset": preset})
+            algorithm = get_algorithm(name)(make_federation(CLIENTS, num_classes=3, drop_last=engine.drop_last), options)
+            assert algorithm.why_sequential() is None, (name, preset)
+
+
+def test_phases_that_differ_in_more_than_their_extra_tensors_are_refused():
+    fed = make_federation(CLIENTS, batch_size=3)
+    start = fed.initial_params()
+    anchors = [{k: v + i for k, v in start.items()} for i in range(2)]
+    # a per-client anchor captured by the hook instead of passed as extra: the batched path would
+    # use the first client's for all
+    hooks = [lambda name, p, g, extra, a=a: g + (p - a[name]) for a in anchors]
+    captured = [[Phase(start, grad_hook=hook)] for hook in hooks]
+    with pytest.raises(ValueError, match="per-client values belong in Phase.extra"):
+        train_phases_many(fed, captured, [0, 1])
+    closures = [[Phase(start, grad_hook=(lambda a: lambda name, p, g, extra: g + (p - a[name]))(a))] for a in anchors]
+    with pytest.raises(ValueError, match="per-client values belong in Phase.extra"):
+        train_phases_many(fed, closures, [0, 1])
+    with pytest.raises(ValueError, match="per-client values belong in Phase.extra"):
+        train_phases_many(fed, [[Phase(start, epochs=1)], [Phase(start, epochs=2)]], [0, 1])
+
+
+def test_masked_losses_are_the_losses_of_the_real_samples():
+    values, mask = torch.tensor([1.0, 3.0, float("inf")]), torch.tensor([1.0, 1.0, 0.0])
+    assert batch_mean(values, mask).item() == 2.0  # a padded sample's inf stays out
+    assert batch_mean(values[:2], None).item() == 2.0
+    assert batch_mean(values, torch.zeros(3)).item() == 0.0  # no real sample: nothing to learn from
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    mask = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0])
+    real = mask.bool()
+    torch.testing.assert_close(mmd(x, y, mask), mmd(x[real], y[real]))
+    assert mmd(x, y, torch.zeros(5)).item() == 0.0
 
 
 def test_auto_selects_the_vectorised_path_only_on_cuda():

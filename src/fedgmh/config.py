@@ -45,7 +45,7 @@ class EngineOptions:
     eval_cache: bool = option(True, "reuse a client's last evaluation while its model is unchanged (same numbers, less work)")
     vectorise: str = choice(
         "auto", "on", "off",
-        help="train the selected clients in one vmap step where an algorithm allows it (same results to float "
+        help="train the selected clients in one vmap step, every algorithm (same results to float "
         "tolerance on CPU; on CUDA see BENCHMARKS.md); auto = on for CUDA, off on CPU, where it is slower",
     )
     eval_prior: str = choice(

@@ -18,7 +18,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -30,8 +30,16 @@ from fedgmh.errors import Interrupted, UserError
 from fedgmh.model import FedAvgCNN
 
 Params = dict[str, torch.Tensor]
-LossFn = Callable[[Params, torch.Tensor, torch.Tensor], torch.Tensor]
-GradHook = Callable[[str, torch.Tensor, torch.Tensor], torch.Tensor]
+#: a client's own tensors that its loss and gradient hook read (a dict of tensors or of dicts of tensors)
+Extra = dict[str, Any]
+#: loss(params, x, y, mask, extra): the batch's mean loss; `mask` is None on the sequential path and
+#: marks the real samples (1) of a padded batch on the batched one (`batch_mean`, `cross_entropy`)
+LossFn = Callable[[Params, torch.Tensor, torch.Tensor, "torch.Tensor | None", Extra], torch.Tensor]
+#: grad_hook(name, param, grad, extra) -> the gradient the SGD step uses
+GradHook = Callable[[str, torch.Tensor, torch.Tensor, Extra], torch.Tensor]
+#: draw(batch) -> random numbers a batch's loss needs, drawn from the federation's generator right
+#: after the batch; the loss reads them as extra["noise"] (zero at padded samples of the batched path)
+Draw = Callable[[torch.Tensor], torch.Tensor]
 Forward = Callable[[Params, torch.Tensor], torch.Tensor]
 
 
@@ -140,6 +148,11 @@ class Federation:
         """One epoch of a shuffled DataLoader over the client's train split, as index tensors."""
         yield from split_batches(self.epoch_indices(client), self.batch_size)
 
+    def epoch_samples(self, client: int) -> torch.Tensor:
+        """The client's train samples as one epoch of PFLlib's DataLoader sees them: all of them,
+        or with drop_last those of one shuffled epoch without its last partial batch (drawn now)."""
+        return self.epoch_indices(client) if self.options.drop_last else self.train_idx[client]
+
     def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.model, params, (x,))
 
@@ -155,13 +168,53 @@ def split_batches(indices: torch.Tensor, batch_size: int) -> tuple[torch.Tensor,
     return indices.split(batch_size) if len(indices) else ()
 
 
-def proximal_hook(coef: float, anchor: Params) -> GradHook:
-    """g -> g + coef * (p - anchor): adds the gradient of (coef / 2) * ||p - anchor||^2."""
-    return lambda name, p, g: g + coef * (p - anchor[name])
+def proximal_hook(coef: float) -> GradHook:
+    """g -> g + coef * (p - anchor): adds the gradient of (coef / 2) * ||p - anchor||^2, the anchor
+    being the client's extra["anchor"] (a model)."""
+    return lambda name, p, g, extra: g + coef * (p - extra["anchor"][name])
+
+
+def batch_mean(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean of per-sample `values` over the batch's real samples: all of them (mask None) or
+    those marked 1 (`where`, not a product: a padded sample's value may be inf)."""
+    if mask is None:
+        return values.mean()
+    return torch.where(mask > 0, values, 0.0).sum() / mask.sum().clamp(min=1.0)
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cross-entropy over the batch's real samples (mask None: exactly F.cross_entropy)."""
+    if mask is None:
+        return F.cross_entropy(logits, y)
+    return batch_mean(F.cross_entropy(logits, y, reduction="none"), mask)
 
 
 def cross_entropy_loss(fed: Federation) -> LossFn:
-    return lambda params, x, y: F.cross_entropy(fed.forward(params, x), y)
+    return lambda params, x, y, mask, extra: cross_entropy(fed.forward(params, x), y, mask)
+
+
+@dataclass
+class Phase:
+    """One `local_train` call of a client's local training, described as data, so that
+    `vectorised.train_phases_many` can run it for all selected clients at once.
+
+    `params`: where it starts (None: where the client's previous phase ended); `epochs`,
+    `trainable`, `loss_fn`, `grad_hook`, `draw` as in `local_train`. The functions must be the same
+    for every client (the batched path runs one for all of them): what differs between clients goes
+    in `extra`.
+    """
+
+    params: Params | None
+    epochs: int | None = None
+    trainable: Callable[[str], bool] | None = None
+    loss_fn: LossFn | None = None
+    grad_hook: GradHook | None = None
+    extra: Extra = field(default_factory=dict)
+    draw: Draw | None = None
+
+    def seams(self) -> dict[str, Any]:
+        return {"epochs": self.epochs, "trainable": self.trainable, "loss_fn": self.loss_fn, "grad_hook": self.grad_hook,
+                "extra": self.extra, "draw": self.draw}
 
 
 def local_train(
@@ -174,16 +227,21 @@ def local_train(
     trainable: Callable[[str], bool] | None = None,
     loss_fn: LossFn | None = None,
     grad_hook: GradHook | None = None,
+    extra: Extra | None = None,
+    draw: Draw | None = None,
 ) -> LocalResult:
     """Plain SGD (as torch.optim.SGD: p <- p - lr * g) on the client's train split.
 
     `trainable` selects the parameters that move (others are frozen but still used), `loss_fn`
-    replaces cross-entropy, `grad_hook(name, param, grad)` may change a gradient before the step
-    (e.g. a proximal term). Returns NEW tensors; `params` is not modified.
+    replaces cross-entropy, `grad_hook(name, param, grad, extra)` may change a gradient before the
+    step (e.g. a proximal term), `extra` holds the client's tensors that both read, `draw(batch)`
+    the random numbers each batch's loss needs (`Phase`). Returns NEW tensors; `params` is not
+    modified. `vectorised.train_phases_many` is the batched counterpart.
     """
     epochs = fed.local_epochs if epochs is None else epochs
     lr = fed.client_lr(client) if lr is None else lr
     loss_fn = loss_fn or cross_entropy_loss(fed)
+    extra = {} if extra is None else extra
     params = {k: v.detach().clone() for k, v in params.items()}
     names = [k for k in params if trainable is None or trainable(k)]
     for k in names:
@@ -192,16 +250,25 @@ def local_train(
     for _ in range(epochs):
         for batch in fed.shuffled_batches(client):
             x, y = fed.images[batch], fed.labels[batch]
-            loss = loss_fn(params, x, y)
+            loss = loss_fn(params, x, y, None, extra if draw is None else {**extra, "noise": draw(batch)})
             grads = torch.autograd.grad(loss, [params[k] for k in names])
             with torch.no_grad():
                 for k, g in zip(names, grads):
                     if grad_hook is not None:
-                        g = grad_hook(k, params[k], g)
+                        g = grad_hook(k, params[k], g, extra)
                     params[k].add_(g, alpha=-lr)
             loss_sum += loss.detach() * len(batch)
             seen += len(batch)
     return LocalResult({k: v.detach() for k, v in params.items()}, float(loss_sum), seen)
+
+
+def train_phases(fed: Federation, phases: list[Phase], client: int) -> list[LocalResult]:
+    """A client's local training phases, one `local_train` call after the other."""
+    results: list[LocalResult] = []
+    for phase in phases:
+        start = results[-1].params if phase.params is None else phase.params
+        results.append(local_train(fed, start, client, **phase.seams()))
+    return results
 
 
 @torch.no_grad()
@@ -497,6 +564,15 @@ def play_round(
     return {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan, **traffic, "seconds": time.perf_counter() - start}
 
 
+def check_vectorise(fed: Federation, algorithm) -> None:
+    """With vectorise=on, an algorithm that must train client by client stops the run before any
+    training, with its reason (`Algorithm.why_sequential`), instead of silently training sequentially."""
+    reason = algorithm.why_sequential() if fed.options.vectorise == "on" else None
+    if reason:
+        raise UserError(f"vectorise=on: {algorithm.name} cannot train its clients in one batched step ({reason}); "
+                        "use vectorise=auto or off")
+
+
 def make_eval_cache(fed: Federation, algorithm) -> EvalCache | None:
     """A cache of evaluation results, unless switched off or the algorithm evaluates at random."""
     return EvalCache() if fed.options.eval_cache and getattr(algorithm, "deterministic_eval", True) else None
@@ -516,6 +592,7 @@ def run_rounds(
     Stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt), it raises `errors.Interrupted` with the
     round it stopped at and `resume_round`, the round its last checkpoint resumes from (None: no
     checkpoint was written). A checkpoint being written at that moment is left as it was (atomic)."""
+    check_vectorise(fed, algorithm)
     rng = np.random.RandomState(seed)
     num_selected = max(1, int(fed.num_clients * join_ratio))
     rows: list[dict] = []

@@ -1,67 +1,181 @@
-"""All selected clients' plain local SGD in one batched step (torch.func.vmap over stacked models).
+"""All selected clients' local training in one batched step (torch.func.vmap over stacked models).
 
-`local_train_many` gives what `engine.local_train` gives for each client, to float tolerance: the
-same shuffles (drawn from the federation's generator in the sequential order: client by client,
-epoch by epoch), the same batches, the same per-client learning rates. Clients whose data runs out
-earlier, or whose last batch is partial, are padded with masked samples that add nothing to the
-loss and leave their parameters unchanged. Selected through the engine option `vectorise` (on by
-default for CUDA only: on CPU the batched convolution is slower than one client after another).
+`train_phases_many` gives what `engine.train_phases` gives for each client, to float tolerance:
+the same phases (`engine.Phase`: which parameters train, the loss, the gradient hook, the
+client's extra tensors), the same shuffles and per-batch draws (taken from the federation's
+generator in the sequential order: client by client, phase by phase, epoch by epoch), the same
+batches and the same per-client learning rates. Clients whose data runs out earlier, or whose last
+batch is partial, are padded with masked samples that add nothing to the loss and leave their
+parameters unchanged. Selected through the engine option `vectorise` (on by default for CUDA only:
+on CPU the batched convolution is slower than one client after another).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
-import torch.nn.functional as F
-from torch.func import functional_call, grad_and_value, vmap
+from torch.func import grad_and_value, vmap
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from fedgmh.engine import Federation, LocalResult, Params
+from fedgmh.engine import Extra, Federation, LocalResult, Params, Phase, cross_entropy_loss
+
+_SEAMS = ("trainable", "loss_fn", "grad_hook", "draw")
+_PLAIN = (int, float, bool, str, type(None))
 
 
-def _batch_plan(fed: Federation, clients: list[int], epochs: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index [steps, clients, batch] and mask of real samples, from the sequential shuffles."""
-    plans = [[b for _ in range(epochs) for b in fed.shuffled_batches(client)] for client in clients]
-    steps = max((len(plan) for plan in plans), default=0)
-    width = fed.batch_size
+@dataclass
+class _Plan:
+    """One phase's batches of all clients: index and mask [steps, clients, batch], drawn noise
+    [steps, clients, batch, ...] (zero at padded samples) or None."""
+
+    index: torch.Tensor
+    mask: torch.Tensor
+    noise: torch.Tensor | None
+
+
+def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[torch.Tensor]]) -> _Plan:
+    steps, width, n = max((len(plan) for plan in plans), default=0), fed.batch_size, len(plans)
     # where each sample of each batch goes in the flattened [steps, clients, batch] layout; one
     # scatter instead of a copy per batch (which would be a kernel launch each on a GPU)
-    positions = [
-        (step * len(clients) + i) * width + j for i, plan in enumerate(plans) for step, batch in enumerate(plan) for j in range(len(batch))
-    ]
+    positions = [(step * n + i) * width + j for i, plan in enumerate(plans) for step, batch in enumerate(plan) for j in range(len(batch))]
     positions = torch.tensor(positions, dtype=torch.long, device=fed.device)
-    index = torch.zeros(steps * len(clients) * width, dtype=torch.long, device=fed.device)
-    mask = torch.zeros(steps * len(clients) * width, device=fed.device)
+    index = torch.zeros(steps * n * width, dtype=torch.long, device=fed.device)
+    mask = torch.zeros(steps * n * width, device=fed.device)
+    noise = None
     if len(positions):
         index[positions] = torch.cat([b for plan in plans for b in plan])
         mask[positions] = 1.0
-    return index.view(steps, len(clients), width), mask.view(steps, len(clients), width)
+        if any(draws):
+            drawn = torch.cat([d for client in draws for d in client]).to(fed.device)
+            noise = drawn.new_zeros(steps * n * width, *drawn.shape[1:])
+            noise[positions] = drawn
+            noise = noise.view(steps, n, width, *drawn.shape[1:])
+    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise)
+
+
+def _batch_plans(fed: Federation, clients: list[int], phases: list[list[Phase]], after: Callable[[int], None] | None) -> list[_Plan]:
+    """One plan per phase, drawn in the order of the sequential path: client by client, phase by
+    phase, epoch by epoch, each batch's `draw` right after the batch, `after(client)` after the
+    client's phases."""
+    batches = [[[] for _ in clients] for _ in phases[0]]
+    draws = [[[] for _ in clients] for _ in phases[0]]
+    for i, client in enumerate(clients):
+        for p, phase in enumerate(phases[i]):
+            for _ in range(fed.local_epochs if phase.epochs is None else phase.epochs):
+                for batch in fed.shuffled_batches(client):
+                    batches[p][i].append(batch)
+                    if phase.draw is not None:
+                        draws[p][i].append(phase.draw(batch))
+        if after is not None:
+            after(client)
+    return [_layout(fed, b, d) for b, d in zip(batches, draws)]
+
+
+def _same_value(x, y) -> bool:
+    return x is y or (isinstance(x, _PLAIN) and type(x) is type(y) and x == y)
+
+
+def _same_function(a, b) -> bool:
+    """Equal, or the same code over the same captured values and defaults (a per-client value
+    belongs in extra)."""
+    if a is b or a == b:
+        return True
+    fa, fb = getattr(a, "__func__", a), getattr(b, "__func__", b)
+    code = getattr(fa, "__code__", None)
+    if code is None or code is not getattr(fb, "__code__", None) or getattr(a, "__self__", None) is not getattr(b, "__self__", None):
+        return False
+    captured = [(x.cell_contents, y.cell_contents) for x, y in zip(fa.__closure__ or (), fb.__closure__ or ())]
+    captured += list(zip(fa.__defaults__ or (), fb.__defaults__ or ()))
+    captured += [(v, (fb.__kwdefaults__ or {}).get(k)) for k, v in (fa.__kwdefaults__ or {}).items()]
+    return all(_same_value(x, y) for x, y in captured)
+
+
+def _check_alike(phases: list[list[Phase]]) -> None:
+    """Every client's phases must differ only in their start and extra tensors."""
+    first = phases[0]
+    for own in phases[1:]:
+        if len(own) != len(first):
+            raise ValueError("clients with different numbers of phases cannot train in one batched step")
+        for a, b in zip(first, own):
+            if a.epochs != b.epochs or (a.params is None) != (b.params is None) or not all(_same_function(getattr(a, s), getattr(b, s)) for s in _SEAMS):
+                raise ValueError("the clients' phases differ in more than their start and extra tensors (per-client values belong in Phase.extra)")
+
+
+def _stack_extras(extras: list[Extra]) -> tuple[list[torch.Tensor], list[int | None], object]:
+    """The clients' extras as one list of leaves: stacked (vmapped dim 0), or shared (None) where
+    every client holds the very same tensor (e.g. the one global model as proximal anchor)."""
+    flat = [tree_flatten(extra) for extra in extras]
+    spec = flat[0][1]
+    if any(s != spec for _, s in flat):
+        raise ValueError("the clients' extras differ in structure")
+    leaves, dims = [], []
+    for column in zip(*(values for values, _ in flat)):
+        shared = all(t is column[0] for t in column)
+        leaves.append(column[0] if shared else torch.stack(column))
+        dims.append(None if shared else 0)
+    return leaves, dims, spec
+
+
+def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Extra], plan: _Plan, lrs: torch.Tensor) -> tuple[Params, torch.Tensor]:
+    """SGD over the plan's steps for all clients at once; returns the new stack and the loss sums."""
+    loss_fn, hook, names = phase.loss_fn or cross_entropy_loss(fed), phase.grad_hook, list(stacked)
+    moving = [k for k in names if phase.trainable is None or phase.trainable(k)]
+    leaves, dims, spec = _stack_extras(extras)
+
+    def one_client(train: Params, frozen: Params, x, y, mask, noise, leaves):
+        extra = tree_unflatten(leaves, spec)
+        if noise is not None:
+            extra = {**extra, "noise": noise}
+        loss = lambda train: loss_fn({k: train[k] if k in train else frozen[k] for k in names}, x, y, mask, extra)  # noqa: E731
+        grads, value = grad_and_value(loss)(train)
+        if hook is not None:
+            grads = {k: hook(k, train[k], g, extra) for k, g in grads.items()}
+        return grads, value
+
+    step_all = vmap(one_client, in_dims=(0, 0, 0, 0, 0, None if plan.noise is None else 0, dims))
+    loss_sums = torch.zeros(len(extras), device=fed.device)
+    for step in range(plan.index.shape[0]):
+        batch, mask = plan.index[step], plan.mask[step]
+        noise = None if plan.noise is None else plan.noise[step]
+        train = {k: stacked[k] for k in moving}
+        frozen = {k: v for k, v in stacked.items() if k not in train}
+        grads, losses = step_all(train, frozen, fed.images[batch], fed.labels[batch], mask, noise, leaves)
+        counts = mask.sum(dim=1)
+        # a client without samples in this step stays where it is: its gradient hook alone would
+        # move it, and its loss over padding alone may be nan (FedRoD: no class counted)
+        active = counts > 0
+        with torch.no_grad():
+            for k in moving:
+                shape = (-1, *[1] * (stacked[k].dim() - 1))
+                stacked[k] = torch.where(active.view(shape), stacked[k] - lrs.view(shape) * grads[k], stacked[k])
+            loss_sums += torch.where(active, losses * counts, 0.0)
+    return stacked, loss_sums
+
+
+def train_phases_many(
+    fed: Federation, phases: list[list[Phase]], clients: list[int], after: Callable[[int], None] | None = None
+) -> list[list[LocalResult]]:
+    """`engine.train_phases` for every client of `clients` (phases[i] being clients[i]'s) at once;
+    `after(client)` draws what the client draws after its training (`Algorithm.draw_after_training`)."""
+    _check_alike(phases)
+    plans = _batch_plans(fed, clients, phases, after)
+    results: list[list[LocalResult]] = []
+    stacked: Params = {}
+    for p, (phase, plan) in enumerate(zip(phases[0], plans)):
+        if phase.params is not None:
+            stacked = {k: torch.stack([own[p].params[k].detach() for own in phases]) for k in phase.params}
+        lrs = torch.tensor([fed.client_lr(c) for c in clients], dtype=next(iter(stacked.values())).dtype, device=fed.device)
+        stacked, loss_sums = _train_phase(fed, stacked, phase, [own[p].extra for own in phases], plan, lrs)
+        seen = plan.mask.sum(dim=(0, 2)).tolist()
+        # clone each client's slice: a view would keep the whole stack alive as long as one client does
+        results.append([
+            LocalResult({k: v[i].clone() for k, v in stacked.items()}, float(loss_sums[i]), int(seen[i])) for i in range(len(clients))
+        ])
+    return [[per_phase[i] for per_phase in results] for i in range(len(clients))]
 
 
 def local_train_many(fed: Federation, starts: list[Params], clients: list[int], epochs: int | None = None) -> list[LocalResult]:
     """Plain SGD on cross-entropy for every client of `clients`, from `starts` (one per client)."""
-    epochs = fed.local_epochs if epochs is None else epochs
-    index, mask = _batch_plan(fed, clients, epochs)
-    names = list(starts[0])
-    stacked = {k: torch.stack([start[k].detach() for start in starts]) for k in names}
-    lrs = torch.tensor([fed.client_lr(c) for c in clients], dtype=stacked[names[0]].dtype, device=fed.device)
-
-    def masked_loss(params: Params, x: torch.Tensor, y: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-        per_sample = F.cross_entropy(functional_call(fed.model, params, (x,)), y, reduction="none")
-        return (per_sample * m).sum() / m.sum().clamp(min=1.0)  # = the mean over the real samples
-
-    step_all = vmap(grad_and_value(masked_loss))
-    loss_sums = torch.zeros(len(clients), device=fed.device)
-    for step in range(index.shape[0]):
-        batch = index[step]
-        grads, losses = step_all(stacked, fed.images[batch], fed.labels[batch], mask[step])
-        counts = mask[step].sum(dim=1)
-        with torch.no_grad():
-            for k in names:
-                scale = lrs.view(-1, *[1] * (stacked[k].dim() - 1))
-                stacked[k] = stacked[k] - scale * grads[k]  # padded-out clients have zero gradients
-            loss_sums += losses * counts
-    seen = mask.sum(dim=(0, 2)).tolist()
-    # clone each client's slice: a view would keep the whole stack alive as long as one client does
-    return [
-        LocalResult({k: stacked[k][i].clone() for k in names}, float(loss_sums[i]), int(seen[i]))
-        for i in range(len(clients))
-    ]
+    return [own[0] for own in train_phases_many(fed, [[Phase(start, epochs=epochs)] for start in starts], clients)]

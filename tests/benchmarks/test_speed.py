@@ -161,7 +161,7 @@ def test_seconds_per_round(benchmark, algorithm, shape):
 
 @pytest.mark.parametrize("path", ["sequential", "vectorised"])
 @pytest.mark.parametrize("shape", SHAPE_NAMES)
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
+@pytest.mark.parametrize("algorithm", PAPER_ALGORITHMS)
 def test_sequential_vs_vectorised_round(benchmark, algorithm, shape, path):
     """The same round trained client by client or in one vmap step (rounds/s in extra_info)."""
     rounds = Rounds(algorithm, shape, vectorise="on" if path == "vectorised" else "off")

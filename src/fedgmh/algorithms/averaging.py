@@ -12,7 +12,7 @@ from typing import ClassVar
 import torch
 
 from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
-from fedgmh.engine import LocalResult, Params
+from fedgmh.engine import LocalResult, Params, Phase
 from fedgmh.model import is_body, is_head
 
 #: the parameters each `shared_part` names
@@ -57,11 +57,12 @@ class ParameterAveraging(Algorithm):
             return self.global_params
         return self.client_params(client)
 
-    def start_training(self, rnd: int, client: int) -> Params:
-        return self.client_params(client)
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        return [Phase(self.client_params(client))]
 
-    def finish_training(self, rnd: int, client: int, start: Params, result: LocalResult) -> None:
-        self.keep(client, result.params)
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        self.keep(client, results[-1].params)
+        return results[-1]
 
     def keep(self, client: int, params: Params) -> None:
         """Store the unshared part locally and the shared part as this round's upload."""

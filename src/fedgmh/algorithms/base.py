@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fedgmh.engine import Federation, LocalResult, Params, local_train
+from fedgmh.engine import Federation, LocalResult, Params, Phase, train_phases
 from fedgmh.errors import UserError
 
 REGISTRY: dict[str, type["Algorithm"]] = {}
@@ -36,12 +36,12 @@ class Algorithm:
     """Hooks called by `engine.play_round`, in this order every round:
 
     send(rnd, selected) -> eval_params(client) for every client (when evaluating)
-    -> train_clients(rnd, selected), by default train_client(rnd, client) for each one in turn
-    -> aggregate(rnd, selected).
+    -> train_clients(rnd, selected) -> aggregate(rnd, selected).
 
-    An algorithm whose local step is plain SGD on cross-entropy implements `start_training` and
-    `finish_training` instead of `train_client`; the engine may then train all selected clients
-    at once (`vectorised.local_train_many`, engine option `vectorise`).
+    A client's local training is `start_training` (its phases: `engine.Phase`, each one
+    `local_train` call described as data) -> the phases -> `finish_training`. The engine runs the
+    phases client by client (`engine.train_phases`), or all selected clients at once
+    (`vectorised.train_phases_many`, engine option `vectorise`) when `why_sequential` allows it.
     """
 
     name: ClassVar[str] = ""
@@ -106,35 +106,46 @@ class Algorithm:
         """Logits of a model at evaluation (an algorithm with extra heads combines them here)."""
         return self.fed.forward(params, x)
 
-    def start_training(self, rnd: int, client: int) -> Params:
-        """The model the client's plain local training starts from."""
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        """The client's local training, as phases run one after the other."""
         raise NotImplementedError
 
-    def finish_training(self, rnd: int, client: int, start: Params, result: LocalResult) -> None:
-        """Keep/upload what the client's plain local training produced."""
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        """Keep/upload what the client's phases produced; returns the result reported for the client."""
         raise NotImplementedError
+
+    def training_fed(self) -> Federation:
+        """The federation whose train splits local training uses (FedFomo holds out validation samples)."""
+        return self.fed
+
+    def draw_after_training(self, rnd: int, client: int) -> None:
+        """Random numbers the client draws after its local training, before the next client's,
+        kept for `finish_training` (FedGMH with drop_last: its prototype epoch's shuffle). Both
+        paths call it at this point of the generator's sequence."""
 
     def train_client(self, rnd: int, client: int) -> LocalResult:
-        start = self.start_training(rnd, client)
-        result = local_train(self.fed, start, client)
-        self.finish_training(rnd, client, start, result)
-        return result
+        phases = self.start_training(rnd, client)
+        results = train_phases(self.training_fed(), phases, client)
+        self.draw_after_training(rnd, client)
+        return self.finish_training(rnd, client, phases, results)
 
-    def vectorisable(self) -> bool:
-        """True when training a client is exactly start -> plain `local_train` -> finish, drawing no
-        other random numbers in between (which a batched pass would reorder)."""
-        return type(self).train_client is Algorithm.train_client
+    def why_sequential(self) -> str | None:
+        """Why the selected clients cannot train in one batched step, or None when they can: when
+        training a client is exactly start -> its phases -> finish, drawing no random numbers other
+        than its phases' shuffles and draws and `draw_after_training` (a batched pass draws all
+        clients' before any training)."""
+        if type(self).train_client is not Algorithm.train_client:
+            return "it trains a client with its own train_client"
+        return None
 
     def train_clients(self, rnd: int, selected: list[int]) -> list[LocalResult]:
         """Train the selected clients: one vectorised step when allowed, else one after the other."""
-        if len(selected) > 1 and self.fed.vectorised and self.vectorisable():
-            from fedgmh.vectorised import local_train_many
+        if len(selected) > 1 and self.fed.vectorised and self.why_sequential() is None:
+            from fedgmh.vectorised import train_phases_many
 
-            starts = [self.start_training(rnd, client) for client in selected]
-            results = local_train_many(self.fed, starts, selected)
-            for client, start, result in zip(selected, starts, results):
-                self.finish_training(rnd, client, start, result)
-            return results
+            plans = [self.start_training(rnd, client) for client in selected]
+            results = train_phases_many(self.training_fed(), plans, selected, lambda client: self.draw_after_training(rnd, client))
+            return [self.finish_training(rnd, c, phases, res) for c, phases, res in zip(selected, plans, results)]
         return [self.train_client(rnd, client) for client in selected]
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:

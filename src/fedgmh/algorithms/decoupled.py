@@ -19,7 +19,7 @@ from torch import Tensor
 from fedgmh.algorithms.averaging import ParameterAveraging
 from fedgmh.algorithms.base import PFLLIB_LOADER, Exchange, register
 from fedgmh.config import choice, option
-from fedgmh.engine import Channel, Federation, LocalResult, Params, local_train
+from fedgmh.engine import Channel, Extra, Federation, Params, Phase, cross_entropy
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
 
@@ -30,17 +30,16 @@ def linear(params: Params, prefix: str, x: Tensor) -> Tensor:
 def train_label_counts(fed: Federation, client: int) -> Tensor:
     """n_c of the client's train split; with drop_last (PFLlib) counted, like PFLlib, over one
     shuffled epoch without its last partial batch."""
-    idx = fed.epoch_indices(client) if fed.options.drop_last else fed.train_idx[client]
-    return torch.bincount(fed.labels[idx], minlength=fed.num_classes)
+    return torch.bincount(fed.labels[fed.epoch_samples(client)], minlength=fed.num_classes)
 
 
-def balanced_softmax_loss(logits: Tensor, y: Tensor, counts: Tensor) -> Tensor:
-    """Balanced Softmax (Ren et al. 2020): CE(logits + log n_c, y).
+def balanced_softmax_loss(logits: Tensor, y: Tensor, counts: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Balanced Softmax (Ren et al. 2020): CE(logits + log n_c, y) (mask: `engine.cross_entropy`).
 
     A class with n_c = 0 gets log 0 = -inf, i.e. it drops out of the softmax (PFLlib and the
     reference implementation do the same); its logit receives no gradient.
     """
-    return F.cross_entropy(logits + counts.to(logits).log(), y)
+    return cross_entropy(logits + counts.to(logits).log(), y, mask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -72,23 +71,20 @@ class FedRoD(ParameterAveraging):
         f = self.fed.features(params, x)
         return linear(params, "head.", f) + linear(params, "phead.", f)
 
-    def losses(self, params: Params, x: Tensor, y: Tensor, counts: Tensor) -> tuple[Tensor, Tensor]:
+    def losses(self, params: Params, x: Tensor, y: Tensor, counts: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(generic Balanced Softmax loss, personal CE(out_g.detach() + phead(f.detach())))."""
         f = self.fed.features(params, x)
         out_g = linear(params, "head.", f)
-        generic = balanced_softmax_loss(out_g, y, counts)
-        personal = F.cross_entropy(out_g.detach() + linear(params, "phead.", f.detach()), y)
+        generic = balanced_softmax_loss(out_g, y, counts, mask)
+        personal = cross_entropy(out_g.detach() + linear(params, "phead.", f.detach()), y, mask)
         return generic, personal
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        counts = self.counts[client]
-        def loss(params: Params, x: Tensor, y: Tensor) -> Tensor:
-            generic, personal = self.losses(params, x, y, counts)
-            return generic + personal
+    def local_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor | None, extra: Extra) -> Tensor:
+        generic, personal = self.losses(params, x, y, extra["counts"], mask)
+        return generic + personal
 
-        result = local_train(self.fed, self.client_params(client), client, loss_fn=loss)
-        self.keep(client, result.params)
-        return result
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        return [Phase(self.client_params(client), loss_fn=self.local_loss, extra={"counts": self.counts[client]})]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -98,14 +94,24 @@ MMD_BANDWIDTHS = (10.0, 15.0, 20.0, 50.0)  # PFLlib clientcp.py MMD(kernel="rbf"
 FROZEN = ("ghead.", "context")  # FedCP keys that local training never moves
 
 
-def mmd(x: Tensor, y: Tensor, bandwidths: tuple[float, ...] = MMD_BANDWIDTHS) -> Tensor:
-    """Biased MMD^2 estimate mean(K_xx + K_yy - 2 K_xy), K = sum over a of exp(-||u - v||^2 / (2a))."""
+def locally_trained(name: str) -> bool:
+    """Whether FedCP's local training moves the parameter `name`."""
+    return not name.startswith(FROZEN)
+
+
+def mmd(x: Tensor, y: Tensor, mask: Tensor | None = None, bandwidths: tuple[float, ...] = MMD_BANDWIDTHS) -> Tensor:
+    """Biased MMD^2 estimate mean(K_xx + K_yy - 2 K_xy), K = sum over a of exp(-||u - v||^2 / (2a)),
+    over the samples marked 1 in `mask` (None: all; see `engine.batch_mean`)."""
 
     def kernel(a: Tensor, b: Tensor) -> Tensor:
         sq = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
         return sum(torch.exp(-0.5 * sq / bw) for bw in bandwidths)
 
-    return (kernel(x, x) + kernel(y, y) - 2 * kernel(x, y)).mean()
+    pairs = kernel(x, x) + kernel(y, y) - 2 * kernel(x, y)
+    if mask is None:
+        return pairs.mean()
+    weights = mask / mask.sum().clamp(min=1.0)
+    return weights @ pairs @ weights
 
 
 def client_vector(params: Params) -> Tensor:
@@ -155,6 +161,7 @@ class FedCP(ParameterAveraging):
     paper_row = 5
     Options = FedCPOptions
     # clientcp.py builds its own optimiser and never steps a scheduler: PFLlib's FedCP lr is constant
+    transient = ("feature_dim",)
     official = {**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round", "context": "random"}
 
     @classmethod
@@ -171,7 +178,7 @@ class FedCP(ParameterAveraging):
         super().__init__(fed, options)  # global: body + head of the initial model
         self.eval_noise = torch.Generator().manual_seed(fed.seed + 1)
         head = {k: v for k, v in self.global_params.items() if is_head(k)}
-        dim = head["head.weight"].shape[1]
+        self.feature_dim = dim = head["head.weight"].shape[1]
         self.global_params.update(initial_cpn(dim, fed.generator, fed.device))
         local_keys = [k for k in self.global_params if not is_body(k) or options.sync == "round_start"]
         self.initial_local = {**{k: self.global_params[k] for k in local_keys}, **{"g" + k: v for k, v in head.items()}}
@@ -181,27 +188,35 @@ class FedCP(ParameterAveraging):
             self.local = {c: {**self.initial_local, "context": contexts[c]} for c in range(fed.num_clients)}
 
     # -- the model ------------------------------------------------------------------------
-    def policy(self, params: Params, features: Tensor, noise: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    def gumbel_noise(self, n: int, generator: torch.Generator) -> Tensor:
+        """Gumbel(0, 1) noise -log E, E ~ Exp(1), for n samples' (2, d) policy logits (on the CPU)."""
+        return -torch.empty(n, 2, self.feature_dim).exponential_(generator=generator).log()
+
+    def training_noise(self, batch: Tensor) -> Tensor:
+        """A training batch's Gumbel noise, from the run's generator (`Phase.draw`)."""
+        return self.gumbel_noise(len(batch), self.fed.generator)
+
+    def policy(self, params: Params, features: Tensor, gumbel: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(s, r): personal and global shares of every feature, s + r = 1.
 
         CPN input C = f * v / ||v||; a = ReLU(LayerNorm(fc(C))) of size 2d is viewed as (2, d)
         (PFLlib's layout: feature j's pair is (a_j, a_{d+j}), the first going to the personal
-        head) and normalised over the pair by a softmax (or PFLlib's gumbel_softmax, tau 1).
+        head) and normalised over the pair by a softmax (with `gumbel` noise added: PFLlib's
+        gumbel_softmax, tau 1).
         """
         c = features * F.normalize(params["context"], dim=-1)
         a = F.linear(c, params["cpn.fc.weight"], params["cpn.fc.bias"])
         a = F.relu(F.layer_norm(a, a.shape[-1:], params["cpn.ln.weight"], params["cpn.ln.bias"]))
         a = a.view(len(features), 2, -1)
-        if self.options.policy == "gumbel":
-            exponential = torch.empty(a.shape).exponential_(generator=noise or self.fed.generator)
-            a = a - exponential.log().to(a)
+        if gumbel is not None:
+            a = a + gumbel.to(a)
         shares = a.softmax(dim=1)
         return shares[:, 0], shares[:, 1]
 
-    def outputs(self, params: Params, x: Tensor, noise: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    def outputs(self, params: Params, x: Tensor, gumbel: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """(logits = head_p(s * f) + head_g(r * f), body features f)."""
         f = self.fed.features(params, x)
-        s, r = self.policy(params, f, noise)
+        s, r = self.policy(params, f, gumbel)
         return linear(params, "head.", s * f) + linear(params, "ghead.", r * f), f
 
     @property
@@ -211,7 +226,8 @@ class FedCP(ParameterAveraging):
     def forward(self, params: Params, x: Tensor) -> Tensor:
         # Evaluation draws its Gumbel noise from its own generator, so evaluating more or fewer
         # rounds (eval_every, eval_last) never changes the training.
-        return self.outputs(params, x, self.eval_noise)[0]
+        gumbel = self.gumbel_noise(len(x), self.eval_noise) if self.options.policy == "gumbel" else None
+        return self.outputs(params, x, gumbel)[0]
 
     # -- rounds ---------------------------------------------------------------------------
     def receive(self, client: int, context: Tensor | None = None) -> None:
@@ -231,19 +247,18 @@ class FedCP(ParameterAveraging):
                 trained = self.options.context == "head" or self.fed.participations[client] > 0
                 self.receive(client, client_vector(local) if trained else None)
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
+    def local_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor | None, extra: Extra) -> Tensor:
+        """CE of the policy-mixed logits + lamda * MMD(personal body features, global body features)."""
+        logits, f = self.outputs(params, x, extra.get("noise"))
+        with torch.no_grad():
+            f_global = self.fed.features(extra["global_body"], x)
+        return cross_entropy(logits, y, mask) + self.options.lamda * mmd(f, f_global, mask)
+
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
         params = self.client_params(client)
         global_body = {k: v for k, v in params.items() if is_body(k)}  # the personal body starts as the global body
-
-        def loss(p: Params, x: Tensor, y: Tensor) -> Tensor:
-            logits, f = self.outputs(p, x)
-            with torch.no_grad():
-                f_global = self.fed.features(global_body, x)
-            return F.cross_entropy(logits, y) + self.options.lamda * mmd(f, f_global)
-
-        result = local_train(self.fed, params, client, trainable=lambda k: not k.startswith(FROZEN), loss_fn=loss)
-        self.keep(client, result.params)
-        return result
+        draw = self.training_noise if self.options.policy == "gumbel" else None
+        return [Phase(params, trainable=locally_trained, loss_fn=self.local_loss, extra={"global_body": global_body}, draw=draw)]
 
     def keep(self, client: int, params: Params) -> None:
         super().keep(client, params)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
 from fedgmh.config import choice, option
-from fedgmh.engine import LocalResult, Params
+from fedgmh.engine import LocalResult, Params, Phase
 from fedgmh.errors import UserError
 from fedgmh.model import is_head
 
@@ -113,6 +113,7 @@ class GlobalMultiHead(Algorithm):
     @classmethod
     def aliased_bytes(cls, options, sizes) -> int:
         return sizes.head if options.head_alias == "client0" else 0
+    transient = ("prototype_samples",)
 
     def __init__(self, fed, options: GMHOptions) -> None:
         super().__init__(fed, options)
@@ -123,6 +124,7 @@ class GlobalMultiHead(Algorithm):
         self.heads = {k: v.unsqueeze(0).repeat(num_heads, *[1] * v.dim()) for k, v in initial.items() if is_head(k)}
         self.label_weights = [self._label_weights(c) for c in range(fed.num_clients)]
         self.uploads: list[tuple[int, torch.Tensor]] = []
+        self.prototype_samples: dict[int, torch.Tensor] = {}  # drawn after a client's training, used by finish_training
 
     def _label_weights(self, client: int) -> dict[int, float]:
         labels = self.fed.labels[self.fed.train_idx[client]]
@@ -137,7 +139,7 @@ class GlobalMultiHead(Algorithm):
             return download({k: v[0].clone() for k, v in self.heads.items()})  # not a view the server step moves
         weights = self.label_weights[client]
         labels = torch.tensor(list(weights), device=self.fed.device)
-        w = torch.tensor(list(weights.values()), dtype=torch.float32, device=self.fed.device)
+        w = torch.tensor(list(weights.values()), dtype=self.heads["head.weight"].dtype, device=self.fed.device)
         return {k: torch.tensordot(w, v, dims=1) for k, v in download({k: v[labels] for k, v in self.heads.items()}).items()}
 
     def personalise_head(self, client: int) -> None:
@@ -164,35 +166,36 @@ class GlobalMultiHead(Algorithm):
     def eval_params(self, client: int) -> Params:
         return self.params[client]
 
-    def vectorisable(self) -> bool:
-        # with drop_last the prototypes are taken over a fresh shuffle, drawn between two clients' training
-        return super().vectorisable() and not self.fed.options.drop_last
+    def draw_after_training(self, rnd: int, client: int) -> None:
+        self.prototype_samples[client] = self.fed.epoch_samples(client)  # with drop_last a fresh shuffle
 
-    def start_training(self, rnd: int, client: int) -> Params:
-        return self.params[client]
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        return [Phase(self.params[client])]
 
-    def finish_training(self, rnd: int, client: int, before: Params, result: LocalResult) -> None:
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        before, result = phases[0].params, results[0]
         self.params[client] = result.params
         heads_before = {k: v for k, v in before.items() if is_head(k)}
         heads_after = {k: v for k, v in result.params.items() if is_head(k)}
         critical = critical_mask(heads_before, heads_after, self.options.beta, self.options.score, self.options.selection)
         self.masks[client] = critical if self.options.mix == "critical" else {k: ~m for k, m in critical.items()}
-        prototypes = self.prototypes(client, result.params)
+        prototypes = self.prototypes(client, result.params, self.prototype_samples.pop(client))
         # upload: one d_f-float prototype per label, and the labels (LABEL_DTYPE); the server uses
         # them as Python ints
         self.fed.channel.upload([p for _, p in prototypes] + [torch.tensor([s for s, _ in prototypes], dtype=LABEL_DTYPE)])
         self.uploads.extend(prototypes)
         if self.options.head_alias == "client0" and client == 0:  # client 0's head becomes the server head
             self.heads = {k: self.fed.channel.upload(result.params[k]).unsqueeze(0).clone() for k in self.heads}
+        return result
 
     @torch.no_grad()
-    def prototypes(self, client: int, params: Params) -> list[tuple[int, torch.Tensor]]:
-        """Eq. 4-5: per local label, the mean feature of the client's train samples.
+    def prototypes(self, client: int, params: Params, idx: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+        """Eq. 4-5: per local label, the mean feature of the client's train samples `idx`.
 
         With drop_last (official) the samples are those of one shuffled epoch without its last
-        partial batch, like the official DataLoader; a client smaller than a batch uploads nothing.
+        partial batch, like the official DataLoader (`Federation.epoch_samples`, drawn right after
+        the client's training); a client smaller than a batch uploads nothing.
         """
-        idx = self.fed.epoch_indices(client) if self.fed.options.drop_last else self.fed.train_idx[client]
         if len(idx) == 0:
             return []
         feats = torch.cat([self.fed.features(params, self.fed.images[b]) for b in idx.split(self.fed.options.eval_batch_size)])

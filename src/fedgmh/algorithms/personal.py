@@ -21,7 +21,7 @@ import torch
 from fedgmh.algorithms.averaging import ParameterAveraging
 from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
 from fedgmh.config import choice, option
-from fedgmh.engine import Federation, LocalResult, Params, evaluate_clients, local_train, proximal_hook, split_batches, summed_loss
+from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, split_batches, summed_loss
 from fedgmh.errors import UserError
 
 
@@ -114,12 +114,16 @@ class Ditto(ParameterAveraging):
         personal_acc = evaluate_clients(self.fed, self.personal.__getitem__)["test_acc"]
         return (lambda c: self.global_params) if global_acc > personal_acc else self.personal.__getitem__
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        hook = proximal_hook(self.options.mu, self.global_params) if self.options.mu else None
-        personal = local_train(self.fed, self.personal[client], client, epochs=self.options.plocal_epochs, grad_hook=hook)
-        self.personal[client] = personal.params
-        super().train_client(rnd, client)  # the global step; its upload is averaged in aggregate
-        return personal
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        """The personal step, then the global step (FedAvg's; its upload is averaged in aggregate)."""
+        hook = proximal_hook(self.options.mu) if self.options.mu else None
+        personal = Phase(self.personal[client], epochs=self.options.plocal_epochs, grad_hook=hook, extra={"anchor": self.global_params})
+        return [personal, *super().start_training(rnd, client)]
+
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        self.personal[client] = results[0].params
+        super().finish_training(rnd, client, phases[1:], results[1:])
+        return results[0]  # the personal model's training loss is reported
 
 
 # ---------------------------------------------------------------------------------------- FedAMP
@@ -205,13 +209,15 @@ class FedAMP(Algorithm):
     def eval_params(self, client: int) -> Params:
         return self.models[client]
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        hook = None
-        if self.options.proximal == "gradient":
-            hook = proximal_hook(self.options.lamda / self.options.alphaK, self.clouds.pop(client))
-        result = local_train(self.fed, self.models[client], client, grad_hook=hook)
-        self.models[client] = self.fed.channel.upload(result.params)
-        return result
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        if self.options.proximal == "detached":  # the term has no gradient: plain SGD
+            return [Phase(self.models[client])]
+        hook = proximal_hook(self.options.lamda / self.options.alphaK)
+        return [Phase(self.models[client], grad_hook=hook, extra={"anchor": self.clouds.pop(client)})]
+
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        self.models[client] = self.fed.channel.upload(results[0].params)
+        return results[0]
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         self.last_round = list(selected)
@@ -366,7 +372,11 @@ class FedFomo(Algorithm):
             return current, raw
         return unflatten(pull_toward(flat_old, others, weights), old), raw
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
+    def training_fed(self) -> Federation:
+        return self.train_fed
+
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        """Combine the downloads into the client's model (no random numbers), which then trains."""
         downloads = self.downloads.pop(client)
         combined, raw = self.personalise(client, downloads)
         self.fed.channel.upload(raw)  # the server keeps the affinity matrix: the client sends its weights w_n
@@ -374,9 +384,11 @@ class FedFomo(Algorithm):
             self.affinity[client, j] += w
         if self.options.baseline == "pre_training":
             self.pre_training[client] = combined
-        result = local_train(self.train_fed, combined, client)
-        self.models[client] = self.fed.channel.upload(result.params)
-        return result
+        return [Phase(combined)]
+
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        self.models[client] = self.fed.channel.upload(results[0].params)
+        return results[0]
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         self.last_round = list(selected)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
 from fedgmh.algorithms.base import PFLLIB_LOADER, register
 from fedgmh.config import option
-from fedgmh.engine import LocalResult, local_train, proximal_hook
+from fedgmh.engine import LocalResult, Phase, proximal_hook
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
 
@@ -40,11 +40,9 @@ class FedProx(FedAvg):
     paper_row = 2
     Options = FedProxOptions
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        hook = proximal_hook(self.options.mu, self.global_params)  # the global model received this round
-        result = local_train(self.fed, self.client_params(client), client, grad_hook=hook)
-        self.keep(client, result.params)
-        return result
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        anchor = {"anchor": self.global_params}  # the global model received this round
+        return [Phase(self.client_params(client), grad_hook=proximal_hook(self.options.mu), extra=anchor)]
 
 
 @register
@@ -91,8 +89,11 @@ class FedRep(FedPer):
     paper_row = 9
     Options = FedRepOptions
 
-    def train_client(self, rnd: int, client: int) -> LocalResult:
-        head = local_train(self.fed, self.client_params(client), client, epochs=self.options.plocal_epochs, trainable=is_head)
-        body = local_train(self.fed, head.params, client, trainable=is_body)
+    def start_training(self, rnd: int, client: int) -> list[Phase]:
+        head = Phase(self.client_params(client), epochs=self.options.plocal_epochs, trainable=is_head)
+        return [head, Phase(None, trainable=is_body)]  # the body phase starts from the head phase's model
+
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        head, body = results
         self.keep(client, body.params)
         return LocalResult(body.params, head.loss_sum + body.loss_sum, head.num_samples + body.num_samples)
