@@ -1,4 +1,4 @@
-"""GPU slots (fedgmh.gpu_slots): one GPU per concurrent training job, without a GPU.
+"""GPU slots (fedgmh.gpu_slots): a GPU slot per concurrent training job, without a GPU.
 
 The number of GPUs is injected (`num_gpus`), so every test runs on a CPU machine; concurrency is
 tested with real processes that start together at a multiprocessing Barrier.
@@ -26,20 +26,20 @@ CTX = multiprocessing.get_context("spawn")  # no fork of a (possibly multi-threa
 NO_CVD: dict[str, str] = {}  # an environment without CUDA_VISIBLE_DEVICES
 
 
-def _worker(name, lock_dir, num_gpus, barrier, results, stop, timeout_s):
+def _worker(name, lock_dir, num_gpus, barrier, results, stop, timeout_s, jobs_per_gpu=1):
     """Wait at the barrier, take a slot, report (name, index), hold it until `stop` is set."""
     barrier.wait()
-    index, release = acquire_gpu(num_gpus, lock_dir, timeout_s, env={}, poll_s=0.02)
+    index, release = acquire_gpu(num_gpus, lock_dir, timeout_s, jobs_per_gpu=jobs_per_gpu, env={}, poll_s=0.02)
     results.put((name, index))
     stop.wait(30)
     release()
 
 
-def _start(count, lock_dir, num_gpus, timeout_s=20.0):
+def _start(count, lock_dir, num_gpus, timeout_s=20.0, jobs_per_gpu=1):
     barrier, results = CTX.Barrier(count), CTX.Queue()
     stops = [CTX.Event() for _ in range(count)]
     procs = [
-        CTX.Process(target=_worker, args=(i, str(lock_dir), num_gpus, barrier, results, stops[i], timeout_s), daemon=True)
+        CTX.Process(target=_worker, args=(i, str(lock_dir), num_gpus, barrier, results, stops[i], timeout_s, jobs_per_gpu), daemon=True)
         for i in range(count)
     ]
     for proc in procs:
@@ -101,8 +101,8 @@ def test_extra_job_waits_for_the_gpu_a_finished_job_frees(tmp_path: Path) -> Non
         _finish(procs, stops)
 
 
-def _hold_forever(lock_dir, ready):
-    acquire_gpu(1, lock_dir, 5, env={})
+def _hold_forever(lock_dir, ready, jobs_per_gpu=1):
+    acquire_gpu(1, lock_dir, 5, jobs_per_gpu=jobs_per_gpu, env={})
     ready.set()
     time.sleep(60)
 
@@ -121,6 +121,82 @@ def test_slot_of_a_killed_process_is_reusable(tmp_path: Path) -> None:
     index, release = acquire_gpu(1, tmp_path, 0, env=NO_CVD)
     assert index == 0
     release()
+
+
+def test_several_slots_per_gpu_spread_over_the_gpus_first(tmp_path: Path) -> None:
+    taken = [acquire_gpu(3, tmp_path, 0, jobs_per_gpu=2, env=NO_CVD) for _ in range(6)]
+    assert [index for index, _ in taken] == [0, 1, 2, 0, 1, 2]  # every GPU gets a job before any gets two
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "gpu-0+slot1.lock", "gpu-0.lock", "gpu-1+slot1.lock", "gpu-1.lock", "gpu-2+slot1.lock", "gpu-2.lock"]
+    with pytest.raises(GpuSlotTimeout) as err:
+        acquire_gpu(3, tmp_path, 0.1, jobs_per_gpu=2, env=NO_CVD, poll_s=0.02)
+    message = str(err.value)
+    assert "all 6 GPU slot(s) (3 GPU(s) x 2 jobs per GPU)" in message and "--resources gpu=6" in message
+    assert "GPU 2 (2) slot 1: pid" in message
+    taken[4][1]()  # GPU 1's second job ends: a new job goes there, not to a third slot anywhere
+    assert acquire_gpu(3, tmp_path, 0, jobs_per_gpu=2, env=NO_CVD)[0] == 1
+    with pytest.raises(UserError, match="at least 1"):
+        acquire_gpu(3, tmp_path, 0, jobs_per_gpu=0, env=NO_CVD)
+
+
+def test_a_new_job_goes_to_the_gpu_with_the_fewest_jobs(tmp_path: Path) -> None:
+    """Not simply the first free slot: GPU 0 has its slot 0 free but two jobs, GPU 1 only one."""
+    import fcntl
+
+    held = []
+    for name in ("gpu-0+slot1.lock", "gpu-0+slot2.lock", "gpu-1.lock"):  # held by "other jobs"
+        fd = os.open(tmp_path / name, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.append(fd)
+    try:
+        first = acquire_gpu(2, tmp_path, 0, jobs_per_gpu=3, env=NO_CVD)
+        assert first[0] == 1
+        assert acquire_gpu(2, tmp_path, 0, jobs_per_gpu=3, env=NO_CVD)[0] == 0  # 2 jobs each now: lowest index
+        assert acquire_gpu(2, tmp_path, 0, jobs_per_gpu=3, env=NO_CVD)[0] == 1
+        with pytest.raises(GpuSlotTimeout):
+            acquire_gpu(2, tmp_path, 0, jobs_per_gpu=3, env=NO_CVD)
+        for fd in held:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the probe left the other jobs' locks alone
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def test_processes_starting_together_share_each_gpu_evenly(tmp_path: Path) -> None:
+    procs, results, stops, _barrier = _start(5, tmp_path, num_gpus=2, jobs_per_gpu=2)
+    try:
+        got = dict(results.get(timeout=30) for _ in range(4))
+        assert sorted(got.values()) == [0, 0, 1, 1], got  # two jobs on each GPU, never three on one
+        with pytest.raises(queue.Empty):
+            results.get(timeout=0.5)  # the fifth job waits for a slot
+        waiting = (set(range(5)) - set(got)).pop()
+        done = next(name for name, index in got.items() if index == 1)
+        stops[done].set()
+        assert results.get(timeout=10) == (waiting, 1)
+    finally:
+        _finish(procs, stops)
+
+
+def test_slot_of_a_killed_process_is_reusable_with_several_jobs_per_gpu(tmp_path: Path) -> None:
+    holders = []
+    try:
+        for _ in range(2):
+            ready = CTX.Event()
+            proc = CTX.Process(target=_hold_forever, args=(str(tmp_path), ready, 2), daemon=True)
+            proc.start()
+            holders.append(proc)
+            assert ready.wait(30)
+        with pytest.raises(GpuSlotTimeout, match="all 2 GPU slot"):
+            acquire_gpu(1, tmp_path, 0, jobs_per_gpu=2, env=NO_CVD)
+        holders[1].kill()  # SIGKILL: the kernel drops its lock
+        holders[1].join(10)
+        index, release = acquire_gpu(1, tmp_path, 0, jobs_per_gpu=2, env=NO_CVD)
+        assert index == 0
+        release()
+    finally:
+        for proc in holders:
+            proc.kill()
+            proc.join(10)
 
 
 def test_cuda_visible_devices(tmp_path: Path) -> None:
@@ -181,20 +257,43 @@ def test_pick_device_cuda_auto_holds_a_slot_per_call(tmp_path: Path, monkeypatch
         gpu_slots.release_held()
     assert pick_device("cuda:auto") == torch.device("cuda", 0)  # released: free again
     gpu_slots.release_held()
+    try:  # two jobs per GPU: four jobs fit on the two GPUs, spread over both first
+        assert [pick_device("cuda:auto", jobs_per_gpu=2).index for _ in range(4)] == [0, 1, 0, 1]
+        with pytest.raises(GpuSlotTimeout, match="2 jobs per GPU"):
+            pick_device("cuda:auto", jobs_per_gpu=2)
+    finally:
+        gpu_slots.release_held()
 
 
 def test_workflow_gives_gpu_jobs_a_slot(tmp_path: Path) -> None:
-    """device cuda (or auto on a GPU machine) -> `fedgmh train --device cuda:auto`; cuda:N stays as is."""
+    """device cuda (or auto on a GPU machine) -> `fedgmh train --device cuda:auto --jobs-per-gpu J`
+    with J = config jobs_per_gpu and one unit of `gpu` per job; cuda:N stays as is, without slots;
+    cpu declares no gpu resource."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    commands = {}
-    for device in ("cuda", "cuda:1"):
+    devices, resources = {}, {}
+    for device, jobs_per_gpu in (("cuda", 1), ("cuda", 4), ("cuda:1", 4), ("cpu", 4)):
         result = subprocess.run(
             [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-             "-n", "-p", "all_runs", "--cores", "2", "--resources", "gpu=2", "--configfile", str(REPO / "config" / "smoke.yaml"),
-             "--config", f"device={device}"],
+             "-n", "-p", "all_runs", "--cores", "2", "--resources", "gpu=8", "--configfile", str(REPO / "config" / "smoke.yaml"),
+             "--config", f"device={device}", f"jobs_per_gpu={jobs_per_gpu}"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
         )
         out = result.stdout + result.stderr
         assert result.returncode == 0, out[-3000:]
-        commands[device] = {m for m in re.findall(r"fedgmh train .*?--device (\S+)", out)}
-    assert commands == {"cuda": {"cuda:auto"}, "cuda:1": {"cuda:1"}}
+        devices[device, jobs_per_gpu] = set(re.findall(r"fedgmh train .*?--device (\S+(?: --jobs-per-gpu \d+)?)\s+--threads", out))
+        resources[device, jobs_per_gpu] = set(re.findall(r"resources: .*?\b(gpu=\d+)", out))
+    assert devices == {
+        ("cuda", 1): {"cuda:auto --jobs-per-gpu 1"},
+        ("cuda", 4): {"cuda:auto --jobs-per-gpu 4"},
+        ("cuda:1", 4): {"cuda:1"},
+        ("cpu", 4): {"cpu"},
+    }
+    assert resources == {("cuda", 1): {"gpu=1"}, ("cuda", 4): {"gpu=1"}, ("cuda:1", 4): {"gpu=1"}, ("cpu", 4): set()}
+
+
+def test_train_cli_refuses_zero_jobs_per_gpu(capsys: pytest.CaptureFixture) -> None:
+    from fedgmh.cli import main
+
+    assert main(["train", "--dataset", "digits", "--root", "nowhere", "--partition", "none.npz", "--algorithm", "fedavg",
+                 "--rounds", "1", "--device", "cuda:auto", "--jobs-per-gpu", "0", "--out", "nowhere"]) == 2
+    assert "--jobs-per-gpu 0: at least 1 job per GPU" in capsys.readouterr().err

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 PAPER = REPO / "config" / "config.yaml"
 SMOKE = REPO / "config" / "smoke.yaml"
+TABLE2_FULL = REPO / "config" / "table2_full.yaml"
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -144,6 +145,31 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     assert "--target 70 75" in command and '"fedgmh": [68, 185]' in command
     command = next(line for line in out.splitlines() if "fedgmh compare" in line)
     assert str(REPO / "reference" / "fedgmh_paper_tables.csv") in command  # found next to the Snakefile
+
+
+def test_table2_full_plans_the_paper_runs_of_table2s_offline_columns(tmp_path: Path) -> None:
+    """config/table2_full.yaml: 4 settings x 12 methods x 5 seeds on GPU slots, and each run is the
+    paper config's run of that cell (same protocol and options, same name: same folders and run keys)."""
+    full, paper = yaml.safe_load(TABLE2_FULL.read_text()), yaml.safe_load(PAPER.read_text())
+    shared = ("name", "clients", "train_ratio", "partition_seed", "rounds", "join_ratio", "local_epochs", "batch_size", "lr",
+              "seeds", "train_options", "reference_tables")
+    assert {k: full[k] for k in shared} == {k: paper[k] for k in shared}
+    assert full["algorithm_options"] == {"fedgmh": paper["algorithm_options"]["fedgmh"]}
+    assert full["experiments"]["table2"]["algorithms"] == paper["experiments"]["table2"]["algorithms"]
+    assert full["experiments"]["table2"]["settings"] == [s for s in paper["experiments"]["table2"]["settings"] if s["dataset"] != "cifar10"]
+
+    result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "16", "--configfile", str(TABLE2_FULL), "--resources", "gpu=8",
+                       timeout=180)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    counts = job_counts(out)
+    assert counts["train"] == 4 * 12 * 5 == 240 and counts["run_record"] == 240
+    assert counts["download"] == 2 and counts["partition"] == 4 and counts["table"] == 1 and counts["compare"] == 1
+    train = [line for line in out.splitlines() if "fedgmh train" in line]
+    assert len(train) == 240 and all("--device cuda:auto --jobs-per-gpu 8 --threads 1" in c for c in train)
+    assert set(re.findall(r"resources: .*?\b(gpu=\d+)", out)) == {"gpu=1"}
+    assert any("--algorithm fedcp --rounds 300" in c and "--out results/paper/runs/table2/cifar100_c5_a5/fedcp/seed4" in c for c in train)
+    assert "paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed0" in out  # where the records are put
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:

@@ -150,6 +150,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
     from fedgmh.config import TrainConfig, parse_overrides
     from fedgmh.train import run_training
 
+    if args.jobs_per_gpu < 1:
+        raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
     config = TrainConfig(
         dataset=args.dataset,
         root=args.root,
@@ -166,7 +168,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
         overrides=parse_overrides(args.set),
     )
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
-                          stores=[Path(s) for s in args.store], overwrite=args.overwrite)
+                          stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu)
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
@@ -234,7 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="default %(default)s")
     p.add_argument("--lr", type=float, default=defaults["lr"], help="default %(default)s")
     p.add_argument("--seed", type=int, default=defaults["seed"], help="default %(default)s")
-    p.add_argument("--device", default=defaults["device"], help="cpu, cuda, cuda:N, cuda:auto (a free GPU, locked for the run: one job per GPU) or auto (CUDA when available; the default)")
+    p.add_argument("--device", default=defaults["device"], help="cpu, cuda, cuda:N, cuda:auto (a free GPU slot, locked for the run: see --jobs-per-gpu) or auto (CUDA when available; the default)")
+    p.add_argument("--jobs-per-gpu", type=int, default=1, metavar="J",
+                   help="with --device cuda:auto: slots per GPU, i.e. how many training jobs may share one GPU (default 1); results do not depend on it")
     p.add_argument("--threads", type=int, default=defaults["threads"], help="torch CPU threads (default: torch's choice)")
     p.add_argument(
         "--set",

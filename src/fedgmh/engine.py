@@ -43,13 +43,29 @@ Draw = Callable[[torch.Tensor], torch.Tensor]
 Forward = Callable[[Params, torch.Tensor], torch.Tensor]
 
 
-@dataclass
 class LocalResult:
-    """What a call of `local_train` returns: the new parameters and the training loss it saw."""
+    """What a call of `local_train` returns: the new parameters and the training loss it saw.
 
-    params: Params
-    loss_sum: float = 0.0
-    num_samples: int = 0
+    `loss_sum` may be given as a 0-d tensor on the device; it is read (a host sync on a GPU) only
+    when asked for, so that `play_round` reads the losses of all of a round's clients at once.
+    Reading it gives the float the tensor holds, exactly as `float(tensor)` at creation would.
+    """
+
+    def __init__(self, params: Params, loss_sum: float | torch.Tensor = 0.0, num_samples: int = 0) -> None:
+        self.params, self.num_samples, self._loss = params, num_samples, loss_sum
+
+    @property
+    def loss_sum(self) -> float:
+        if isinstance(self._loss, torch.Tensor):
+            self._loss = float(self._loss)
+        return self._loss
+
+    @loss_sum.setter
+    def loss_sum(self, value: float | torch.Tensor) -> None:
+        self._loss = value
+
+    def __repr__(self) -> str:
+        return f"LocalResult(params={sorted(self.params)}, loss_sum={self._loss!r}, num_samples={self.num_samples})"
 
 
 class Channel:
@@ -141,7 +157,7 @@ class Federation:
         `drop_last` (PFLlib's DataLoader)."""
         idx = self.train_idx[client]
         if shuffle:
-            idx = idx[torch.randperm(len(idx), generator=self.generator).to(idx.device)]
+            idx = idx[torch.randperm(len(idx), generator=self.generator).to(idx.device, non_blocking=True)]  # no host sync
         return idx[: len(idx) - len(idx) % self.batch_size] if self.options.drop_last else idx
 
     def shuffled_batches(self, client: int) -> Iterator[torch.Tensor]:
@@ -236,7 +252,8 @@ def local_train(
     replaces cross-entropy, `grad_hook(name, param, grad, extra)` may change a gradient before the
     step (e.g. a proximal term), `extra` holds the client's tensors that both read, `draw(batch)`
     the random numbers each batch's loss needs (`Phase`). Returns NEW tensors; `params` is not
-    modified. `vectorised.train_phases_many` is the batched counterpart.
+    modified. `vectorised.train_phases_many` is the batched counterpart. The loss is summed on the
+    device and left there (LocalResult reads it when asked): no host sync in the loop.
     """
     epochs = fed.local_epochs if epochs is None else epochs
     lr = fed.client_lr(client) if lr is None else lr
@@ -246,7 +263,8 @@ def local_train(
     names = [k for k in params if trainable is None or trainable(k)]
     for k in names:
         params[k].requires_grad_(True)
-    loss_sum, seen = torch.zeros((), device=fed.device), 0
+    # float64 on the device: the same sum as adding float(loss) * len(batch) in Python, without a sync
+    loss_sum, seen = torch.zeros((), dtype=torch.float64, device=fed.device), 0
     for _ in range(epochs):
         for batch in fed.shuffled_batches(client):
             x, y = fed.images[batch], fed.labels[batch]
@@ -257,9 +275,9 @@ def local_train(
                     if grad_hook is not None:
                         g = grad_hook(k, params[k], g, extra)
                     params[k].add_(g, alpha=-lr)
-            loss_sum += loss.detach() * len(batch)
+            loss_sum += loss.detach().double() * len(batch)
             seen += len(batch)
-    return LocalResult({k: v.detach() for k, v in params.items()}, float(loss_sum), seen)
+    return LocalResult({k: v.detach() for k, v in params.items()}, loss_sum, seen)
 
 
 def train_phases(fed: Federation, phases: list[Phase], client: int) -> list[LocalResult]:
@@ -284,6 +302,8 @@ def predict(fed: Federation, params: Params, idx: torch.Tensor, forward: Forward
         losses.append(F.cross_entropy(logits, y, reduction="none"))
     if not correct:
         return torch.zeros(0, dtype=torch.bool, device=fed.device), torch.zeros(0, device=fed.device)
+    if len(correct) == 1:  # a client's test split is usually one batch: no copy
+        return correct[0], losses[0]
     return torch.cat(correct), torch.cat(losses)
 
 
@@ -314,8 +334,10 @@ class EvalCache:
         same = all(old is t and version == t._version for (old, version), t in zip(entry[0], params.values()))
         return entry[1] if same else None
 
-    def put(self, client: int, params: Params, result: tuple[float, float]) -> None:
-        self.entries[client] = (self._signature(params), result)
+    def put(self, client: int, params: Params, result: tuple[float, float], signature: tuple | None = None) -> None:
+        """Remember `result` for `params`; `signature`: `_signature(params)` taken when the result
+        was computed, if the tensors may have changed in place since."""
+        self.entries[client] = (self._signature(params) if signature is None else signature, result)
 
 
 def with_label_prior(fed: Federation, client: int, forward: Forward | None) -> Forward:
@@ -336,20 +358,28 @@ def evaluate_clients(
     One pass per client, also when clients share a model: a sample's logits then never depend on
     which other clients happen to be in the same batch, so a cached result is bit-identical to a
     fresh one (and on CPU batches of a client's ~150-200 samples run as fast as batches of 1000).
+    Each client's counts are summed on the device and all of them read in one transfer at the end
+    (one host sync per call, not two per client); the sums are the same as read one by one.
     """
     correct = np.zeros(fed.num_clients)
     losses = np.zeros(fed.num_clients)
     total = np.array([len(idx) for idx in fed.test_idx], dtype=float)
+    fresh = []  # (client, params, their signature now, [hits, loss sum] on the device)
     for client in range(fed.num_clients):
         params = params_of(client)
         cached = cache.get(client, params) if cache is not None else None
         if cached is None:
             client_forward = forward if fed.options.eval_prior == "none" else with_label_prior(fed, client, forward)
             hits, sample_losses = predict(fed, params, fed.test_idx[client], client_forward)
-            cached = float(hits.sum()), float(sample_losses.double().sum())
-            if cache is not None:
-                cache.put(client, params, cached)
-        correct[client], losses[client] = cached
+            signature = EvalCache._signature(params) if cache is not None else None
+            fresh.append((client, params, signature, torch.stack([hits.sum().double(), sample_losses.double().sum()])))
+        else:
+            correct[client], losses[client] = cached
+    read = torch.stack([sums for *_, sums in fresh]).tolist() if fresh else []
+    for (client, params, signature, _), (hits, loss) in zip(fresh, read):
+        correct[client], losses[client] = hits, loss
+        if cache is not None:
+            cache.put(client, params, (hits, loss), signature)
     loss_sum = float(losses.sum())
     accs = correct / np.maximum(total, 1)
     return {
@@ -518,16 +548,37 @@ class Diverged(UserError):
     """A run's model diverged: it cannot produce meaningful numbers, so it stops."""
 
 
-def divergence(result: LocalResult) -> str | None:
+def divergence(result: LocalResult, all_finite: bool | None = None) -> str | None:
     """What shows that a client's local training diverged: a NaN loss or a parameter that is no
     longer finite. An infinite loss alone is not divergence: FedRoD's Balanced Softmax gives +inf,
-    with finite gradients, for a sample of a class its counted epoch lacked (PFLlib does the same)."""
+    with finite gradients, for a sample of a class its counted epoch lacked (PFLlib does the same).
+    `all_finite`: whether every parameter is known to be finite already (see `_check_trained`)."""
     if math.isnan(result.loss_sum):
         return "the training loss is nan"
+    if all_finite:
+        return None
     for name, tensor in result.params.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             return f"its parameter {name} is no longer finite (training loss {result.loss_sum})"
     return None
+
+
+def _check_trained(results: list[LocalResult]) -> list[str | None]:
+    """`divergence` of each result, reading from the device once for all of them: the losses still
+    on the device and, per client, whether all its parameters are finite (instead of a host sync
+    per client and per parameter)."""
+    flags, pending = [], []
+    for result in results:
+        floating = [t.reshape(-1) for t in result.params.values() if t.is_floating_point()]
+        flags.append(torch.isfinite(torch.cat(floating)).all().double() if floating else None)
+        if isinstance(result._loss, torch.Tensor):
+            pending.append(result)
+    values = [f for f in flags if f is not None] + [r._loss.double() for r in pending]
+    read = iter(torch.stack(values).tolist() if values else [])
+    finite = [None if f is None else bool(next(read)) for f in flags]
+    for result in pending:
+        result.loss_sum = next(read)  # the float the device holds, as float(tensor) would give
+    return [divergence(result, ok if ok is not None else True) for result, ok in zip(results, finite)]
 
 
 def play_round(
@@ -547,9 +598,9 @@ def play_round(
         raise Diverged(f"round {rnd}: the test loss is nan (the models diverged; try a smaller --lr); "
                        "the run is stopped and nothing is written")
     trained = selected if train else []
+    results = list(algorithm.train_clients(rnd, trained)) if trained else []
     loss_sum, seen = 0.0, 0
-    for client, result in zip(trained, algorithm.train_clients(rnd, trained) if trained else []):
-        problem = divergence(result)
+    for client, result, problem in zip(trained, results, _check_trained(results)):
         if problem:
             raise Diverged(f"round {rnd}, client {client}: {problem} (the model diverged; try a smaller --lr); "
                            "the run is stopped and nothing is written")

@@ -1,19 +1,28 @@
-"""GPU slots: give every concurrent training job on one machine a GPU of its own.
+"""GPU slots: give every concurrent training job on one machine a slot on a GPU.
 
 `snakemake ... --resources gpu=K` lets at most K training jobs run at once, but Snakemake does not
-say WHICH GPU a job should use. `fedgmh train --device cuda:auto` asks this module: it takes an
-exclusive OS lock (`fcntl.flock`) on one lock file per GPU, trying GPU 0, 1, ... in order with
-non-blocking locks, and uses the first GPU whose lock it gets. The lock is held for the whole
-run. Because it is a kernel lock on an open file (not the existence of a file), it is released when
-the process ends in any way, killed included, so a crashed job never blocks a GPU; two jobs that
-start at the same instant can never get the same GPU.
+say WHICH GPU a job should use. `fedgmh train --device cuda:auto --jobs-per-gpu J` asks this module:
+every GPU has J slots, one lock file each, and the job takes an exclusive OS lock (`fcntl.flock`)
+on one free slot of the GPU with the fewest jobs (lowest index on a tie), with non-blocking locks.
+The lock is held for the whole run. Because it is a kernel lock on an open file (not the existence
+of a file), it is released when the process ends in any way, killed included, so a crashed job never
+blocks a slot; two jobs that start at the same instant can never get the same slot. With J = 1 (the
+default) a job has a GPU to itself; with J > 1 up to J jobs share each GPU, and jobs are spread over
+the GPUs before any GPU gets a second one. K should then be (number of GPUs) x J.
 
-When every GPU is taken the job polls until one is freed, and after `timeout_s` (default 600 s,
+Sharing a GPU changes nothing in a run's numbers: each job is its own process with its own data,
+model, RNG streams and record, exactly as when it runs alone. The jobs' kernels share the GPU by
+time-slicing; with NVIDIA's CUDA MPS daemon running (started by an administrator), kernels of
+different processes overlap, which helps small models like ours. MPS is optional.
+
+When every slot is taken the job polls until one is freed, and after `timeout_s` (default 600 s,
 `$FEDGMH_GPU_WAIT_S`) stops with an error that names the holders.
 
 Where the lock files live: `$FEDGMH_GPU_LOCK_DIR`, else `<tmp>/fedgmh-gpu-slots-<user>` (plus
 `-slurm<job id>` inside a SLURM job). Jobs that should share GPUs must share this folder, which
-must be on a local file system (one per machine: the GPUs are per machine too).
+must be on a local file system (one per machine: the GPUs are per machine too). Slot 0 of a GPU is
+`gpu-<id>.lock` (the only slot with J = 1), slot j > 0 `gpu-<id>+slot<j>.lock`, so jobs started
+with different J still agree about who holds what.
 
 `CUDA_VISIBLE_DEVICES` is honoured: the GPUs are the visible ones (torch numbers them 0..n-1), and
 their lock files are named after the entries of the variable (e.g. `gpu-2.lock` for the physical
@@ -92,8 +101,9 @@ def default_timeout(env: Mapping[str, str] | None = None) -> float:
         raise UserError(f"FEDGMH_GPU_WAIT_S={value!r} is not a number of seconds") from None
 
 
-def _lock_name(key: str) -> str:
-    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key) + ".lock"
+def _lock_name(key: str, slot: int = 0) -> str:
+    """`gpu-<key>.lock` for slot 0, `gpu-<key>+slot<j>.lock` after it ("+" never occurs in a cleaned key)."""
+    return "gpu-" + re.sub(r"[^A-Za-z0-9_.-]", "_", key) + (f"+slot{slot}" if slot else "") + ".lock"
 
 
 def _holder(path: Path) -> str:
@@ -108,29 +118,76 @@ def _no_release() -> None:
     pass
 
 
+def _try_lock(path: Path) -> int | None:
+    """An open descriptor holding the exclusive lock on `path`, or None when another process holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as err:
+        raise UserError(f"cannot open the GPU lock file {path}: {err} (set FEDGMH_GPU_LOCK_DIR)") from err
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except OSError as err:
+        os.close(fd)
+        raise UserError(f"cannot lock {path}: {err}; put FEDGMH_GPU_LOCK_DIR on a local file system") from err
+    return fd
+
+
+def _take_best_slot(paths: dict[tuple[int, int], Path], jobs_per_gpu: int) -> tuple[int, int, int] | None:
+    """Lock every free slot at once, keep one of the GPU with the fewest other holders (then the
+    lowest GPU index, then the lowest slot), unlock the rest; (gpu, slot, fd) or None if none is free.
+
+    Holding all free slots for that instant makes the count of other holders exact, and a job that
+    starts at the same moment and finds them taken just polls again."""
+    got = {}
+    try:
+        for where, path in paths.items():
+            fd = _try_lock(path)
+            if fd is not None:
+                got[where] = fd
+    except BaseException:
+        for fd in got.values():
+            os.close(fd)
+        raise
+    if not got:
+        return None
+    busy = {gpu: jobs_per_gpu - sum(1 for g, _ in got if g == gpu) for gpu, _ in paths}
+    best = min(got, key=lambda where: (busy[where[0]], where[0], where[1]))
+    for where, fd in got.items():
+        if where != best:
+            os.close(fd)
+    return best[0], best[1], got[best]
+
+
 def acquire_gpu(
     num_gpus: int,
     lock_dir: str | os.PathLike | None = None,
     timeout_s: float | None = None,
     *,
+    jobs_per_gpu: int = 1,
     env: Mapping[str, str] | None = None,
     poll_s: float = 0.5,
     on_wait: Callable[[str], None] | None = None,
 ) -> tuple[int, Callable[[], None]]:
-    """Lock a free GPU among the `num_gpus` visible ones; return (index, release).
+    """Lock a free slot on one of the `num_gpus` visible GPUs (`jobs_per_gpu` slots each); return
+    (index, release).
 
-    `index` is the torch index (`cuda:<index>`); `release()` unlocks it (idempotent; the lock also
-    goes away when the process exits). Raises GpuSlotTimeout when no GPU is free after `timeout_s`
-    seconds (0: try once), UserError when there is no GPU or the lock folder is unusable.
+    `index` is the torch index (`cuda:<index>`); `release()` unlocks the slot (idempotent; the lock
+    also goes away when the process exits). Raises GpuSlotTimeout when no slot is free after
+    `timeout_s` seconds (0: try once), UserError when there is no GPU or the lock folder is unusable.
     `env` (default os.environ) supplies CUDA_VISIBLE_DEVICES; `on_wait` gets one message when the
     call starts waiting.
     """
     env = os.environ if env is None else env
     if num_gpus < 1:
         raise UserError("no GPU is visible (torch.cuda.device_count() is 0); use --device cpu")
+    if jobs_per_gpu < 1:
+        raise UserError(f"jobs per GPU must be at least 1 (got {jobs_per_gpu})")
     visible = visible_devices(env)
     if visible is not None and len(visible) == 1 and num_gpus == 1:
-        return 0, _no_release  # the scheduler gave this job its GPU: nothing to share
+        return 0, _no_release  # the scheduler gave this job its GPU: nothing to choose
     if visible is not None and len(visible) == num_gpus:
         keys = visible
     else:
@@ -141,24 +198,16 @@ def acquire_gpu(
         lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as err:
         raise UserError(f"cannot create the GPU lock folder {lock_dir}: {err} (set FEDGMH_GPU_LOCK_DIR)") from err
+    paths = {(gpu, slot): lock_dir / _lock_name(key, slot) for slot in range(jobs_per_gpu) for gpu, key in enumerate(keys)}
+    slots = len(paths)
+    per_gpu = f" ({num_gpus} GPU(s) x {jobs_per_gpu} jobs per GPU)" if jobs_per_gpu > 1 else ""
 
     deadline = time.monotonic() + timeout_s
     waiting = False
     while True:
-        for index, key in enumerate(keys):
-            path = lock_dir / _lock_name(key)
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as err:
-                raise UserError(f"cannot open the GPU lock file {path}: {err} (set FEDGMH_GPU_LOCK_DIR)") from err
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            except OSError as err:
-                os.close(fd)
-                raise UserError(f"cannot lock {path}: {err}; put FEDGMH_GPU_LOCK_DIR on a local file system") from err
+        taken = _take_best_slot(paths, jobs_per_gpu)
+        if taken is not None:
+            index, slot, fd = taken
             # who holds it, for the messages of jobs that wait (the lock, not this text, is what counts)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
@@ -172,14 +221,17 @@ def acquire_gpu(
             return index, release
         now = time.monotonic()
         if now >= deadline:
-            holders = "; ".join(f"GPU {i} ({key}): {_holder(lock_dir / _lock_name(key))}" for i, key in enumerate(keys))
+            holders = "; ".join(
+                f"GPU {gpu} ({keys[gpu]})" + (f" slot {slot}" if jobs_per_gpu > 1 else "") + f": {_holder(path)}"
+                for (gpu, slot), path in paths.items()
+            )
             raise GpuSlotTimeout(
-                f"no free GPU after waiting {timeout_s:g} s: all {num_gpus} GPU slot(s) in {lock_dir} are held ({holders}). "
-                f"Run at most {num_gpus} training job(s) at once (snakemake ... --resources gpu={num_gpus}), "
+                f"no free GPU after waiting {timeout_s:g} s: all {slots} GPU slot(s){per_gpu} in {lock_dir} are held ({holders}). "
+                f"Run at most {slots} training job(s) at once (snakemake ... --resources gpu={slots}), "
                 "or wait longer with FEDGMH_GPU_WAIT_S=SECONDS"
             )
         if not waiting and on_wait is not None:
-            on_wait(f"all {num_gpus} GPU(s) are in use (locks in {lock_dir}); waiting up to {timeout_s:g} s for one to free up")
+            on_wait(f"all {slots} GPU slot(s){per_gpu} are in use (locks in {lock_dir}); waiting up to {timeout_s:g} s for one to free up")
         waiting = True
         time.sleep(min(poll_s, max(deadline - now, 0.0)))
 
@@ -187,9 +239,9 @@ def acquire_gpu(
 _HELD: list[Callable[[], None]] = []  # releases of the slots this process holds until it exits
 
 
-def hold_gpu_for_process(num_gpus: int) -> int:
+def hold_gpu_for_process(num_gpus: int, jobs_per_gpu: int = 1) -> int:
     """Take a GPU slot for the rest of this process (released at exit); return its torch index."""
-    index, release = acquire_gpu(num_gpus, on_wait=lambda message: print(f"fedgmh: {message}", file=sys.stderr, flush=True))
+    index, release = acquire_gpu(num_gpus, jobs_per_gpu=jobs_per_gpu, on_wait=lambda message: print(f"fedgmh: {message}", file=sys.stderr, flush=True))
     _HELD.append(release)
     return index
 

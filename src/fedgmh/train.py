@@ -32,14 +32,15 @@ from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
 
 
-def pick_device(name: str) -> torch.device:
-    """cpu, cuda, cuda:N, auto (CUDA when available) or cuda:auto (a free GPU slot, see gpu_slots)."""
+def pick_device(name: str, jobs_per_gpu: int = 1) -> torch.device:
+    """cpu, cuda, cuda:N, auto (CUDA when available) or cuda:auto (a free GPU slot, see gpu_slots;
+    `jobs_per_gpu` slots per GPU)."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == gpu_slots.SLOT_DEVICE:
         if not torch.cuda.is_available():
             raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
-        index = gpu_slots.hold_gpu_for_process(torch.cuda.device_count())  # held until this process exits
+        index = gpu_slots.hold_gpu_for_process(torch.cuda.device_count(), jobs_per_gpu)  # held until this process exits
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     try:
@@ -162,7 +163,7 @@ def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None
 
 
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
-                 stores: list[Path] | None = None, overwrite: bool = False) -> dict:
+                 stores: list[Path] | None = None, overwrite: bool = False, jobs_per_gpu: int = 1) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
@@ -172,9 +173,11 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     (`finished_run`), it is returned and nothing is trained; a finished run of other settings there
     is refused unless `overwrite` (then replaced, when this run completes). `out_dir` is checked (created and written to for a test) before
     anything else is done, so a bad folder is reported at once, not when the run ends.
+    `jobs_per_gpu`: how many jobs share a GPU under `--device cuda:auto` (gpu_slots); it changes
+    where the run trains, never its numbers.
     """
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
-    device = pick_device(config.device)
+    device = pick_device(config.device, jobs_per_gpu)
     out_dir = Path(out_dir)
     check_writable_folder(out_dir)  # now, not when the run ends
     if device.type == "cuda":  # same config + seed = same result, also with cuDNN
@@ -246,6 +249,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "started_utc": started.isoformat(),
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "threads": torch.get_num_threads(),
+        **({"jobs_per_gpu": jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
         "host": platform.node(),
         "results_version": fedgmh.RESULTS_VERSION,
         "versions": {

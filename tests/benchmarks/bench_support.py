@@ -4,6 +4,8 @@ needed), reference loops, FLOP counts, and the fixtures the benchmark modules im
 (Not named conftest.py: tests/conftest.py is imported under that module name by the other tests.)
 
 FEDGMH_BENCH_TF32=1 allows TensorFloat-32 on CUDA (off by default, as in `fedgmh train`).
+`Rounds` plays full-scale rounds of one algorithm; `RunWorkers` plays them in several processes at
+once (the runs-per-GPU-hour benchmark, with the workload of Table 2 and of the paper config below).
 
 The data are random images with the shapes of MNIST and CIFAR-100 and the paper's layout: 100
 clients, each holding `total / 100` samples of C classes, 75 % train / 25 % test. Benchmarks run on
@@ -13,16 +15,22 @@ FEDGMH_BENCH_DEVICE (default cpu; `cuda` on a GPU machine) with FEDGMH_BENCH_THR
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
+import traceback
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
+from fedgmh import engine as fedgmh_engine
+from fedgmh.algorithms import get_algorithm
 from fedgmh.config import EngineOptions
-from fedgmh.engine import Federation
+from fedgmh.engine import Federation, make_eval_cache, play_round
 from fedgmh.model import FedAvgCNN
+from fedgmh.train import resolve_options
 
 
 @dataclass(frozen=True)
@@ -160,3 +168,172 @@ def bare_rates():
         return cache[name]
 
     return rates
+
+
+# ------------------------------------------------------------------------------ full-scale rounds
+
+
+class Rounds:
+    """Plays successive full-scale rounds (100 clients, 20 % selected, E = 2, all evaluated)
+    of one algorithm, counting the samples that go through training and inference."""
+
+    def __init__(self, algorithm: str, shape: str, seed: int = 0, **engine) -> None:
+        self.fed = synthetic_federation(SHAPES[shape], seed=seed, **engine)
+        options, _ = resolve_options(algorithm, {})
+        self.algorithm = get_algorithm(algorithm)(self.fed, options)
+        self.cache = make_eval_cache(self.fed, self.algorithm)
+        self.rng, self.rnd, self.counts = np.random.RandomState(seed), 0, []
+        # training samples from what local training reports (the vectorised path bypasses
+        # fed.forward); inference samples from the gradient-free forward passes
+        forward, features, train_clients = self.fed.forward, self.fed.features, self.algorithm.train_clients
+        self.fed.forward = lambda p, x: self._count_inference(len(x)) or forward(p, x)
+        self.fed.features = lambda p, x: self._count_inference(len(x)) or features(p, x)
+        self.algorithm.train_clients = lambda rnd, selected: self._count_training(train_clients(rnd, selected))
+
+    def _count_inference(self, n: int) -> None:
+        if not torch.is_grad_enabled():
+            self.counts[-1]["infer"] += n
+
+    def _count_training(self, results):
+        self.counts[-1]["train"] += sum(r.num_samples for r in results)
+        return results
+
+    def __call__(self) -> None:
+        self.counts.append({"train": 0, "infer": 0})
+        selected = [int(c) for c in self.rng.choice(self.fed.num_clients, self.fed.num_clients // 5, replace=False)]
+        play_round(self.fed, self.algorithm, self.rnd, selected, cache=self.cache)
+        self.rnd += 1
+        synchronize()
+
+
+# ------------------------------------------------------------------- runs per GPU-hour (Table 2)
+
+#: rounds of a run at the paper's protocol, per dataset shape
+PROTOCOL_ROUNDS = {"mnist": 200, "cifar100": 300}
+#: Table 2's offline columns (no CIFAR-10): 12 methods x 2 settings x 5 seeds per dataset
+TABLE2_RUNS = {"mnist": 120, "cifar100": 120}
+#: the paper config (config/config.yaml) without CIFAR-10: (shape, join ratio, runs), counted from
+#: the plan of tests/test_workflow.py (1065 runs, runs shared by experiments trained once), all E = 2:
+#: MNIST 120 (Table 2) + 15 (Table 5's ablations) + 35 (audit); CIFAR-100 at rho 0.2: 120 (Table 2)
+#: + 15 (Table 5) + 45 (Table 6) + 20 (Table 7) + 35 (audit) + 10 (audit_beta); Table 4: 60 runs at
+#: each of rho 0.4, 0.6, 0.8, 1.0. 655 runs; Table 3 and the other CIFAR-10 runs (410) are left out.
+PAPER_WORKLOAD = [("mnist", 0.2, 170), ("cifar100", 0.2, 245), ("cifar100", 0.4, 60), ("cifar100", 0.6, 60),
+                  ("cifar100", 0.8, 60), ("cifar100", 1.0, 60)]
+
+
+def bench_jobs() -> list[int]:
+    """FEDGMH_BENCH_JOBS: how many runs to train at once on the device, e.g. "1,4,8" (default 1)."""
+    return [int(j) for j in os.environ.get("FEDGMH_BENCH_JOBS", "1").split(",") if j.strip()]
+
+
+def bench_rounds_per_call() -> int:
+    """FEDGMH_BENCH_ROUNDS: rounds each run plays per timed call (default 10 on CUDA, 1 on CPU)."""
+    return int(os.environ.get("FEDGMH_BENCH_ROUNDS") or (10 if bench_device().type == "cuda" else 1))
+
+
+def run_worker(conn, algorithm: str, shape: str, seed: int) -> None:
+    """One run in its own process, set up as `fedgmh train` sets up a run (threads, TF32 off,
+    deterministic cuDNN); plays the number of rounds it is sent and answers (seconds, seconds of
+    evaluation) until it is sent None."""
+    try:
+        torch.set_num_threads(int(os.environ.get("FEDGMH_BENCH_THREADS", "1")))
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = os.environ.get("FEDGMH_BENCH_TF32") == "1"
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+        rounds = Rounds(algorithm, shape, seed=seed)
+        spent = {"eval": 0.0}
+        evaluate = fedgmh_engine.evaluate_clients
+
+        def timed_evaluation(*args, **kwargs):  # play_round calls the engine's module-level function
+            synchronize()
+            start = time.perf_counter()
+            metrics = evaluate(*args, **kwargs)
+            synchronize()
+            spent["eval"] += time.perf_counter() - start
+            return metrics
+
+        fedgmh_engine.evaluate_clients = timed_evaluation
+        conn.send("ready")
+        while (count := conn.recv()) is not None:
+            spent["eval"], start = 0.0, time.perf_counter()
+            for _ in range(count):
+                rounds()
+            conn.send((time.perf_counter() - start, spent["eval"]))
+    except Exception:  # noqa: BLE001 - the parent reports it
+        conn.send(("error", traceback.format_exc()))
+
+
+class RunWorkers:
+    """`jobs` runs of one algorithm and shape (seeds 0..jobs-1), each in its own process on the
+    benchmark device, as `jobs_per_gpu` runs share a GPU. Calling it plays `rounds_per_call`
+    rounds in every run at once and returns when all are done; process start-up, data and model set-up
+    are not part of a call. Use as a context manager (the processes end on exit)."""
+
+    def __init__(self, algorithm: str, shape: str, jobs: int, rounds_per_call: int, timeout_s: float = 1800) -> None:
+        self.rounds_per_call, self.timeout_s, self.answers = rounds_per_call, timeout_s, []
+        context = multiprocessing.get_context("spawn")  # no fork of a process that may hold CUDA
+        self.conns, self.procs = [], []
+        for seed in range(jobs):
+            parent, child = context.Pipe()
+            proc = context.Process(target=run_worker, args=(child, algorithm, shape, seed), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+        for conn in self.conns:
+            self._receive(conn)
+
+    def _receive(self, conn):
+        if not conn.poll(self.timeout_s):
+            raise RuntimeError(f"a benchmark run gave no answer within {self.timeout_s:g} s")
+        answer = conn.recv()
+        if isinstance(answer, tuple) and answer[0] == "error":
+            raise RuntimeError(f"a benchmark run failed:\n{answer[1]}")
+        return answer
+
+    def __call__(self) -> None:
+        for conn in self.conns:
+            conn.send(self.rounds_per_call)
+        self.answers = [self._receive(conn) for conn in self.conns]
+
+    def __enter__(self) -> "RunWorkers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+
+    def summary(self, call_s: float, shape: str) -> dict:
+        """What one timed call of `call_s` seconds says about runs per hour (in extra_info)."""
+        jobs, per_call = len(self.procs), self.rounds_per_call
+        rounds_per_s = jobs * per_call / call_s  # all runs together
+        return {
+            "device": str(bench_device()),
+            "jobs": jobs,
+            "rounds_per_call": per_call,
+            "s_per_round_per_run": round(call_s / per_call, 4),
+            "rounds_per_s": round(rounds_per_s, 4),
+            "eval_share": round(float(np.mean([e / t for t, e in self.answers])), 3),
+            "run_minutes": round(PROTOCOL_ROUNDS[shape] * call_s / per_call / 60, 2),
+            "runs_per_hour": round(3600 * rounds_per_s / PROTOCOL_ROUNDS[shape], 2),
+            "table2_runs_hours": round(TABLE2_RUNS[shape] * PROTOCOL_ROUNDS[shape] / rounds_per_s / 3600, 3),
+        }
+
+
+def extrapolate(rates: dict[str, float], eval_share: dict[str, float]) -> dict[str, float]:
+    """Hours for Table 2's offline runs and for the paper config without CIFAR-10, from measured
+    rounds/s (all concurrent runs together) and evaluation shares per shape, if every method cost
+    like the measured ones. A round at join ratio rho trains rho / 0.2 times the clients of the
+    measured round; its evaluation (every client) stays the same."""
+    table2 = sum(TABLE2_RUNS[s] * PROTOCOL_ROUNDS[s] / rates[s] for s in TABLE2_RUNS) / 3600
+    paper = sum(
+        runs * PROTOCOL_ROUNDS[s] / rates[s] * (eval_share[s] + (1 - eval_share[s]) * rho / 0.2)
+        for s, rho, runs in PAPER_WORKLOAD
+    ) / 3600
+    return {"table2_offline_hours": table2, "paper_without_cifar10_hours": paper}

@@ -1,12 +1,20 @@
 """Markdown tables of a pytest-benchmark JSON file (as in BENCHMARKS.md).
 
     python tests/benchmarks/summarise.py bench.json
+
+With results of test_throughput.py, also the time Table 2's offline runs and the paper config
+(without CIFAR-10) would take at the measured rates, per number of runs sharing the device.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections import defaultdict
+
+import numpy as np
+
+from bench_support import extrapolate
 
 
 def main(path: str) -> None:
@@ -18,6 +26,34 @@ def main(path: str) -> None:
     for bench in data["benchmarks"]:
         info = ", ".join(f"{k} {v}" for k, v in bench["extra_info"].items())
         print(f"| `{bench['name'].removeprefix('test_')}` | {bench['stats']['mean']:.4g} | {info} |")
+    throughput(data["benchmarks"])
+
+
+def _hours(hours: float) -> str:
+    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g} ({hours * 60:.0f} min)"
+
+
+def throughput(benchmarks: list[dict]) -> None:
+    """Extrapolated hours per number of concurrent runs, from the mean over the measured methods."""
+    measured = defaultdict(lambda: defaultdict(list))  # jobs -> shape -> [(rounds/s, eval share)]
+    for bench in benchmarks:
+        if bench["name"].startswith("test_table2_runs_per_hour"):
+            info = bench["extra_info"]
+            measured[info["jobs"]][bench["params"]["shape"]].append((info["rounds_per_s"], info["eval_share"]))
+    rows = []
+    for jobs, shapes in sorted(measured.items()):
+        if set(shapes) != {"mnist", "cifar100"}:
+            continue
+        rates = {shape: float(np.mean([r for r, _ in values])) for shape, values in shapes.items()}
+        shares = {shape: float(np.mean([e for _, e in values])) for shape, values in shapes.items()}
+        hours = extrapolate(rates, shares)
+        rows.append(f"| {jobs} | {rates['mnist']:.3g} | {rates['cifar100']:.3g} | "
+                    f"{_hours(hours['table2_offline_hours'])} | {_hours(hours['paper_without_cifar10_hours'])} |")
+    if rows:
+        print("\nIf every method cost like the measured ones (mean over them):\n")
+        print("| runs at once | MNIST rounds/s | CIFAR-100 rounds/s | Table 2 offline, 240 runs (h) | paper config without CIFAR-10, 655 runs (h) |")
+        print("| ---: | ---: | ---: | ---: | ---: |")
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import torch
 from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_precision
     BATCH,
     SHAPES,
+    Rounds,
     bare_inference,
     bare_rates,
     bare_training,
@@ -25,9 +26,7 @@ from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_pr
     threads_and_precision,
     train_flops_per_sample,
 )
-from fedgmh.algorithms import get_algorithm
-from fedgmh.engine import evaluate_clients, local_train, make_eval_cache, play_round
-from fedgmh.train import resolve_options
+from fedgmh.engine import evaluate_clients, local_train
 
 pytestmark = pytest.mark.benchmark
 
@@ -92,42 +91,6 @@ def test_engine_evaluation_of_all_clients(benchmark, shape, memory_format):
 
     benchmark.pedantic(run, rounds=3, warmup_rounds=1)
     _record(benchmark, sum(len(i) for i in fed.test_idx), inference_flops_per_sample(SHAPES[shape]))
-
-
-# ------------------------------------------------------------------------------ full-scale rounds
-
-
-class Rounds:
-    """Plays successive full-scale rounds (100 clients, 20 % selected, E = 2, all evaluated)
-    of one algorithm, counting the samples that go through training and inference."""
-
-    def __init__(self, algorithm: str, shape: str, **engine) -> None:
-        self.fed = synthetic_federation(SHAPES[shape], **engine)
-        options, _ = resolve_options(algorithm, {})
-        self.algorithm = get_algorithm(algorithm)(self.fed, options)
-        self.cache = make_eval_cache(self.fed, self.algorithm)
-        self.rng, self.rnd, self.counts = np.random.RandomState(0), 0, []
-        # training samples from what local training reports (the vectorised path bypasses
-        # fed.forward); inference samples from the gradient-free forward passes
-        forward, features, train_clients = self.fed.forward, self.fed.features, self.algorithm.train_clients
-        self.fed.forward = lambda p, x: self._count_inference(len(x)) or forward(p, x)
-        self.fed.features = lambda p, x: self._count_inference(len(x)) or features(p, x)
-        self.algorithm.train_clients = lambda rnd, selected: self._count_training(train_clients(rnd, selected))
-
-    def _count_inference(self, n: int) -> None:
-        if not torch.is_grad_enabled():
-            self.counts[-1]["infer"] += n
-
-    def _count_training(self, results):
-        self.counts[-1]["train"] += sum(r.num_samples for r in results)
-        return results
-
-    def __call__(self) -> None:
-        self.counts.append({"train": 0, "infer": 0})
-        selected = [int(c) for c in self.rng.choice(self.fed.num_clients, self.fed.num_clients // 5, replace=False)]
-        play_round(self.fed, self.algorithm, self.rnd, selected, cache=self.cache)
-        self.rnd += 1
-        synchronize()
 
 
 @pytest.mark.parametrize("shape", SHAPE_NAMES)

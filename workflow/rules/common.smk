@@ -340,9 +340,12 @@ def uses_gpu():
         return False
 
 
-# `--resources gpu=N` then bounds the number of concurrent training jobs on a GPU machine; on a
-# CPU machine the training rule declares no gpu resource at all.
+# Every training job on a GPU machine declares one unit of the resource `gpu`, so `--resources
+# gpu=N` bounds the number of concurrent training jobs (N = GPUs x jobs_per_gpu); on a CPU machine
+# the training rule declares no gpu resource at all.
 TRAIN_RESOURCES = {"gpu": 1} if uses_gpu() else {}
-# ... and each of those N jobs takes a GPU of its own: `--device cuda:auto` locks a free GPU slot
-# (fedgmh.gpu_slots) for the whole run. An explicit cuda:N, cpu, or auto on a CPU machine is passed as is.
+# ... and each of those N jobs takes a GPU slot: `--device cuda:auto --jobs-per-gpu J` locks a free
+# slot (fedgmh.gpu_slots: J per GPU, the emptiest GPU first) for the whole run. An explicit cuda:N,
+# cpu, or auto on a CPU machine is passed as is (no slots).
 TRAIN_DEVICE = "cuda:auto" if config["device"] in ("cuda", "auto") and TRAIN_RESOURCES else config["device"]
+TRAIN_SLOTS = ["--jobs-per-gpu", str(config["jobs_per_gpu"])] if TRAIN_DEVICE == "cuda:auto" else []

@@ -25,6 +25,7 @@ rule train:
         batch_size=config["batch_size"],
         lr=format_number(config["lr"]),
         device=TRAIN_DEVICE,
+        slots=TRAIN_SLOTS,
         sets=lambda wildcards: set_arguments(train_job(wildcards)["options"]),
         info=run_info_json,
         info_tmp=lambda wildcards, output: f"{output.info}.tmp",
@@ -33,7 +34,7 @@ rule train:
         "fedgmh train --dataset {params.dataset:q} --root {params.root:q} --partition {input.partition:q}"
         " --algorithm {wildcards.algorithm:q} --rounds {params.rounds:q} --join-ratio {params.join_ratio:q}"
         " --local-epochs {params.local_epochs:q} --batch-size {params.batch_size:q} --lr {params.lr:q}"
-        " --seed {wildcards.seed:q} --device {params.device:q} --threads {threads:q} {params.sets:q} {params.stores:q}"
+        " --seed {wildcards.seed:q} --device {params.device:q} {params.slots:q} --threads {threads:q} {params.sets:q} {params.stores:q}"
         " --out {params.run_dir:q} > {log:q} 2>&1"
         " && printf '%s\\n' {params.info:q} > {params.info_tmp:q} && mv {params.info_tmp:q} {output.info:q}"
 
