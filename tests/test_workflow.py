@@ -197,9 +197,15 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
         assert r"\toprule" in tex and r"\bottomrule" in tex and r"\textbf" in tex
         table = pd.read_csv(art / f"{experiment}.csv")
         seeds = spec.get("seeds", config["seeds"])
-        if "variants" in spec:  # rows = variants, in config order
+        if "variants" in spec and len(spec["algorithms"]) == 1:  # rows = variants, in config order
             assert list(table["Variant"]) == list(spec["variants"])
             rows = [v.replace("_", r"\_") for v in spec["variants"]]
+        elif "variants" in spec:  # rows = "Method (variant)", each method's variants together
+            rows = [f"{names[a]} ({v})" for a in spec["algorithms"] for v in spec["variants"]]
+            assert sorted(table["Variant"]) == sorted(rows)
+            for i in range(0, len(table), len(spec["variants"])):
+                assert [v.rsplit(" (", 1)[1][:-1] for v in table["Variant"][i : i + len(spec["variants"])]] == list(spec["variants"])
+            rows = [r.replace("_", r"\_") for r in rows]
         else:  # rows = algorithms
             rows = [names[a] for a in spec["algorithms"]]
             assert sorted(table["Method"]) == sorted(rows)
