@@ -13,7 +13,7 @@ from conftest import make_federation
 
 from fedgmh import costs
 from fedgmh.algorithms import REGISTRY, Algorithm, Exchange, register, resolve_options
-from fedgmh.engine import run_rounds
+from fedgmh.engine import Phase, run_rounds
 from fedgmh.model import is_head
 from fedgmh.report import names
 
@@ -87,11 +87,13 @@ class Toy(Algorithm):
         return self.models[client]
 
     def start_training(self, rnd, client):
-        return self.fed.channel.download(self.models[client])
+        return [Phase(self.fed.channel.download(self.models[client]))]
 
-    def finish_training(self, rnd, client, start, result) -> None:
+    def finish_training(self, rnd, client, phases, results):
+        result = results[0]
         self.fed.channel.upload({k: v for k, v in result.params.items() if is_head(k)})
         self.models[client] = result.params
+        return result
 
 
 @pytest.fixture
