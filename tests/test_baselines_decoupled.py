@@ -251,11 +251,11 @@ def test_fedcp_round_start_sync_gives_selected_clients_the_global_parts():
 def test_fedcp_after_round_sync_is_pfllib_order():
     algo = build("fedcp", preset="official")
     assert algo.options.sync == "after_round" and algo.options.policy == "gumbel" and algo.fed.options.lr_decay == 1.0
-    contexts = {c: algo.local[c]["context"] for c in range(3)}
-    assert not torch.equal(contexts[0], contexts[1])  # PFLlib: a random client vector until the first training
-    assert not any(k.startswith("body.") for k in algo.local[0])  # bodies are the global one
+    contexts = {c: algo.client_params(c)["context"] for c in range(3)}
+    assert torch.equal(contexts[0], contexts[1])  # PFLlib: one random vector for all clients until their first training
+    assert not any(k.startswith("body.") for k in algo.client_params(0) if k in algo.initial_local)  # bodies are the global one
     algo.send(0, [0])
-    assert torch.equal(algo.local[0]["context"], contexts[0])  # nothing is sent before evaluation
+    assert torch.equal(algo.client_params(0)["context"], contexts[0])  # nothing is sent before evaluation
     algo.train_client(0, 0)
     trained_head = algo.local[0]["head.weight"]
     algo.aggregate(0, [0])
@@ -266,6 +266,28 @@ def test_fedcp_after_round_sync_is_pfllib_order():
     other = algo.client_params(1)
     assert other["body.0.weight"] is algo.global_params["body.0.weight"]  # the body goes to every client
     assert other["cpn.fc.weight"] is not algo.global_params["cpn.fc.weight"] and torch.equal(other["context"], contexts[1])
+
+
+def test_fedcp_official_context_is_pfllibs_one_vector_for_every_client():
+    """PFLlib's Client.__init__ re-seeds torch with 0 and clientCP then draws torch.rand(1, d): the
+    same vector for every client and every run. `context=random` draws one per client instead."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        pfllib = torch.rand(1, 512)[0]  # what each PFLlib client draws
+    official = build("fedcp", preset="official")
+    assert official.options.context == "random_shared"
+    first = [official.client_params(c)["context"] for c in range(3)]
+    assert all(torch.equal(v, pfllib) for v in first)
+    other_seed = get_algorithm("fedcp")(make_federation(LABELS, num_classes=3, seed=5, drop_last=True),
+                                        resolve_options("fedcp", {"preset": "official"})[0])
+    assert torch.equal(other_seed.client_params(1)["context"], pfllib)  # independent of the run's seed
+    per_client = build("fedcp", preset="official", context="random")
+    drawn = [per_client.client_params(c)["context"] for c in range(3)]
+    assert not torch.equal(drawn[0], drawn[1]) and not any(torch.equal(v, pfllib) for v in drawn)
+    # the shared vector does not come from the run's generator: it leaves it where context=head does
+    head = build("fedcp", preset="official", context="head")
+    assert torch.equal(official.fed.generator.get_state(), head.fed.generator.get_state())
+    assert not torch.equal(per_client.fed.generator.get_state(), head.fed.generator.get_state())
 
 
 def test_bad_fedcp_lamda_fails_before_training():

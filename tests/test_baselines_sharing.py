@@ -12,7 +12,7 @@ from fedgmh import engine
 from fedgmh.algorithms import get_algorithm
 from fedgmh.engine import run_rounds
 from fedgmh.errors import UserError
-from fedgmh.model import is_body, is_head
+from fedgmh.model import FEATURE_DIM, is_body, is_head
 from fedgmh.train import resolve_options
 
 CLIENTS = [[0, 0, 1, 2, 1], [1, 2, 2], [0, 1, 2, 2, 0, 1, 0], [2, 2, 0, 1]]
@@ -62,13 +62,21 @@ def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit():
 # --- FedPer / LG-FedAvg --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,shared", [("fedper", is_body), ("lgfedavg", is_head)])
-def test_shared_part_is_weighted_average_and_local_part_stays(name, shared):
-    algo = build(name)
+TOP_TWO = {"body.7.weight", "body.7.bias", "head.weight", "head.bias"}  # fc1 (Linear -> 512) and the head
+
+
+@pytest.mark.parametrize("name,overrides,shared", [
+    ("fedper", {}, is_body),
+    ("lgfedavg", {}, is_head),
+    ("lgfedavg", {"global_part": "fc1+head"}, lambda k: k in TOP_TWO),
+])
+def test_shared_part_is_weighted_average_and_local_part_stays(name, overrides, shared):
+    algo = build(name, **overrides)
     fed = algo.fed
     initial = fed.initial_params()
     local = lambda k: not shared(k)  # noqa: E731
     assert set(algo.global_params) == {k for k in initial if shared(k)}
+    assert any(local(k) for k in initial)  # something stays on the clients
     algo.send(0, [0, 2])
     trained = {c: algo.train_client(0, c).params for c in (0, 2)}
     algo.aggregate(0, [0, 2])
@@ -89,6 +97,16 @@ def test_shared_part_is_weighted_average_and_local_part_stays(name, shared):
     for c in range(4):  # only the selected client's unshared part changed
         unchanged = [torch.equal(algo.eval_params(c)[k], before[c][k]) for k in before[c] if local(k)]
         assert not any(unchanged) if c == 1 else all(unchanged)
+
+
+def test_lgfedavg_global_part_names_the_top_layers_and_defaults_to_the_head():
+    fc1 = build("lgfedavg").fed.model.body[7]
+    assert isinstance(fc1, torch.nn.Linear) and fc1.out_features == FEATURE_DIM  # PFLlib's fc1 is body.7
+    assert set(build("lgfedavg", global_part="fc1+head").global_params) == TOP_TWO
+    for preset in ("paper", "official"):  # the spec's and PFLlib's global part: the head only
+        assert set(build("lgfedavg", preset=preset).global_params) == {"head.weight", "head.bias"}
+    with pytest.raises(UserError, match="global_part"):
+        resolve_options("lgfedavg", {"global_part": "body"})
 
 
 # --- FedRep --------------------------------------------------------------------------------------

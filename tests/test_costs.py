@@ -88,6 +88,26 @@ def test_analytic_round_traffic_equals_the_channel(name, preset):
     assert rows[2]["bytes_up"] == 0  # the last round only evaluates
 
 
+def test_lgfedavg_traffic_follows_its_global_part():
+    """fc1+head sends the body's last layer with the head, both ways, and the channel agrees."""
+    sizes = costs.Sizes.for_dataset("mnist")
+    head_only = costs.exchange("lgfedavg", resolve_options("lgfedavg", {})[0], sizes, labels=2)
+    top_two = costs.exchange("lgfedavg", resolve_options("lgfedavg", {"global_part": "fc1+head"})[0], sizes, labels=2)
+    assert (head_only.up, head_only.down, head_only.down_other) == (sizes.head,) * 3
+    assert sizes.fc1 == (1024 * 512 + 512) * 4  # MNIST's fc1: Linear(64 * 4 * 4 -> 512), float32
+    assert (top_two.up, top_two.down, top_two.down_other) == (sizes.fc1 + sizes.head,) * 3
+    options, engine = resolve_options("lgfedavg", {"global_part": "fc1+head"})
+    fed = make_federation(CLIENTS, **dataclasses.asdict(engine))
+    selected = []
+    algorithm = get_algorithm("lgfedavg")(fed, options)
+    send = algorithm.send
+    algorithm.send = lambda rnd, chosen: (selected.append(list(chosen)), send(rnd, chosen))[1]
+    rows = run_rounds(fed, algorithm, 1, 0.5, seed=3)
+    expected = costs.round_traffic("lgfedavg", options, costs.Sizes.of(fed.model), [len(set(c)) for c in CLIENTS], selected[0])
+    assert (rows[0]["bytes_up"], rows[0]["bytes_down"]) == expected
+    assert expected[0] == len(selected[0]) * (costs.Sizes.of(fed.model).fc1 + costs.Sizes.of(fed.model).head)
+
+
 def _fake_run(tmp_path, name: str, clients, rounds: int = 3):
     """A finished run directory of `name` on a tiny federation shaped like the digits dataset."""
     options, engine = resolve_options(name, {})

@@ -107,9 +107,10 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # audit_beta: 3 betas x {paper, official} x 5: paper = Tables 6/2, official 0.5 = audit's = 10
     # table2_pflib: 12 x 6 x 5 official (paper = Table 2's), FedGMH's official at alpha 0.5 = audit's = 345
     # controls: Local 6 x 5, and FedAvg, Local, FedPer, FedGMH with eval_prior=mask 4 x 6 x 5 = 150
-    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 + 345 + 150 == 1590
+    # fedprox_mu: mu=0.01 on MNIST ExDir(2, 0.5) x 5 (mu=0 = Table 2's FedProx)  = 5
+    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 + 345 + 150 + 5 == 1595
     assert counts["download"] == 3 and counts["partition"] == 6
-    assert counts["aggregate"] == 10 and counts["table"] == 10
+    assert counts["aggregate"] == 11 and counts["table"] == 11  # one per experiment
     assert counts["rounds_to_target"] == 1 and counts["compare"] == 1
     assert not list(tmp_path.glob("results/**/*.csv"))  # a dry run writes nothing
 

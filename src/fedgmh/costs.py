@@ -39,6 +39,7 @@ class Sizes:
     model: int
     body: int  # the feature extractor phi
     head: int  # one head h (weight + bias)
+    fc1: int  # the body's last layer (PFLlib's fc1), shared with the head by LG-FedAvg's global_part=fc1+head
     head_entries: int  # L, the number of head parameters (entries of psi)
     feature_dim: int  # d_f
     num_classes: int
@@ -50,7 +51,7 @@ class Sizes:
     def of(cls, model: torch.nn.Module) -> Sizes:
         from fedgmh.algorithms.fedgmh import LABEL_DTYPE
         from fedgmh.engine import Channel
-        from fedgmh.model import is_body, is_head
+        from fedgmh.model import is_body, is_fc1, is_head
 
         params = dict(model.named_parameters())
         nbytes = lambda keep: sum(Channel.size(p) for k, p in params.items() if keep(k))  # noqa: E731
@@ -60,6 +61,7 @@ class Sizes:
             model=nbytes(lambda k: True),
             body=nbytes(is_body),
             head=nbytes(is_head),
+            fc1=nbytes(is_fc1),
             head_entries=entries,
             feature_dim=head.shape[1],
             num_classes=head.shape[0],

@@ -40,3 +40,11 @@ def is_head(name: str) -> bool:
 
 def is_body(name: str) -> bool:
     return name.startswith("body.")
+
+
+#: the body's last layer, Linear(-> 512) + ReLU: PFLlib's `fc1` (index 7 of `FedAvgCNN.body`)
+FC1_PREFIX = "body.7."
+
+
+def is_fc1(name: str) -> bool:
+    return name.startswith(FC1_PREFIX)

@@ -13,26 +13,33 @@ import torch
 
 from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
 from fedgmh.engine import LocalResult, Params, Phase
-from fedgmh.model import is_body, is_head
+from fedgmh.model import is_body, is_fc1, is_head
 
-#: the parameters each `shared_part` names
-SHARED_PARTS = {"model": lambda name: True, "body": is_body, "head": is_head}
+#: the parameters each `shared_part` names ("fc1+head": the top two layers, LG-FedAvg's global_part)
+SHARED_PARTS = {"model": lambda name: True, "body": is_body, "head": is_head, "fc1+head": lambda name: is_fc1(name) or is_head(name)}
 
 
 class ParameterAveraging(Algorithm):
     """Server averages the shared parameters, weighted by train sizes; the rest stays local."""
 
     personalised = True
-    #: what the server averages and sends to every client: the whole model, its body or its head
+    #: what the server averages and sends to every client: a key of SHARED_PARTS (the whole
+    #: model, its body, its head, ...)
     shared_part: ClassVar[str] = "model"
 
+    @classmethod
+    def shared_part_of(cls, options) -> str:
+        """The shared part under these options (a subclass may let an option choose it)."""
+        return cls.shared_part
+
     def shares(self, name: str) -> bool:
-        return SHARED_PARTS[self.shared_part](name)
+        return SHARED_PARTS[self.shared_part_of(self.options)](name)
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:
-        shared = getattr(sizes, cls.shared_part)  # sent to every client each round, uploaded by the participants
-        return Exchange(shared, shared, shared)
+        part = cls.shared_part_of(options)
+        shared = sizes.fc1 + sizes.head if part == "fc1+head" else getattr(sizes, part)
+        return Exchange(shared, shared, shared)  # sent to every client each round, uploaded by the participants
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)

@@ -128,6 +128,17 @@ def initial_cpn(dim: int, generator: torch.Generator, device: torch.device) -> P
     return {k: v.to(device) for k, v in cpn.items()}
 
 
+#: PFLlib's Client.__init__ calls torch.manual_seed(0) and clientCP's then draws torch.rand(1, d)
+#: before any other draw, so every client, in every run, starts from the same vector
+PFLLIB_CONTEXT_SEED = 0
+
+
+def shared_random_context(dim: int, device: torch.device) -> Tensor:
+    """The client vector every PFLlib FedCP client starts with: torch.rand(d) right after seeding
+    with 0 (drawn on the CPU, as PFLlib does before `.to(device)`); not from the run's generator."""
+    return torch.rand(dim, generator=torch.Generator().manual_seed(PFLLIB_CONTEXT_SEED)).to(device)
+
+
 @dataclass(frozen=True)
 class FedCPOptions:
     lamda: float = option(1.0, "weight of the MMD loss aligning the personal body to the frozen global body")
@@ -138,7 +149,11 @@ class FedCPOptions:
         help="selected clients receive the global body, head and CPN when the round starts (paper), or (PFLlib) the averaged body goes to ALL clients after "
         "aggregation and the averaged head and CPN only to the clients that just trained",
     )
-    context: str = choice("head", "random", help="client vector before a client's first training: from its personal head (paper) or uniform random (PFLlib)")
+    context: str = choice(
+        "head", "random", "random_shared",
+        help="client vector before a client's first training: from its personal head (paper), uniform random per client "
+        "(from the run's generator), or one uniform random vector for every client (PFLlib: torch.rand after torch.manual_seed(0))",
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.lamda < math.inf:
@@ -162,7 +177,7 @@ class FedCP(ParameterAveraging):
     Options = FedCPOptions
     # clientcp.py builds its own optimiser and never steps a scheduler: PFLlib's FedCP lr is constant
     transient = ("feature_dim",)
-    official = {**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round", "context": "random"}
+    official = {**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round", "context": "random_shared"}
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:
@@ -183,9 +198,11 @@ class FedCP(ParameterAveraging):
         local_keys = [k for k in self.global_params if not is_body(k) or options.sync == "round_start"]
         self.initial_local = {**{k: self.global_params[k] for k in local_keys}, **{"g" + k: v for k, v in head.items()}}
         self.initial_local["context"] = client_vector(head)
-        if options.context == "random":  # PFLlib: torch.rand(1, d) per client, until its first training
+        if options.context == "random":  # uniform random per client, until its first training
             contexts = torch.rand(fed.num_clients, dim, generator=fed.generator).to(fed.device)
             self.local = {c: {**self.initial_local, "context": contexts[c]} for c in range(fed.num_clients)}
+        elif options.context == "random_shared":
+            self.initial_local["context"] = shared_random_context(dim, fed.device)
 
     # -- the model ------------------------------------------------------------------------
     def gumbel_noise(self, n: int, generator: torch.Generator) -> Tensor:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
 from fedgmh.algorithms.base import PFLLIB_LOADER, register
-from fedgmh.config import option
+from fedgmh.config import choice, option
 from fedgmh.engine import LocalResult, Phase, proximal_hook
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
@@ -56,15 +56,30 @@ class FedPer(ParameterAveraging):
     official = PFLLIB_LOADER
 
 
+@dataclass(frozen=True)
+class LGFedAvgOptions:
+    global_part: str = choice(
+        "head", "fc1+head",
+        help="the global (averaged) layers: the head (the project's spec, and PFLlib's) or the body's last layer fc1 "
+        "and the head (the original paper's global model is its top layers); the rest stays on the client",
+    )
+
+
 @register
 class LGFedAvg(ParameterAveraging):
-    """Liang et al. 2020: the head is averaged, the body (local representation) stays on the client."""
+    """Liang et al. 2020: the top layers are averaged (`global_part`: the head by default), the rest
+    of the model (local representation) stays on the client."""
 
     name = "lgfedavg"
     display_name = "LG-FedAvg"
     paper_row = 11
+    Options = LGFedAvgOptions
     shared_part = "head"
-    official = PFLLIB_LOADER
+    official = {**PFLLIB_LOADER, "global_part": "head"}  # PFLlib's serverlg.py averages model.head only
+
+    @classmethod
+    def shared_part_of(cls, options) -> str:
+        return options.global_part
 
 
 @dataclass(frozen=True)
