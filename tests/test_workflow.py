@@ -253,15 +253,15 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert list(audit["variant"]) == list(config["experiments"]["audit"]["variants"])
     assert audit.loc[audit["variant"] == "paper", "run_dir"].str.contains("/table2/").all()
     # one log per training run: Table 2 (12 x 2 seeds) + Table 5 (3 ablations x 2 seeds) + one seed of:
-    # Table 3 and 4 (2 methods x 1 new value), Table 6 and 7 (1 new value), audit (3 new variants),
+    # Table 3 and 4 (2 methods x 1 new value), Table 6 and 7 (1 new value), audit (5 new variants),
     # audit_beta (official beta 0.1; the others are Table 6's, Table 2's and the audit's runs),
     # table2_pflib (3 official baselines; FedGMH's official run is the audit's) and controls (Local,
     # and the 4 methods with eval_prior=mask; the plain FedAvg, FedPer and FedGMH are Table 2's)
     logs = list((tmp_path / "logs" / "smoke" / "train").rglob("*.log"))
-    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 3 + 1 + 3 + 5 == 48
+    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 5 + 1 + 3 + 5 == 50
     # every run's record travels with the artifacts, identical to the run's own files
     records = sorted((art / "runs").rglob("run.json"))
-    assert len(records) == 48
+    assert len(records) == 50
     for record in records[:3]:
         run_dir = tmp_path / "results" / "smoke" / record.parent.relative_to(art)
         for name in ("run.json", "metrics.csv", "run_info.json", "clients.csv"):
