@@ -272,6 +272,18 @@ def test_variants_with_a_swept_option(tmp_path: Path) -> None:
     assert list(wide.columns[1:]) == ["CIFAR-100 ExDir(5, 0.5) β=0.1", "CIFAR-100 ExDir(5, 0.5) β=0.5"]
 
 
+def test_variants_of_several_methods_sit_side_by_side(tmp_path: Path) -> None:
+    dirs, names = [], []
+    for name, preset in (("paper", "paper"), ("official", "official")):
+        for algorithm in ("fedgmh", "fedavg"):  # config order is not the paper's order
+            dirs.append(make_run(tmp_path / name, experiment="table2_pflib", algorithm=algorithm, options={"preset": preset}))
+            names.append(name)
+    results, _ = report.aggregate_runs(dirs, experiment="table2_pflib", variants=names)
+    wide = report.make_table(results, "table2_pflib")["wide"]
+    # methods in the paper's order, each method's variants together, in config order
+    assert list(wide["Variant"]) == ["FedAvg (paper)", "FedAvg (official)", "FedGMH (paper)", "FedGMH (official)"]
+
+
 def test_one_row_sweep_table_matches_the_paper(tmp_path: Path) -> None:
     """Table 6's layout: one row FedGMH, one column per beta; paper values matched on beta."""
     dirs = [make_run(tmp_path, experiment="table6", dataset="cifar100", c=5, algorithm="fedgmh", seed=s, best=0.77 + 0.001 * s,

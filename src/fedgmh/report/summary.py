@@ -109,7 +109,8 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
     out["_ds"] = out["dataset"].map(lambda d: ds_key(d)[0])
     out["_alg"] = out["algorithm"].map(lambda a: alg_key(a)[0])
     out["_variant"] = out["variant"].map(variant_order.index)
-    sort_by = ["_variant", "_alg", "algorithm", "_ds", "dataset", "classes_per_client", "alpha"] + dim_columns
+    # each method's variants side by side (e.g. "FedAvg (paper)", "FedAvg (official)", "FedProx (paper)", ...)
+    sort_by = ["_alg", "algorithm", "_variant", "_ds", "dataset", "classes_per_client", "alpha"] + dim_columns
     out = out.sort_values(sort_by, kind="stable").drop(columns=["_ds", "_alg", "_variant"]).reset_index(drop=True)
     return out, dim_columns
 
