@@ -1,4 +1,4 @@
-# Results: aggregate the runs of each experiment, then LaTeX tables (+ CSV), accuracy curves, the
+# Results: aggregate the runs of each experiment, then LaTeX tables (and CSV), accuracy curves, the
 # rounds-to-target table and the comparison with the paper. Outputs marked with report(...) go into
 # `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
 # and figure into one LaTeX document and compiles it (needs a TeX engine, so it is not part of `all`).
@@ -88,7 +88,7 @@ rule client_accuracy:
     params:
         experiment=CLIENTS_FIGURE,
         round="best" if config["table_accuracy"] == "best" else "last",
-        title=lambda wildcards: "Per-client test accuracy: " + config["experiments"][CLIENTS_FIGURE].get("title", CLIENTS_FIGURE),
+        title=lambda wildcards: f"Per-client test accuracy: {config['experiments'][CLIENTS_FIGURE].get('title', CLIENTS_FIGURE)}",
     shell:
         "fedgmh clients --results {input.results:q} --experiment {params.experiment:q} --round {params.round:q}"
         " --title {params.title:q} --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
