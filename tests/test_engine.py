@@ -14,7 +14,7 @@ from conftest import comparable, make_federation
 from fedgmh.algorithms import get_algorithm
 from fedgmh.algorithms.base import NoOptions
 from fedgmh.config import EngineOptions, TrainConfig
-from fedgmh.engine import evaluate_clients, local_train, run_rounds, should_evaluate
+from fedgmh.engine import evaluate_clients, local_train, run_rounds, select_clients, should_evaluate
 from fedgmh.train import run_training
 
 
@@ -172,6 +172,38 @@ def test_round_loop_order_and_selection_size():
     assert len(first_round[0][2]) == 2 and len(set(first_round[0][2])) == 2
     assert fed.participations.sum() == 4  # the last iteration only evaluates
     assert calls[-1] == ("eval", 4)
+
+
+def test_select_clients_replays_the_draws_of_the_round_loop():
+    # tools/pflib_compare hands PFLlib our client draws by replaying select_clients on
+    # RandomState(seed): that must be exactly the sequence run_rounds trains
+    sent = []
+
+    class Recorder:
+        def send(self, rnd, selected):
+            sent.append(list(selected))
+
+        def eval_params(self, client):
+            return params
+
+        def forward(self, params, x):
+            return fed.forward(params, x)
+
+        def train_clients(self, rnd, selected):
+            from fedgmh.engine import LocalResult
+
+            return [LocalResult(params, 1.0, 1) for _ in selected]
+
+        def aggregate(self, rnd, selected):
+            pass
+
+    fed = make_federation([[0, 1]] * 7)
+    params = fed.initial_params()
+    run_rounds(fed, Recorder(), rounds=4, join_ratio=0.3, seed=5)
+    rng = np.random.RandomState(5)
+    assert sent == [select_clients(rng, 7, 0.3) for _ in range(5)]
+    assert all(len(s) == 2 for s in sent) and len({tuple(s) for s in sent}) > 1
+    assert select_clients(np.random.RandomState(0), 7, 0.01) != []  # at least one client
 
 
 def _train(tmp_path, digits_partition, digits_root, name, algorithm, seed=0, **overrides):

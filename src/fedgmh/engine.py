@@ -629,6 +629,13 @@ def make_eval_cache(fed: Federation, algorithm) -> EvalCache | None:
     return EvalCache() if fed.options.eval_cache and getattr(algorithm, "deterministic_eval", True) else None
 
 
+def select_clients(rng: np.random.RandomState, num_clients: int, join_ratio: float) -> list[int]:
+    """One round's clients: int(num_clients * join_ratio) of them (at least one), drawn uniformly
+    without replacement from `rng` (run_rounds' RandomState(seed); tools/pflib_compare replays it)."""
+    num_selected = max(1, int(num_clients * join_ratio))
+    return [int(c) for c in rng.choice(num_clients, num_selected, replace=False)]
+
+
 def run_rounds(
     fed: Federation,
     algorithm,
@@ -645,7 +652,6 @@ def run_rounds(
     checkpoint was written). A checkpoint being written at that moment is left as it was (atomic)."""
     check_vectorise(fed, algorithm)
     rng = np.random.RandomState(seed)
-    num_selected = max(1, int(fed.num_clients * join_ratio))
     rows: list[dict] = []
     first = 0
     cache = make_eval_cache(fed, algorithm)
@@ -656,7 +662,7 @@ def run_rounds(
     rnd, resume_round = first, first if snapshot is not None else None
     try:
         for rnd in range(first, rounds + 1):
-            selected = [int(c) for c in rng.choice(fed.num_clients, num_selected, replace=False)]
+            selected = select_clients(rng, fed.num_clients, join_ratio)
             # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
             row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
             if row is not None:
