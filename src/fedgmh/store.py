@@ -29,6 +29,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from fedgmh.algorithms.options import option_set
+from fedgmh.config import EngineOptions
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
 
@@ -54,13 +56,10 @@ def _option_defaults(options_class: type) -> dict[str, Any]:
 
 def run_key(record: dict[str, Any]) -> dict[str, Any]:
     """The results-deciding part of a run record (or of the identity of a run about to start)."""
-    from fedgmh.algorithms import get_algorithm
-    from fedgmh.config import EngineOptions
-
     try:
         config = record["config"]
         algorithm = config["algorithm"]
-        algorithm_options = {**_option_defaults(get_algorithm(algorithm).Options), **record["algorithm_options"]}
+        algorithm_options = {**_option_defaults(option_set(algorithm).Options), **record["algorithm_options"]}
         engine_options = {**_option_defaults(EngineOptions), **record["engine_options"]}
         partition = record["partition"]
         return {
