@@ -53,7 +53,8 @@ def test_paper_dry_run_with_the_slurm_profile(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    assert f"Using profile {PROFILE}" in out
+    # the cluster profile, and the workflow profile (profiles/default, i.e. workflow/profiles/default) with it
+    assert f"Using profiles {PROFILE} and workflow specific profile {REPO / 'profiles' / 'default'}" in out
 
     stats = out.split("Job stats:", 1)[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}

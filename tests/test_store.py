@@ -252,7 +252,7 @@ def test_upgrade_folds_run_info_into_run_json(stored, tmp_path: Path, capsys) ->
     assert "store upgrade: 1 record(s)" in capsys.readouterr().out
     assert not (old / "run_info.json").exists() and (old / "metrics.csv").read_bytes() == metrics
     upgraded = json.loads((old / "run.json").read_text())
-    assert upgraded["workflow"] == {"config_name": "mini", "experiment": "table2", "setting": "digits_c3_a0.5", "variant": ""}
+    assert upgraded["workflow"] == {"config_name": "mini", "experiment": "table2", "setting": "digits_c3_a0.5"}  # no variant
     assert {k: v for k, v in upgraded.items() if k != "workflow"} == record
     assert store.read_record(old).key == key and store.find([tmp_path / "store"], key)[0].folder == old
     assert store.upgrade([tmp_path / "store"]) == []  # nothing left to do

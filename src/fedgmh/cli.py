@@ -146,13 +146,11 @@ def _partition(args: argparse.Namespace) -> None:
     )
 
 
-def _cmd_train(args: argparse.Namespace) -> None:
+def train_config(args: argparse.Namespace):
+    """The TrainConfig of parsed `fedgmh train` arguments."""
     from fedgmh.config import TrainConfig, parse_overrides
-    from fedgmh.train import WORKFLOW_LABELS, run_training
 
-    if args.jobs_per_gpu < 1:
-        raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
-    config = TrainConfig(
+    return TrainConfig(
         dataset=args.dataset,
         root=args.root,
         partition=args.partition,
@@ -167,6 +165,14 @@ def _cmd_train(args: argparse.Namespace) -> None:
         threads=args.threads,
         overrides=parse_overrides(args.set),
     )
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    from fedgmh.train import WORKFLOW_LABELS, run_training
+
+    if args.jobs_per_gpu < 1:
+        raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
+    config = train_config(args)
     workflow = {name: getattr(args, name) for name in WORKFLOW_LABELS if getattr(args, name) is not None}
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
                           stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu,

@@ -280,8 +280,8 @@ LEGACY_DUPLICATES = {"dataset": ("partition", "dataset"), "classes_per_client": 
 
 
 def fold_legacy_info(folder: Path | str) -> bool:
-    """Fold a record's run_info.json into its run.json (config name, experiment, setting and variant
-    under `workflow`) and delete it; False when the record has none. Refuses (UserError, nothing
+    """Fold a record's run_info.json into its run.json (config name, experiment, setting and variant,
+    when it has one, under `workflow`, as `fedgmh train` records the workflow's labels) and delete it; False when the record has none. Refuses (UserError, nothing
     changed) a run_info.json that contradicts run.json or holds keys it does not know; the run key
     stays what it was."""
     folder = Path(folder)
@@ -300,7 +300,7 @@ def fold_legacy_info(folder: Path | str) -> bool:
         if key in info and info[key] != (run.record.get(section) or {}).get(name):
             raise UserError(f"{info_path}: {key} = {info[key]!r} but run.json's {section}.{name} is "
                             f"{(run.record.get(section) or {}).get(name)!r}; nothing changed")
-    labels = {key: info[key] for key in LEGACY_LABELS if key in info}
+    labels = {key: info[key] for key in LEGACY_LABELS if info.get(key) not in (None, "")}  # no variant: no label, as the workflow's
     if run.record.get("workflow", labels) != labels:
         raise UserError(f"{folder}: run.json's workflow {run.record['workflow']!r} differs from {LEGACY_INFO}'s {labels!r}; nothing changed")
     record = {**run.record, "workflow": labels}

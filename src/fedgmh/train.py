@@ -177,6 +177,27 @@ def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None
                          "test_acc_best": np.asarray(best["client_acc"]), "test_acc_last": np.asarray(last["client_acc"])})
 
 
+def run_identity(config: TrainConfig, algo_options, engine: EngineOptions, partition_meta: dict) -> dict:
+    """What a run is (the store's `run_key` of it decides reuse; checkpoints are checked against it):
+    its settings, resolved options and partition (its parameters and the digest of its index arrays)."""
+    return {
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
+        "algorithm_options": dataclasses.asdict(algo_options),
+        "engine_options": dataclasses.asdict(engine),
+        "partition": partition_meta,
+        "fedgmh": fedgmh.__version__,
+        "results_version": fedgmh.RESULTS_VERSION,
+    }
+
+
+def planned_identity(config: TrainConfig) -> dict:
+    """`run_identity` of the run `config` describes, from its partition file, without loading the data
+    or building the model (the partition file's meta holds the dataset's fingerprint)."""
+    algo_options, engine = resolve_options(config.algorithm, config.overrides)
+    partition, meta = load_partition(Path(config.partition))
+    return run_identity(config, algo_options, engine, {**meta, "digest": partition.digest()})
+
+
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
                  stores: list[Path] | None = None, overwrite: bool = False, jobs_per_gpu: int = 1,
                  workflow: dict[str, str] | None = None) -> dict:
@@ -210,14 +231,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if fed.num_clients * config.join_ratio < 1:
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
     algorithm = get_algorithm(config.algorithm)(fed, algo_options)
-    identity = {
-        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
-        "algorithm_options": dataclasses.asdict(algo_options),
-        "engine_options": dataclasses.asdict(engine),
-        "partition": partition_meta,
-        "fedgmh": fedgmh.__version__,
-        "results_version": fedgmh.RESULTS_VERSION,
-    }
+    identity = run_identity(config, algo_options, engine, partition_meta)
     finished = finished_run(out_dir, identity, overwrite)
     if finished is not None:
         print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
