@@ -315,20 +315,28 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     (tmp_path / "crash.yaml").write_text(yaml.safe_dump(config))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     target = ["all_runs", "--cores", "2", "--configfile", str(tmp_path / "crash.yaml")]
-    crashing = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), *target],
-        cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    runs = tmp_path / "results" / "smoke" / "runs"
-    deadline = time.monotonic() + 300
-    while len(list(runs.rglob("run.json"))) < 3 and time.monotonic() < deadline and crashing.poll() is None:
-        time.sleep(0.1)
-    os.killpg(crashing.pid, signal.SIGKILL)
-    crashing.wait()
-    # a job is finished once its run.json exists (written last, atomically); nothing is ever half-written
-    finished = {p: p.stat().st_mtime_ns for p in runs.rglob("run.json")}
-    assert 2 <= len(finished) < 12, len(finished)
+    log = tmp_path / "crashing.log"
+    with open(log, "w") as output:
+        crashing = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), *target],
+            cwd=tmp_path, env=env, start_new_session=True, stdout=output, stderr=subprocess.STDOUT,
+        )
+        finished_line = re.compile(r"^Finished jobid: (\d+) \(Rule: train\)$", re.MULTILINE)
+        deadline = time.monotonic() + 600
+        while len(finished_line.findall(log.read_text())) < 3 and time.monotonic() < deadline and crashing.poll() is None:
+            time.sleep(0.1)
+        os.killpg(crashing.pid, signal.SIGKILL)
+        crashing.wait()
+    # the runs snakemake finished (it says so in its log); a job killed after its run.json was
+    # written but before it ended is unfinished to snakemake, and trained again
+    text = log.read_text()
+    out_dirs = dict((jobid, run_dir) for run_dir, jobid in re.findall(
+        r"^(?:local)?rule train:\n    input: .*\n    output: (\S+)/metrics\.csv, .*\n(?:    .*\n)*?    jobid: (\d+)$", text, re.MULTILINE))
+    records = [tmp_path / out_dirs[jobid] / "run.json" for jobid in finished_line.findall(text)]
+    finished = {p: p.stat().st_mtime_ns for p in records}  # nothing is ever half-written: run.json is written last
+    assert 3 <= len(finished) < 12, len(finished)
     assert all((p.parent / "metrics.csv").stat().st_size > 0 for p in finished)
+    runs = tmp_path / "results" / "smoke" / "runs"
 
     assert snakemake(tmp_path, "--unlock", *target[3:], timeout=120).returncode == 0
     again = snakemake(tmp_path, *target, "--rerun-incomplete", timeout=1500)
