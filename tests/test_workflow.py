@@ -210,6 +210,7 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     art = tmp_path / "paper_artifacts" / "smoke"
     config = yaml.safe_load(SMOKE.read_text())
     from fedgmh.algorithms import REGISTRY
+    from fedgmh.report.names import ALGORITHM_ORDER
 
     names = {name: cls.display_name for name, cls in REGISTRY.items()}
     assert {"table2", "table3", "table4", "table5", "table6", "table7", "audit", "audit_beta"} <= set(config["experiments"])
@@ -218,9 +219,11 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
         assert r"\toprule" in tex and r"\bottomrule" in tex and r"\textbf" in tex
         table = pd.read_csv(art / f"{experiment}.csv")
         seeds = spec.get("seeds", config["seeds"])
-        if "variants" in spec:  # rows = variants, in config order
-            assert list(table["Variant"]) == list(spec["variants"])
-            rows = [v.replace("_", r"\_") for v in spec["variants"]]
+        if "variants" in spec:  # rows = variants in config order, each with its methods (paper order) when there are several
+            methods = [a for a in ALGORITHM_ORDER if a in spec["algorithms"]]
+            rows = [f"{names[a]} ({v})" for v in spec["variants"] for a in methods] if len(methods) > 1 else list(spec["variants"])
+            assert list(table["Variant"]) == rows
+            rows = [row.replace("_", r"\_") for row in rows]
         else:  # rows = algorithms
             rows = [names[a] for a in spec["algorithms"]]
             assert sorted(table["Method"]) == sorted(rows)
@@ -269,14 +272,16 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert list(audit["variant"]) == list(config["experiments"]["audit"]["variants"])
     assert audit.loc[audit["variant"] == "paper", "run_dir"].str.contains("/table2/").all()
     # one log per training run: Table 2 (12 x 2 seeds) + Table 5 (3 ablations x 2 seeds) + one seed of:
-    # Table 3 and 4 (2 methods x 1 new value), Table 6 and 7 (1 new value), audit (3 new variants),
-    # audit_beta (official beta 0.1; the others are Table 6's, Table 2's and the audit's runs)
+    # Table 3 and 4 (2 methods x 1 new value), Table 6 and 7 (1 new value), table2_pflib (4 methods
+    # official; its paper rows are Table 2's), controls (Local, and 4 methods with eval_prior=mask),
+    # audit (2 new variants: its official one is table2_pflib's FedGMH), audit_beta (official beta
+    # 0.1; the others are Table 6's, Table 2's and table2_pflib's runs)
     logs = list((tmp_path / "logs" / "smoke" / "train").rglob("*.log"))
-    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 3 + 1 == 40
+    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 4 + 5 + 2 + 1 == 48
     # every run's record travels with the artifacts, identical to the run's own files; run.json is
     # its one record, and says where the workflow files it
     records = sorted((art / "runs").rglob("run.json"))
-    assert len(records) == 40
+    assert len(records) == 48
     assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == ["clients.csv", "metrics.csv", "run.json"]
     for record in records:
         experiment, setting = record.parent.relative_to(art / "runs").parts[:2]

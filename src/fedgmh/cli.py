@@ -168,7 +168,8 @@ def train_config(args: argparse.Namespace):
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
-    from fedgmh.train import WORKFLOW_LABELS, run_training
+    from fedgmh.store import WORKFLOW_LABELS
+    from fedgmh.train import run_training
 
     if args.jobs_per_gpu < 1:
         raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")

@@ -44,6 +44,9 @@ PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "nu
                   "classes_per_client", "alpha", "train_ratio", "seed", "digest")
 #: metrics.csv columns that measure time, not results: ignored when two records are compared
 TIMING_COLUMNS = ("seconds",)
+#: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
+#: ...`); never part of the run key
+WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
 
 
 class StoreConflict(UserError):
@@ -270,9 +273,7 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
 
 #: what the workflow wrote beside run.json before run.json held the workflow's labels (`workflow`)
 LEGACY_INFO = "run_info.json"
-#: its keys that become run.json's `workflow` labels
-LEGACY_LABELS = ("config_name", "experiment", "setting", "variant")
-#: its keys that run.json already holds: where
+#: its keys besides the WORKFLOW_LABELS: run.json holds them already, here
 LEGACY_DUPLICATES = {"dataset": ("partition", "dataset"), "classes_per_client": ("partition", "classes_per_client"),
                      "alpha": ("partition", "alpha"), "clients": ("partition", "num_clients"),
                      "train_ratio": ("partition", "train_ratio"), "partition_seed": ("partition", "seed"),
@@ -281,9 +282,9 @@ LEGACY_DUPLICATES = {"dataset": ("partition", "dataset"), "classes_per_client": 
 
 def fold_legacy_info(folder: Path | str) -> bool:
     """Fold a record's run_info.json into its run.json (config name, experiment, setting and variant,
-    when it has one, under `workflow`, as `fedgmh train` records the workflow's labels) and delete it; False when the record has none. Refuses (UserError, nothing
-    changed) a run_info.json that contradicts run.json or holds keys it does not know; the run key
-    stays what it was."""
+    when it has one, under `workflow`, as `fedgmh train` records the workflow's labels) and delete
+    it; False when the record has none. Refuses (UserError, nothing changed) a run_info.json that
+    contradicts run.json or holds keys it does not know; the run key stays what it was."""
     folder = Path(folder)
     info_path = folder / LEGACY_INFO
     if not info_path.is_file():
@@ -293,14 +294,14 @@ def fold_legacy_info(folder: Path | str) -> bool:
         info = json.loads(info_path.read_text())
     except (OSError, ValueError) as err:
         raise UserError(f"{info_path} is unreadable ({err})") from None
-    unknown = sorted(set(info) - set(LEGACY_LABELS) - set(LEGACY_DUPLICATES))
+    unknown = sorted(set(info) - set(WORKFLOW_LABELS) - set(LEGACY_DUPLICATES))
     if unknown:
         raise UserError(f"{info_path}: unknown key(s) {', '.join(unknown)}; nothing changed")
     for key, (section, name) in LEGACY_DUPLICATES.items():
         if key in info and info[key] != (run.record.get(section) or {}).get(name):
             raise UserError(f"{info_path}: {key} = {info[key]!r} but run.json's {section}.{name} is "
                             f"{(run.record.get(section) or {}).get(name)!r}; nothing changed")
-    labels = {key: info[key] for key in LEGACY_LABELS if info.get(key) not in (None, "")}  # no variant: no label, as the workflow's
+    labels = {key: info[key] for key in WORKFLOW_LABELS if info.get(key) not in (None, "")}  # no variant: no label, as the workflow's
     if run.record.get("workflow", labels) != labels:
         raise UserError(f"{folder}: run.json's workflow {run.record['workflow']!r} differs from {LEGACY_INFO}'s {labels!r}; nothing changed")
     record = {**run.record, "workflow": labels}

@@ -98,10 +98,6 @@ def memory_record(fed: Federation, algorithm, device: torch.device) -> dict[str,
     return record
 
 
-#: what `workflow` in run.json may hold: where the workflow files the run (not part of the run key)
-WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
-
-
 def label_record(out_dir: Path, record: dict, workflow: dict[str, str] | None) -> dict:
     """The record in `out_dir` with `workflow` as its labels (run.json rewritten when they differ: a
     record reused from a store, or trained for another config, is filed under this run's labels)."""
@@ -212,11 +208,11 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     anything else is done, so a bad folder is reported at once, not when the run ends.
     `jobs_per_gpu`: how many jobs share a GPU under `--device cuda:auto` (gpu_slots); it changes
     where the run trains, never its numbers. `workflow`: the labels the workflow gives the run
-    (WORKFLOW_LABELS), recorded in run.json under `workflow`, also in a reused or finished record.
+    (store.WORKFLOW_LABELS), recorded in run.json under `workflow`, also in a reused or finished record.
     """
-    unknown = set(workflow or {}) - set(WORKFLOW_LABELS)
+    unknown = set(workflow or {}) - set(store.WORKFLOW_LABELS)
     if unknown:
-        raise UserError(f"unknown workflow label(s) {', '.join(sorted(unknown))}; known: {', '.join(WORKFLOW_LABELS)}")
+        raise UserError(f"unknown workflow label(s) {', '.join(sorted(unknown))}; known: {', '.join(store.WORKFLOW_LABELS)}")
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device, jobs_per_gpu)
     out_dir = Path(out_dir)
