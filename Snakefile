@@ -1,14 +1,15 @@
 # fedgmh-repro: reproduce the tables and figures of FedGMH (Sun & Ni, 2026).
 #
-#   snakemake all_tables --cores 2 --configfile config/smoke.yaml      # CI-sized, minutes
-#   snakemake all --cores 16 --resources gpu=2                          # the paper (config/config.yaml)
+#   snakemake all_tables --configfile config/smoke.yaml                 # CI-sized, minutes
+#   snakemake all --resources gpu=2                                     # the paper (config/config.yaml)
 #   snakemake --report report.html --configfile ...                    # afterwards: self-contained HTML report
 #
-# The target must come BEFORE --resources: `snakemake --cores 8 --resources gpu=2 all_tables` is
-# read as a resource named "all_tables". Keys of the config: config/README.md.
+# The workflow profile profiles/default (= workflow/profiles/default) gives the flags every call
+# needs (--cores); give more on the command line. The target must come BEFORE --resources:
+# `snakemake --cores 8 --resources gpu=2 all_tables` is read as a resource named "all_tables".
+# Keys of the config: config/README.md; the config is checked in workflow/rules/common.smk.
 
-from snakemake.utils import min_version, validate
-from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version
 
 min_version("8.0")
 
@@ -21,28 +22,6 @@ if not workflow.overwrite_configfiles:
 
 
 report: "workflow/report/workflow.rst"
-
-
-_SCHEMA = "workflow/schemas/config.schema.yaml"
-try:
-    validate(config, schema=_SCHEMA)
-except WorkflowError:
-    # jsonschema's own text dumps the schema; say instead, one line each, which key is wrong and why
-    import jsonschema, yaml
-
-    _validator = jsonschema.Draft202012Validator(
-        yaml.safe_load(open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)))
-    )
-    _problems = []
-    for _error in sorted(_validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        while _error.validator in ("anyOf", "oneOf") and _error.context:  # e.g. a variant: options or null
-            _error = max(_error.context, key=lambda e: len(e.absolute_path))  # the alternative that got furthest
-        _where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in _error.absolute_path).lstrip(".")
-        _message = _error.message
-        if _error.validator == "pattern" and "x-message" in _error.schema:  # the schema's own advice for this key
-            _message = f"{_error.instance!r} is not allowed: {_error.schema['x-message']}"
-        _problems.append(f"  {_where or '(top level)'}: {_message}")
-    raise WorkflowError("invalid configuration (see config/README.md for every key):\n" + "\n".join(_problems)) from None
 
 
 include: "workflow/rules/common.smk"

@@ -28,6 +28,17 @@ def test_profile_keeps_site_keys_out_of_the_rules() -> None:
         assert "slurm_" not in rules.read_text(), f"{rules.name}: cluster settings belong in the profile"
 
 
+def test_only_training_goes_to_the_cluster() -> None:
+    """Every rule that runs a command, except `train`, is a local rule: downloads (compute nodes are
+    often offline), partitions, records and reports run where snakemake runs."""
+    text = "\n".join(path.read_text() for path in sorted((REPO / "workflow" / "rules").glob("*.smk")))
+    rules = dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.MULTILINE | re.DOTALL))
+    commands = {name for name, body in rules.items() if re.search(r"^    (shell|run|script):", body, re.MULTILINE)}
+    local = {name for name, body in rules.items() if re.search(r"^    localrule: True$", body, re.MULTILINE)}
+    assert {"download", "partition", "train", "run_record", "aggregate", "table", "report_pdf"} <= commands
+    assert commands - local == {"train"} and local <= commands
+
+
 def test_paper_dry_run_with_the_slurm_profile(tmp_path: Path) -> None:
     pytest.importorskip(
         "snakemake_executor_plugin_slurm",
@@ -42,7 +53,8 @@ def test_paper_dry_run_with_the_slurm_profile(tmp_path: Path) -> None:
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    assert f"Using profile {PROFILE}" in out
+    # the cluster profile, and the workflow profile (profiles/default, i.e. workflow/profiles/default) with it
+    assert f"Using profiles {PROFILE} and workflow specific profile {REPO / 'profiles' / 'default'}" in out
 
     stats = out.split("Job stats:", 1)[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}

@@ -12,7 +12,8 @@ import yaml
 from conftest import make_federation
 
 from fedgmh import costs
-from fedgmh.algorithms import REGISTRY, Algorithm, Exchange, register, resolve_options
+from fedgmh.algorithms import OPTION_SETS, REGISTRY, Algorithm, Exchange, register, resolve_options
+from fedgmh.algorithms.options import GMHOptions, OptionSet
 from fedgmh.engine import Phase, run_rounds
 from fedgmh.model import is_head
 from fedgmh.report import names
@@ -90,17 +91,49 @@ class Toy(Algorithm):
         return [Phase(self.fed.channel.download(self.models[client]))]
 
     def finish_training(self, rnd, client, phases, results):
-        result = results[0]
-        self.fed.channel.upload({k: v for k, v in result.params.items() if is_head(k)})
-        self.models[client] = result.params
-        return result
+        self.fed.channel.upload({k: v for k, v in results[-1].params.items() if is_head(k)})
+        self.models[client] = results[-1].params
+        return results[-1]
 
 
 @pytest.fixture
 def toy():
     register(Toy)
     yield Toy
-    del REGISTRY[Toy.name]
+    del REGISTRY[Toy.name], OPTION_SETS[Toy.name]
+
+
+def test_every_class_has_the_option_set_of_its_name():
+    assert set(OPTION_SETS) == set(REGISTRY)
+    for name, cls in REGISTRY.items():
+        declared = OPTION_SETS[name]
+        assert (cls.Options, cls.defaults, cls.official) == (declared.Options, dict(declared.defaults), dict(declared.official)), name
+    assert REGISTRY["gmh_o"].defaults == {"heads": "single"} and REGISTRY["fedgmh"].official["eval_last"] == 20
+
+
+def test_options_are_declared_in_one_place():
+    class Twice(Algorithm):
+        name = "twice"
+        official = {"drop_last": True}
+
+    OPTION_SETS["twice"] = OptionSet(GMHOptions)
+    try:
+        with pytest.raises(ValueError, match="declares official on its class and in OPTION_SETS"):
+            register(Twice)
+        assert "twice" not in REGISTRY
+    finally:
+        del OPTION_SETS["twice"]
+
+
+def test_options_resolve_without_torch():
+    """The workflow checks every run's options while it builds its DAG: that must not import torch
+    (seconds per snakemake call) nor the algorithm classes."""
+    code = ("import sys; from fedgmh.algorithms import OPTION_SETS, option_rows, resolve_options\n"
+            "for name in OPTION_SETS:\n"
+            "    resolve_options(name, {'preset': 'official'}); option_rows(name)\n"
+            "print(len(OPTION_SETS), sorted(m for m in sys.modules if m == 'torch' or m.startswith('fedgmh.algorithms.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.split() == [str(len(REGISTRY)), "['fedgmh.algorithms.options']"]
 
 
 def _results(algorithms):

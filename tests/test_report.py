@@ -16,8 +16,9 @@ from fedgmh.errors import UserError
 
 def make_run(root: Path, *, experiment: str = "table2", dataset: str = "mnist", c: int = 2, alpha: float = 0.5,
              algorithm: str = "fedavg", seed: int = 0, best: float = 0.9, rounds: int = 5, local_epochs: int = 2,
-             join_ratio: float = 0.2, options: dict | None = None, info: bool = True, clients: int = 100) -> Path:
-    """A run directory shaped like `fedgmh train --out` output, with accuracy peaking at `best`."""
+             join_ratio: float = 0.2, options: dict | None = None, labelled: bool = True, clients: int = 100) -> Path:
+    """A run directory shaped like `fedgmh train --out` output, with accuracy peaking at `best`;
+    `labelled`: run.json says its experiment (`workflow`), as the workflow's runs do."""
     setting = report.setting_id({"dataset": dataset, "classes_per_client": c, "alpha": alpha})
     run_dir = root / experiment / setting / algorithm / f"seed{seed}"
     if local_epochs != 2 or join_ratio != 0.2 or options:
@@ -40,12 +41,10 @@ def make_run(root: Path, *, experiment: str = "table2", dataset: str = "mnist", 
     }
     (run_dir / "run.json").write_text(json.dumps({
         "algorithm": algorithm, "dataset": dataset, "seed": seed, "config": config,
+        "partition": {"scheme": "exdir", "dataset": dataset, "num_clients": clients, "classes_per_client": c, "alpha": alpha},
         "best_test_acc": best, "best_round": rounds - 1, "final_test_acc": best - 0.01, "wall_time_s": 1.5,
+        **({"workflow": {"config_name": "test", "experiment": experiment}} if labelled else {}),
     }))
-    if info:
-        (run_dir / "run_info.json").write_text(json.dumps({
-            "experiment": experiment, "dataset": dataset, "classes_per_client": c, "alpha": alpha, "clients": clients,
-        }))
     return run_dir
 
 
@@ -138,7 +137,7 @@ def test_table_cli_writes_tex_and_csv(runs: list[Path], tmp_path: Path) -> None:
 def test_ablation_order_and_reference(tmp_path: Path) -> None:
     dirs = [make_run(tmp_path, experiment="table5", algorithm=alg, seed=s, best=b)
             for alg, b in (("fedgmh", 0.98), ("gmh_oa", 0.96), ("gmh_a", 0.97), ("gmh_o", 0.95)) for s in (0, 1)]
-    results, _ = report.aggregate_runs(dirs)  # experiment from run_info.json
+    results, _ = report.aggregate_runs(dirs)  # experiment from each run.json's workflow labels
     reference = pd.DataFrame({
         "table": ["table5", "table5"], "dataset": ["MNIST", "MNIST"], "C": [2, 2], "alpha": [0.5, 0.5],
         "algorithm": ["GMH-o", "FedGMH"], "local_epochs": [2, 2], "join_ratio": [0.2, 0.2], "beta": [0.5, 0.5],
@@ -190,18 +189,24 @@ def test_cli_error_is_one_line_with_status_2(tmp_path: Path, capsys: pytest.Capt
     assert not (tmp_path / "r.csv").exists()
 
 
-def test_partition_fields_from_partition_file(tmp_path: Path) -> None:
-    run_dir = make_run(tmp_path, info=False)
+def test_run_json_is_the_only_source(tmp_path: Path) -> None:
+    """Partition parameters and the experiment come from run.json alone: no other file of the run
+    folder, and not the partition file it names, is read."""
+    run_dir = make_run(tmp_path, experiment="table4", c=5, alpha=5.0, clients=20)
+    (run_dir / "run_info.json").write_text(json.dumps({"experiment": "other", "classes_per_client": 9, "alpha": 9, "clients": 9}))
     partition = tmp_path / "part.npz"
-    np.savez(partition, meta=np.array(json.dumps({"classes_per_client": 5, "alpha": 5.0, "num_clients": 20})))
+    np.savez(partition, meta=np.array(json.dumps({"classes_per_client": 9, "alpha": 9.0, "num_clients": 9})))
     record = json.loads((run_dir / "run.json").read_text())
     record["config"]["partition"] = str(partition)
     (run_dir / "run.json").write_text(json.dumps(record))
     results, _ = report.aggregate_runs([run_dir])
-    assert results.loc[0, "classes_per_client"] == 5 and results.loc[0, "clients"] == 20
-    assert results.loc[0, "setting"] == "mnist_c5_a5"
-    (partition).unlink()
-    with pytest.raises(UserError, match="classes_per_client"):
+    row = results.iloc[0]
+    assert (row["classes_per_client"], row["alpha"], row["clients"]) == (5, 5.0, 20)
+    assert (row["experiment"], row["setting"]) == ("table4", "mnist_c5_a5")
+    assert report.aggregate_runs([make_run(tmp_path, seed=3, labelled=False)])[0].loc[0, "experiment"] == ""
+    del record["partition"]["classes_per_client"]
+    (run_dir / "run.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match=f"run {run_dir}: run.json's partition lacks classes_per_client"):
         report.aggregate_runs([run_dir])
 
 

@@ -6,6 +6,7 @@ into the repository. The end-to-end test runs the real `fedgmh` CLI on the embed
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -121,7 +122,8 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # the command line of a FedGMH run of Table 5 on CIFAR-100, with the paper's hyper-parameters
     command = next(line for line in out.splitlines() if "--algorithm gmh_a" in line and "cifar100_c5_a0.5.npz" in line)
     for part in ("--rounds 300", "--join-ratio 0.2", "--local-epochs 2", "--batch-size 100", "--lr 0.01",
-                 "--set beta=0.5", "--set eta_h=1.0", "--threads 1", "results/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed"):
+                 "--set beta=0.5", "--set eta_h=1.0", "--threads 1", "results/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed",
+                 "--config-name paper --experiment table5 --setting cifar100_c5_a0.5 >"):
         assert part in command, command
     # FedGMH's Table 5 cells come from the Table 2 runs (trained once)
     assert "results/paper/runs/table5/cifar100_c5_a0.5/fedgmh" not in out
@@ -171,6 +173,25 @@ def test_table2_full_plans_the_paper_runs_of_table2s_offline_columns(tmp_path: P
     assert set(re.findall(r"resources: .*?\b(gpu=\d+)", out)) == {"gpu=1"}
     assert any("--algorithm fedcp --rounds 300" in c and "--out results/paper/runs/table2/cifar100_c5_a5/fedcp/seed4" in c for c in train)
     assert "paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed0" in out  # where the records are put
+
+
+def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> None:
+    """`snakemake all_tables` plans with no flag (the workflow profile gives --cores) and without
+    importing torch: here a `torch` that fails when imported comes first on the path. Device auto
+    too: whether a GPU is there is told without torch."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('torch was imported while the DAG was built')\n")
+    env_path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "-n", "all_tables",
+         "--configfile", str(SMOKE), "--config", "device=auto"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=env_path, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"),
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert "workflow specific profile" in out and job_counts(out)["train"] == 48
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
@@ -262,9 +283,15 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     # every run's record travels with the artifacts, identical to the run's own files
     records = sorted((art / "runs").rglob("run.json"))
     assert len(records) == 50
+    assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == ["clients.csv", "metrics.csv", "run.json"]
+    for record in records:
+        experiment, setting = record.parent.relative_to(art / "runs").parts[:2]
+        labels = {"config_name": "smoke", "experiment": experiment, "setting": setting}
+        labels.update({"variant": setting.split("@")[1]} if "@" in setting else {})
+        assert json.loads(record.read_text())["workflow"] == labels
     for record in records[:3]:
         run_dir = tmp_path / "results" / "smoke" / record.parent.relative_to(art)
-        for name in ("run.json", "metrics.csv", "run_info.json", "clients.csv"):
+        for name in ("run.json", "metrics.csv", "clients.csv"):
             assert (record.parent / name).read_bytes() == (run_dir / name).read_bytes()
     assert (art / "partitions" / "digits_c2_a0.5.png").read_bytes().startswith(b"\x89PNG")
 
@@ -294,26 +321,34 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     (tmp_path / "crash.yaml").write_text(yaml.safe_dump(config))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     target = ["all_runs", "--cores", "2", "--configfile", str(tmp_path / "crash.yaml")]
-    crashing = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), *target],
-        cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    runs = tmp_path / "results" / "smoke" / "runs"
-    deadline = time.monotonic() + 300
-    while len(list(runs.rglob("run.json"))) < 3 and time.monotonic() < deadline and crashing.poll() is None:
-        time.sleep(0.1)
-    os.killpg(crashing.pid, signal.SIGKILL)
-    crashing.wait()
-    # a job is finished once its last output (run_info.json) exists; nothing is ever half-written
-    finished = {p.parent / "run.json": (p.parent / "run.json").stat().st_mtime_ns for p in runs.rglob("run_info.json")}
-    assert 2 <= len(finished) < 12, len(finished)
+    log = tmp_path / "crashing.log"
+    with open(log, "w") as output:
+        crashing = subprocess.Popen(
+            [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), *target],
+            cwd=tmp_path, env=env, start_new_session=True, stdout=output, stderr=subprocess.STDOUT,
+        )
+        finished_line = re.compile(r"^Finished jobid: (\d+) \(Rule: train\)$", re.MULTILINE)
+        deadline = time.monotonic() + 600
+        while len(finished_line.findall(log.read_text())) < 3 and time.monotonic() < deadline and crashing.poll() is None:
+            time.sleep(0.1)
+        os.killpg(crashing.pid, signal.SIGKILL)
+        crashing.wait()
+    # the runs snakemake finished (it says so in its log); a job killed after its run.json was
+    # written but before it ended is unfinished to snakemake, and trained again
+    text = log.read_text()
+    out_dirs = dict((jobid, run_dir) for run_dir, jobid in re.findall(
+        r"^(?:local)?rule train:\n    input: .*\n    output: (\S+)/metrics\.csv, .*\n(?:    .*\n)*?    jobid: (\d+)$", text, re.MULTILINE))
+    records = [tmp_path / out_dirs[jobid] / "run.json" for jobid in finished_line.findall(text)]
+    finished = {p: p.stat().st_mtime_ns for p in records}  # nothing is ever half-written: run.json is written last
+    assert 3 <= len(finished) < 12, len(finished)
     assert all((p.parent / "metrics.csv").stat().st_size > 0 for p in finished)
+    runs = tmp_path / "results" / "smoke" / "runs"
 
     assert snakemake(tmp_path, "--unlock", *target[3:], timeout=120).returncode == 0
     again = snakemake(tmp_path, *target, "--rerun-incomplete", timeout=1500)
     assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
     assert job_counts(again.stdout + again.stderr).get("train") == 12 - len(finished)
     assert {p: p.stat().st_mtime_ns for p in finished} == finished
-    assert len(list(runs.rglob("run_info.json"))) == 12
+    assert len(list(runs.rglob("run.json"))) == 12
     # no temporaries left anywhere (a killed job's are removed when it runs again)
     assert not [p for p in runs.rglob("*") if p.is_file() and (p.name.startswith(".") or p.name.endswith(".tmp"))]

@@ -112,6 +112,8 @@ STRING_KEYS: dict[str, tuple[Callable[[dict[str, Any], str], None], str]] = {
     "figure_setting": (lambda c, v: c["figures"]["figure3"].update(setting=v), "figures.figure3.setting "),
     "figure_experiment": (lambda c, v: c["figures"]["figure3"].update(experiment=v), "figures.figure3.experiment "),
     "rounds_to_target_figure": (lambda c, v: c["rounds_to_target"].update(figure=v), "rounds_to_target.figure "),
+    "costs_runs": (lambda c, v: c.update(costs_runs=v), "costs_runs: "),
+    "controls_summary": (lambda c, v: c.update(controls_summary=v), "controls_summary: "),
 }
 
 

@@ -146,13 +146,11 @@ def _partition(args: argparse.Namespace) -> None:
     )
 
 
-def _cmd_train(args: argparse.Namespace) -> None:
+def train_config(args: argparse.Namespace):
+    """The TrainConfig of parsed `fedgmh train` arguments."""
     from fedgmh.config import TrainConfig, parse_overrides
-    from fedgmh.train import run_training
 
-    if args.jobs_per_gpu < 1:
-        raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
-    config = TrainConfig(
+    return TrainConfig(
         dataset=args.dataset,
         root=args.root,
         partition=args.partition,
@@ -167,8 +165,19 @@ def _cmd_train(args: argparse.Namespace) -> None:
         threads=args.threads,
         overrides=parse_overrides(args.set),
     )
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    from fedgmh.store import WORKFLOW_LABELS
+    from fedgmh.train import run_training
+
+    if args.jobs_per_gpu < 1:
+        raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
+    config = train_config(args)
+    workflow = {name: getattr(args, name) for name in WORKFLOW_LABELS if getattr(args, name) is not None}
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
-                          stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu)
+                          stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu,
+                          workflow=workflow)
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
 
 
@@ -191,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from fedgmh.algorithms import REGISTRY
     from fedgmh.config import TrainConfig
-    from fedgmh.data import DATASETS
+    from fedgmh.datasets import DATASETS
 
     parser = argparse.ArgumentParser(prog="fedgmh", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the version (and git commit) and exit")
@@ -270,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="K",
         help="snapshot the run every K rounds to OUT/checkpoint.pt; a re-run resumes from it (0: never)",
     )
+    labels = p.add_argument_group("workflow labels", "where the workflow files the run: recorded in run.json under `workflow` "
+                                  "(also in a record reused from a store); not part of the run, never compared")
+    labels.add_argument("--config-name", help="the workflow config's name")
+    labels.add_argument("--experiment", help="the experiment (table) the run is trained for")
+    labels.add_argument("--setting", help="its setting id, e.g. mnist_c2_a0.5 or cifar100_c5_a0.5_beta0.1@official")
+    labels.add_argument("--variant", help="its variant, for experiments with `variants`")
     p.set_defaults(func=_cmd_train)
 
     from fedgmh import cli_costs, cli_options, cli_report, cli_store

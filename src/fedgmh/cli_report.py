@@ -108,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", nargs="+", required=True, metavar="RUNDIR", help="run directories written by `fedgmh train`")
     p.add_argument("--out", required=True, help="results CSV: one row per run")
     p.add_argument("--curves", help="curves CSV: one row per run and evaluated round (long format)")
-    p.add_argument("--experiment", help="experiment / table id for every run (default: run_info.json's, else empty)")
+    p.add_argument("--experiment", help="experiment / table id for every run (default: each run.json's workflow.experiment, else empty)")
     p.add_argument("--variant", nargs="+", metavar="NAME",
                    help="variant name of each run, in the order of --runs (rows of an audit table; setting ids get @NAME)")
     p.set_defaults(func=_cmd_aggregate)

@@ -32,29 +32,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedgmh.datasets import DATASETS, DatasetInfo, get_info  # noqa: F401  (DATASETS: re-exported)
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
 
-
-@dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    channels: int
-    height: int
-    width: int
-    num_classes: int
-
-
-DATASETS: dict[str, DatasetInfo] = {
-    info.name: info
-    for info in (
-        DatasetInfo("mnist", 1, 28, 28, 10),
-        DatasetInfo("fashion_mnist", 1, 28, 28, 10),
-        DatasetInfo("cifar10", 3, 32, 32, 10),
-        DatasetInfo("cifar100", 3, 32, 32, 100),
-        DatasetInfo("digits", 1, 28, 28, 10),
-    )
-}
 
 # torchvision class, where it expects the archives under its root (= the mirror's layout), split sizes
 _TORCHVISION = {
@@ -83,13 +64,6 @@ class LabelsInfo:
     labels: np.ndarray  # int64, pooled order (train then test)
     num_classes: int
     fingerprint: str
-
-
-def get_info(name: str) -> DatasetInfo:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise UserError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}") from None
 
 
 def prepared_path(name: str, root: Path) -> Path:

@@ -29,8 +29,10 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from fedgmh.algorithms.options import option_set
+from fedgmh.config import EngineOptions
 from fedgmh.errors import UserError
-from fedgmh.io import atomic_path
+from fedgmh.io import atomic_path, write_json
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
 #: part of a record when present: compared like metrics.csv, never required
@@ -42,6 +44,9 @@ PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "nu
                   "classes_per_client", "alpha", "train_ratio", "seed", "digest")
 #: metrics.csv columns that measure time, not results: ignored when two records are compared
 TIMING_COLUMNS = ("seconds",)
+#: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
+#: ...`); never part of the run key
+WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
 
 
 class StoreConflict(UserError):
@@ -54,13 +59,10 @@ def _option_defaults(options_class: type) -> dict[str, Any]:
 
 def run_key(record: dict[str, Any]) -> dict[str, Any]:
     """The results-deciding part of a run record (or of the identity of a run about to start)."""
-    from fedgmh.algorithms import get_algorithm
-    from fedgmh.config import EngineOptions
-
     try:
         config = record["config"]
         algorithm = config["algorithm"]
-        algorithm_options = {**_option_defaults(get_algorithm(algorithm).Options), **record["algorithm_options"]}
+        algorithm_options = {**_option_defaults(option_set(algorithm).Options), **record["algorithm_options"]}
         engine_options = {**_option_defaults(EngineOptions), **record["engine_options"]}
         partition = record["partition"]
         return {
@@ -207,13 +209,12 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
 
 
 def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
-    """Copy a record's files (every regular file of the folder, or `names`; run.json last), each atomically."""
+    """Copy a record's files (RECORD_FILES and those of OPTIONAL_FILES it has, or `names`; run.json
+    last), each atomically; nothing else of the folder (a checkpoint, a legacy run_info.json)."""
     destination.mkdir(parents=True, exist_ok=True)
     if names is None:
-        names = sorted(p.name for p in source.iterdir() if p.is_file() and not p.name.startswith("."))
+        names = [name for name in (*OPTIONAL_FILES, *RECORD_FILES) if (source / name).is_file()]
     for name in sorted(names, key=lambda n: n == "run.json"):
-        if name == "checkpoint.pt":
-            continue
         with atomic_path(destination / name) as tmp:
             shutil.copyfile(source / name, tmp)
 
@@ -268,3 +269,57 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
             by_digest[run.digest] = StoredRun(target, run.record, run.key)
             outcome["added"].append(f"{run.folder} -> {target}")
     return outcome
+
+
+#: what the workflow wrote beside run.json before run.json held the workflow's labels (`workflow`)
+LEGACY_INFO = "run_info.json"
+#: its keys besides the WORKFLOW_LABELS: run.json holds them already, here
+LEGACY_DUPLICATES = {"dataset": ("partition", "dataset"), "classes_per_client": ("partition", "classes_per_client"),
+                     "alpha": ("partition", "alpha"), "clients": ("partition", "num_clients"),
+                     "train_ratio": ("partition", "train_ratio"), "partition_seed": ("partition", "seed"),
+                     "partition": ("config", "partition")}
+
+
+def fold_legacy_info(folder: Path | str) -> bool:
+    """Fold a record's run_info.json into its run.json (config name, experiment, setting and variant,
+    when it has one, under `workflow`, as `fedgmh train` records the workflow's labels) and delete
+    it; False when the record has none. Refuses (UserError, nothing changed) a run_info.json that
+    contradicts run.json or holds keys it does not know; the run key stays what it was."""
+    folder = Path(folder)
+    info_path = folder / LEGACY_INFO
+    if not info_path.is_file():
+        return False
+    run = read_record(folder)
+    try:
+        info = json.loads(info_path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"{info_path} is unreadable ({err})") from None
+    unknown = sorted(set(info) - set(WORKFLOW_LABELS) - set(LEGACY_DUPLICATES))
+    if unknown:
+        raise UserError(f"{info_path}: unknown key(s) {', '.join(unknown)}; nothing changed")
+    for key, (section, name) in LEGACY_DUPLICATES.items():
+        if key in info and info[key] != (run.record.get(section) or {}).get(name):
+            raise UserError(f"{info_path}: {key} = {info[key]!r} but run.json's {section}.{name} is "
+                            f"{(run.record.get(section) or {}).get(name)!r}; nothing changed")
+    labels = {key: info[key] for key in WORKFLOW_LABELS if info.get(key) not in (None, "")}  # no variant: no label, as the workflow's
+    if run.record.get("workflow", labels) != labels:
+        raise UserError(f"{folder}: run.json's workflow {run.record['workflow']!r} differs from {LEGACY_INFO}'s {labels!r}; nothing changed")
+    record = {**run.record, "workflow": labels}
+    if run_key(record) != run.key:  # cannot happen (labels are no part of the key): the record stays reusable
+        raise UserError(f"{folder}: folding {LEGACY_INFO} would change the run key; nothing changed")
+    write_json(record, folder / "run.json")
+    info_path.unlink()
+    return True
+
+
+def upgrade(stores: Iterable[Path | str]) -> list[Path]:
+    """`fold_legacy_info` for every record below the store folders; the folders it changed."""
+    changed = []
+    for store in stores:
+        store = Path(store)
+        if not store.is_dir():
+            raise UserError(f"{store} is not a folder of run records")
+        for path in sorted(store.rglob(LEGACY_INFO)):
+            if fold_legacy_info(path.parent):
+                changed.append(path.parent)
+    return changed

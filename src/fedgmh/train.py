@@ -2,8 +2,9 @@
 
 Outputs (written atomically, so a killed run never leaves a file that looks finished):
 RUNDIR/metrics.csv (one row per evaluated round), RUNDIR/clients.csv (each client's test accuracy
-in the best and in the last evaluated round) and RUNDIR/run.json (config, resolved options,
-versions, device, wall time, best accuracy).
+in the best and in the last evaluated round) and RUNDIR/run.json, the run's one record (config,
+resolved options, versions, device, wall time, best accuracy, and under `workflow` the labels the
+workflow gives the run: config name, experiment, setting, variant).
 """
 
 from __future__ import annotations
@@ -97,6 +98,16 @@ def memory_record(fed: Federation, algorithm, device: torch.device) -> dict[str,
     return record
 
 
+def label_record(out_dir: Path, record: dict, workflow: dict[str, str] | None) -> dict:
+    """The record in `out_dir` with `workflow` as its labels (run.json rewritten when they differ: a
+    record reused from a store, or trained for another config, is filed under this run's labels)."""
+    if not workflow or record.get("workflow") == workflow:
+        return record
+    record = {**record, "workflow": workflow}
+    write_json(record, out_dir / "run.json")
+    return record
+
+
 def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
     """Copy the stored record of the run `identity` describes to `out_dir`; None when none exists."""
     found, notes = store.find(stores, store.run_key(identity))
@@ -162,8 +173,30 @@ def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None
                          "test_acc_best": np.asarray(best["client_acc"]), "test_acc_last": np.asarray(last["client_acc"])})
 
 
+def run_identity(config: TrainConfig, algo_options, engine: EngineOptions, partition_meta: dict) -> dict:
+    """What a run is (the store's `run_key` of it decides reuse; checkpoints are checked against it):
+    its settings, resolved options and partition (its parameters and the digest of its index arrays)."""
+    return {
+        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
+        "algorithm_options": dataclasses.asdict(algo_options),
+        "engine_options": dataclasses.asdict(engine),
+        "partition": partition_meta,
+        "fedgmh": fedgmh.__version__,
+        "results_version": fedgmh.RESULTS_VERSION,
+    }
+
+
+def planned_identity(config: TrainConfig) -> dict:
+    """`run_identity` of the run `config` describes, from its partition file, without loading the data
+    or building the model (the partition file's meta holds the dataset's fingerprint)."""
+    algo_options, engine = resolve_options(config.algorithm, config.overrides)
+    partition, meta = load_partition(Path(config.partition))
+    return run_identity(config, algo_options, engine, {**meta, "digest": partition.digest()})
+
+
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
-                 stores: list[Path] | None = None, overwrite: bool = False, jobs_per_gpu: int = 1) -> dict:
+                 stores: list[Path] | None = None, overwrite: bool = False, jobs_per_gpu: int = 1,
+                 workflow: dict[str, str] | None = None) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
@@ -174,8 +207,12 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     is refused unless `overwrite` (then replaced, when this run completes). `out_dir` is checked (created and written to for a test) before
     anything else is done, so a bad folder is reported at once, not when the run ends.
     `jobs_per_gpu`: how many jobs share a GPU under `--device cuda:auto` (gpu_slots); it changes
-    where the run trains, never its numbers.
+    where the run trains, never its numbers. `workflow`: the labels the workflow gives the run
+    (store.WORKFLOW_LABELS), recorded in run.json under `workflow`, also in a reused or finished record.
     """
+    unknown = set(workflow or {}) - set(store.WORKFLOW_LABELS)
+    if unknown:
+        raise UserError(f"unknown workflow label(s) {', '.join(sorted(unknown))}; known: {', '.join(store.WORKFLOW_LABELS)}")
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device, jobs_per_gpu)
     out_dir = Path(out_dir)
@@ -190,23 +227,16 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if fed.num_clients * config.join_ratio < 1:
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
     algorithm = get_algorithm(config.algorithm)(fed, algo_options)
-    identity = {
-        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
-        "algorithm_options": dataclasses.asdict(algo_options),
-        "engine_options": dataclasses.asdict(engine),
-        "partition": partition_meta,
-        "fedgmh": fedgmh.__version__,
-        "results_version": fedgmh.RESULTS_VERSION,
-    }
+    identity = run_identity(config, algo_options, engine, partition_meta)
     finished = finished_run(out_dir, identity, overwrite)
     if finished is not None:
         print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
               "(--overwrite trains it again)", file=sys.stderr, flush=True)
-        return finished
+        return label_record(out_dir, finished, workflow)
     if stores:
         reused = reuse_stored_record(identity, stores, out_dir, progress)
         if reused is not None:
-            return reused
+            return label_record(out_dir, reused, workflow)
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
     for name in ("metrics.csv", "clients.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
         remove_leftovers(out_dir / name)
@@ -259,6 +289,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             "numpy": np.__version__,
         },
         "code_version": fedgmh.code_version(),
+        **({"workflow": workflow} if workflow else {}),
     }
     write_csv(metrics, out_dir / "metrics.csv")
     if clients is not None:

@@ -1,5 +1,6 @@
 # Datasets: `fedgmh download` prepares <data_root>/<dataset>.npz (torchvision, the local mirror
-# given by config `mirror`, or the embedded `digits` set, which needs no network).
+# given by config `mirror`, or the embedded `digits` set, which needs no network). A local rule:
+# on a cluster it runs where snakemake runs (compute nodes are often offline).
 
 
 rule download:
@@ -7,6 +8,7 @@ rule download:
         f"{DATA}/{{dataset}}.npz",
     log:
         f"{LOGS}/download/{{dataset}}.log",
+    localrule: True
     params:
         root=lambda wildcards, output: os.path.dirname(output[0]),
         mirror=lambda wildcards: ["--mirror", config["mirror"]] if config["mirror"] else [],

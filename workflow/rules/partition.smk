@@ -1,5 +1,6 @@
 # ExDir(C, alpha) partitions over config `clients` clients, seeded with `partition_seed`; one per
-# (dataset, C, alpha), shared by every experiment and algorithm that uses it.
+# (dataset, C, alpha), shared by every experiment and algorithm that uses it. Seconds each: a local
+# rule (on a cluster it runs where snakemake runs).
 
 
 rule partition:
@@ -13,6 +14,7 @@ rule partition:
                            category="Partitions", labels={"partition": "{dataset} ExDir({C}, {alpha})"}),
     log:
         f"{LOGS}/partition/{{dataset}}_c{{C}}_a{{alpha}}.log",
+    localrule: True
     params:
         root=lambda wildcards, input: os.path.dirname(input.data),
         clients=config["clients"],
@@ -29,6 +31,6 @@ rule all_partitions:
     """Every partition of the config, with its statistics and heat-map."""
     input:
         [
-            expand(rules.partition.output, dataset=p["dataset"], C=p["classes_per_client"], alpha=format_number(p["alpha"]))
-            for p in PARTITIONS.values()
+            expand(rules.partition.output, dataset=run.dataset, C=run.classes_per_client, alpha=format_number(run.alpha))
+            for run in PLAN.partitions.values()
         ],

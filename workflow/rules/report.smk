@@ -2,23 +2,30 @@
 # rounds-to-target table and the comparison with the paper. Outputs marked with report(...) go into
 # `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
 # and figure into one LaTeX document and compiles it (needs a TeX engine, so it is not part of `all`).
+# Every rule here is a local rule: quick, and on a cluster it runs where snakemake runs.
 
-# the experiment whose per-client accuracy is drawn (config `clients_figure`), None: no such figure
-CLIENTS_FIGURE = config.get("clients_figure") if config.get("clients_figure") in config["experiments"] else None
+# the experiments whose per-client accuracy is drawn, whose runs' bytes go into costs.csv and whose
+# controls are summarised (config `clients_figure`, `costs_runs`, `controls_summary`); None: no such output
+CLIENTS_FIGURE = PLAN.experiment_key("clients_figure")
+COSTS_RUNS = PLAN.experiment_key("costs_runs")
+CONTROLS = PLAN.experiment_key("controls_summary")
+REFERENCE = PLAN.reference
+ROUNDS_TO_TARGET = PLAN.rounds_to_target
 
 
 rule aggregate:
     input:
-        records=lambda wildcards: [f"{d}/run.json" for d in experiment_run_dirs(wildcards.experiment)],
-        metrics=lambda wildcards: [f"{d}/metrics.csv" for d in experiment_run_dirs(wildcards.experiment)],
+        records=lambda wildcards: [f"{d}/run.json" for d in PLAN.experiment_run_dirs(wildcards.experiment)],
+        metrics=lambda wildcards: [f"{d}/metrics.csv" for d in PLAN.experiment_run_dirs(wildcards.experiment)],
     output:
         results=f"{RESULTS}/aggregate/{{experiment}}.results.csv",
         curves=f"{RESULTS}/aggregate/{{experiment}}.curves.csv",
     log:
         f"{LOGS}/report/aggregate_{{experiment}}.log",
+    localrule: True
     params:
-        run_dirs=lambda wildcards: experiment_run_dirs(wildcards.experiment),
-        variants=lambda wildcards: experiment_variant_arguments(wildcards.experiment),
+        run_dirs=lambda wildcards: PLAN.experiment_run_dirs(wildcards.experiment),
+        variants=lambda wildcards: PLAN.variant_arguments(wildcards.experiment),
     shell:
         "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} {params.variants:q}"
         " --out {output.results:q} --curves {output.curves:q} > {log:q} 2>&1"
@@ -36,6 +43,7 @@ rule table:
         cells=f"{ARTIFACTS}/{{experiment}}.cells.csv",
     log:
         f"{LOGS}/report/table_{{experiment}}.log",
+    localrule: True
     params:
         title=lambda wildcards: config["experiments"][wildcards.experiment].get("title", wildcards.experiment),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
@@ -57,6 +65,7 @@ rule curves:
                    labels={"figure": "{figure}"}),
     log:
         f"{LOGS}/report/curves_{{figure}}.log",
+    localrule: True
     params:
         experiment=lambda wildcards: config["figures"][wildcards.figure]["experiment"],
         setting=lambda wildcards: config["figures"][wildcards.figure]["setting"],
@@ -85,6 +94,7 @@ rule client_accuracy:
         csv=f"{ARTIFACTS}/client_accuracy.csv",
     log:
         f"{LOGS}/report/client_accuracy.log",
+    localrule: True
     params:
         experiment=CLIENTS_FIGURE,
         round="best" if config["table_accuracy"] == "best" else "last",
@@ -104,6 +114,7 @@ rule rounds_to_target:
                    subcategory="rounds to target", labels={"table": "rounds to target", "format": "CSV"}),
     log:
         f"{LOGS}/report/rounds_to_target.log",
+    localrule: True
     params:
         experiment=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"],
         setting=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["setting"],
@@ -126,6 +137,7 @@ rule compare:
                    labels={"file": "comparison.csv"}),
     log:
         f"{LOGS}/report/compare.log",
+    localrule: True
     shell:
         "fedgmh compare --results {input.results:q} --reference {input.reference:q} --out {output.md:q}"
         " --tex {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
@@ -133,9 +145,10 @@ rule compare:
 
 rule costs:
     """Section 2.3: storage and communication from the actual model (mnist, cifar10, cifar100),
-    next to the bytes measured in Table 2's runs (every algorithm counts what it sends)."""
+    next to the bytes measured in the runs of experiment `costs_runs` (Table 2's: every algorithm
+    counts what it sends)."""
     input:
-        records=[f"{d}/run.json" for d in experiment_run_dirs("table2")] if "table2" in config["experiments"] else [],
+        records=[f"{d}/run.json" for d in PLAN.experiment_run_dirs(COSTS_RUNS)] if COSTS_RUNS else [],
     output:
         csv=report(f"{ARTIFACTS}/costs.csv", caption="../report/costs.rst", category="Tables",
                    subcategory="costs", labels={"table": "costs", "format": "CSV"}),
@@ -143,6 +156,7 @@ rule costs:
                    subcategory="costs", labels={"table": "costs", "format": "LaTeX"}),
     log:
         f"{LOGS}/report/costs.log",
+    localrule: True
     params:
         runs=lambda wildcards, input: ["--runs", *(os.path.dirname(r) for r in input.records)] if input.records else [],
     shell:
@@ -150,19 +164,21 @@ rule costs:
 
 
 rule controls_summary:
-    """The controls experiment read as shares: how much of each method's gain over FedAvg the label
-    set alone explains, next to what the label distribution predicts with no model."""
+    """The controls experiment (config `controls_summary`) read as shares: how much of each
+    method's gain over FedAvg the label set alone explains, next to what the label distribution
+    predicts with no model."""
     input:
-        results=f"{RESULTS}/aggregate/controls.results.csv",
-        stats=lambda wildcards: sorted({f"{RESULTS}/partitions/{run['partition']}.stats.csv" for run in RUNS if run["experiment"] == "controls"}),
+        results=lambda wildcards: expand(rules.aggregate.output.results, experiment=CONTROLS),
+        stats=lambda wildcards: sorted({f"{RESULTS}/partitions/{run.partition}.stats.csv" for run in PLAN.runs if run.experiment == CONTROLS}),
     output:
         md=report(f"{ARTIFACTS}/controls_summary.md", caption="../report/controls.rst", category="Tables",
                   subcategory="controls", labels={"table": "controls summary", "format": "Markdown"}),
         csv=f"{ARTIFACTS}/controls_summary.csv",
     log:
         f"{LOGS}/report/controls_summary.log",
+    localrule: True
     params:
-        title=lambda wildcards: config["experiments"]["controls"].get("title", "controls"),
+        title=lambda wildcards: config["experiments"][CONTROLS].get("title", CONTROLS),
     shell:
         "fedgmh controls --results {input.results:q} --stats {input.stats:q} --out {output.md:q} --csv {output.csv:q}"
         " --title {params.title:q} > {log:q} 2>&1"
@@ -176,8 +192,8 @@ rule all_tables:
         rules.rounds_to_target.output if ROUNDS_TO_TARGET else [],
         rules.compare.output if REFERENCE else [],
         rules.costs.output,
-        rules.controls_summary.output if "controls" in config["experiments"] else [],
-        run_records(),
+        rules.controls_summary.output if CONTROLS else [],
+        PLAN.stored_markers(),
 
 
 rule all_figures:
@@ -204,8 +220,8 @@ rule report_pdf:
             *expand(rules.curves.output.pdf, figure=list(config["figures"])),
             *([rules.client_accuracy.output.pdf] if CLIENTS_FIGURE else []),
             *[
-                expand(rules.partition.output.heatmap, dataset=p["dataset"], C=p["classes_per_client"], alpha=format_number(p["alpha"]))[0]
-                for p in PARTITIONS.values()
+                expand(rules.partition.output.heatmap, dataset=run.dataset, C=run.classes_per_client, alpha=format_number(run.alpha))[0]
+                for run in PLAN.partitions.values()
             ],
         ],
     output:
@@ -214,6 +230,7 @@ rule report_pdf:
     log:
         main=f"{LOGS}/report/report_pdf.log",
         latex=f"{LOGS}/report/latexmk.log",
+    localrule: True
     params:
         title=f"FedGMH reproduction: every table and figure of config {NAME}",
         titles=json.dumps({name: exp.get("title", name) for name, exp in config["experiments"].items()}),

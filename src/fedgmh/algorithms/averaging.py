@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import torch
 
-from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
+from fedgmh.algorithms.base import Algorithm, Exchange, register
 from fedgmh.engine import LocalResult, Params, Phase
 from fedgmh.model import is_body, is_fc1, is_head
 
@@ -95,4 +95,3 @@ class FedAvg(ParameterAveraging):
     display_name = "FedAvg"
     paper_row = 1
     personalised = False
-    official = PFLLIB_LOADER

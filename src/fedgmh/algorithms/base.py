@@ -3,24 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from fedgmh.algorithms.options import OPTION_SETS, NoOptions, OptionSet
 from fedgmh.engine import Federation, LocalResult, Params, Phase, train_phases
 from fedgmh.errors import UserError
 
 REGISTRY: dict[str, type["Algorithm"]] = {}
-
-#: PFLlib's DataLoader drops each client's last partial batch (part of most `official` presets)
-PFLLIB_LOADER = MappingProxyType({"drop_last": True})
-
-
-@dataclass(frozen=True)
-class NoOptions:
-    """An algorithm without options of its own."""
 
 
 @dataclass(frozen=True)
@@ -51,11 +43,12 @@ class Algorithm:
     paper_row: ClassVar[int | None] = None
     #: True when what a client exchanges grows with its number of labels |S_m|
     traffic_per_label: ClassVar[bool] = False
+    #: its options, given by `register` from `fedgmh.algorithms.options.OPTION_SETS` (read without
+    #: torch by the workflow): the Options dataclass, the values that differ from its defaults for
+    #: this registered variant, and those of the official code / PFLlib (`--set preset=official`;
+    #: keys may be engine options too, e.g. drop_last). A class without an entry there declares them here.
     Options: ClassVar[type] = NoOptions
-    #: option values that differ from `Options`' defaults for this registered variant
     defaults: ClassVar[dict[str, Any]] = {}
-    #: option values of the official code / PFLlib, applied by `--set preset=official`
-    #: (keys may be engine options too, e.g. drop_last).
     official: ClassVar[dict[str, Any]] = {}
 
     #: False when evaluating the same model twice can give different numbers (random forward
@@ -153,8 +146,18 @@ class Algorithm:
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Add `cls` to the registry under its name, with the option set of that name (OPTION_SETS);
+    a class without one there (e.g. an algorithm defined in a test) brings its own."""
     if cls.name in REGISTRY:
         raise ValueError(f"algorithm {cls.name!r} registered twice")
+    declared = OPTION_SETS.get(cls.name)
+    on_class = sorted({"Options", "defaults", "official"} & set(vars(cls)))
+    if declared is None:
+        OPTION_SETS[cls.name] = OptionSet(cls.Options, dict(cls.defaults), dict(cls.official))
+    elif on_class:
+        raise ValueError(f"algorithm {cls.name!r} declares {', '.join(on_class)} on its class and in OPTION_SETS; keep one")
+    else:
+        cls.Options, cls.defaults, cls.official = declared.Options, dict(declared.defaults), dict(declared.official)
     REGISTRY[cls.name] = cls
     return cls
 

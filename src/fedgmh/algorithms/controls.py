@@ -9,13 +9,11 @@ gain that knowing the label set explains. docs/baselines.md, "Controls".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import PFLLIB_LOADER, Exchange, register
-from fedgmh.config import choice
+from fedgmh.algorithms.base import Exchange, register
+from fedgmh.algorithms.options import PriorOptions
 from fedgmh.engine import Params
 from fedgmh.priors import label_prior
 
@@ -33,7 +31,6 @@ class Local(ParameterAveraging):
     name = "local"
     display_name = "Local"
     paper_row = None  # not in the paper's tables
-    official = PFLLIB_LOADER  # serverlocal.py trains clientAVG, through PFLlib's loader
 
     def shares(self, name: str) -> bool:
         return False
@@ -52,11 +49,6 @@ class Local(ParameterAveraging):
         """Nothing to aggregate."""
 
 
-@dataclass(frozen=True)
-class PriorOptions:
-    prior: str = choice("mask", "log_freq", "log_ratio", help="what the client adds to the logits: its label set (mask), label shares, or shares over the pooled shares")
-
-
 @register
 class FedAvgLabelPrior(FedAvg):
     """FedAvg, evaluated with each client's label prior added to the global model's logits."""
@@ -64,7 +56,6 @@ class FedAvgLabelPrior(FedAvg):
     name = "fedavg_lp"
     display_name = "FedAvg + label prior"
     paper_row = None  # not in the paper's tables (FedAvg's row is inherited otherwise)
-    Options = PriorOptions
     personalised = True  # the evaluated model differs per client (by its prior only)
 
     def __init__(self, fed, options: PriorOptions) -> None:

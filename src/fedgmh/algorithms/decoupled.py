@@ -10,18 +10,17 @@ See docs/baselines.md for the paper / PFLlib differences.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import PFLLIB_LOADER, Exchange, register
-from fedgmh.config import choice, option
+from fedgmh.algorithms.base import Exchange, register
+from fedgmh.algorithms.options import FedCPOptions
 from fedgmh.engine import Channel, Extra, Federation, Params, Phase, cross_entropy
-from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
+
 
 def linear(params: Params, prefix: str, x: Tensor) -> Tensor:
     return F.linear(x, params[prefix + "weight"], params[prefix + "bias"])
@@ -60,7 +59,6 @@ class FedRoD(ParameterAveraging):
     name = "fedrod"
     display_name = "FedRoD"
     paper_row = 10
-    official = PFLLIB_LOADER  # clientrod.py steps both of its lr schedulers once per participation, like our engine
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)  # shared: every model key (body + generic head)
@@ -139,27 +137,6 @@ def shared_random_context(dim: int, device: torch.device) -> Tensor:
     return torch.rand(dim, generator=torch.Generator().manual_seed(PFLLIB_CONTEXT_SEED)).to(device)
 
 
-@dataclass(frozen=True)
-class FedCPOptions:
-    lamda: float = option(1.0, "weight of the MMD loss aligning the personal body to the frozen global body")
-    policy: str = choice("softmax", "gumbel", help="r, s = softmax over each feature's pair (paper) or gumbel_softmax, tau 1, in training AND evaluation (PFLlib)")
-    sync: str = choice(
-        "round_start",
-        "after_round",
-        help="selected clients receive the global body, head and CPN when the round starts (paper), or (PFLlib) the averaged body goes to ALL clients after "
-        "aggregation and the averaged head and CPN only to the clients that just trained",
-    )
-    context: str = choice(
-        "head", "random", "random_shared",
-        help="client vector before a client's first training: from its personal head (paper), uniform random per client "
-        "(from the run's generator), or one uniform random vector for every client (PFLlib: torch.rand after torch.manual_seed(0))",
-    )
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.lamda < math.inf:
-            raise UserError(f"lamda must be a finite number >= 0, got {self.lamda}")
-
-
 @register
 class FedCP(ParameterAveraging):
     """Zhang et al. 2023: a per-sample policy {r, s} splits the features between a frozen global
@@ -174,10 +151,7 @@ class FedCP(ParameterAveraging):
     name = "fedcp"
     display_name = "FedCP"
     paper_row = 5
-    Options = FedCPOptions
-    # clientcp.py builds its own optimiser and never steps a scheduler: PFLlib's FedCP lr is constant
     transient = ("feature_dim",)
-    official = {**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round", "context": "random_shared"}
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:

@@ -8,20 +8,19 @@ computes a new mask from the head's criticality (Algorithm 1, eq. 7-8) and uploa
 (eq. 4-5).
 
 Every point where the official code (youcaihua1/FedGMH) departs from the paper's text is an
-option; `preset=official` selects all of them at once. See docs/fedgmh.md (FedGH:
-docs/baselines.md).
+option (GMHOptions, with each variant's official values, in fedgmh.algorithms.options);
+`preset=official` selects all of them at once. See docs/fedgmh.md (FedGH: docs/baselines.md).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
-from fedgmh.config import choice, option
+from fedgmh.algorithms.base import Algorithm, Exchange, register
+from fedgmh.algorithms.options import GMHOptions
 from fedgmh.engine import LocalResult, Params, Phase
 from fedgmh.errors import UserError
 from fedgmh.model import is_head
@@ -29,41 +28,6 @@ from fedgmh.model import is_head
 NEAR_ZERO = 1e-10  # official code: a threshold at or below this counts as "zero"
 TINY = 1e-20  # official code: fallback threshold = the smallest score above this
 LABEL_DTYPE = torch.int32  # uploaded labels: 4 bytes each, as the paper's 0.39 KB for 100 labels
-
-
-@dataclass(frozen=True)
-class GMHOptions:
-    beta: float = option(0.5, "share B = beta * L of head parameters marked critical (Algorithm 1)")
-    eta_h: float = option(1.0, "server learning rate of the global heads (eq. 6)")
-    heads: str = choice("per_label", "single", help="S global heads (FedGMH) or one (the -o ablations)")
-    combine: str = choice("mask", "average", "replace", help="eq. 9 masked mix / eq. 10-11 average / official ablation: replace")
-    mix: str = choice("critical", "noncritical", help="positions taking the global mix: critical (paper) or the rest (official)")
-    score: str = choice("delta_theta", "delta_sq_theta", help="criticality |d*theta| (paper, eq. 8) or |d^2*theta| (official)")
-    selection: str = choice("global", "per_tensor", help="top-B over all L head values (paper) or per tensor with the official near-zero fallback")
-    broadcast: str = choice("selected", "all", help="who receives heads each round: selected clients (paper) or all (official)")
-    server_pass: str = choice("per_prototype", "batched", help="eq. 6 one step per prototype, or a shuffled batched pass (official -o ablations)")
-    head_alias: str = choice(
-        "server", "client0",
-        help="the server keeps its own head, or (official -o ablations, PFLlib FedGH) the one server head IS client 0's head: client 0's training moves it and the server pass moves client 0's head",
-    )
-    gmh_o_zeroing: bool = option(
-        False,
-        "official GMH-o: while client 0 has never trained, its send zeroes its head - which IS the server head "
-        "(head_alias=client0) - so every round until then wipes the server's prototype training",
-    )
-    preset: str = choice("paper", "official", help="paper text, or every official-code behaviour (set before the others)")
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.beta <= 1:
-            raise UserError(f"beta must be in [0, 1], got {self.beta}")
-        if self.eta_h <= 0:
-            raise UserError(f"eta_h must be > 0, got {self.eta_h}")
-        if self.server_pass == "batched" and self.heads != "single":
-            raise UserError("server_pass=batched is defined for one global head only (heads=single)")
-        if self.head_alias == "client0" and self.heads != "single":
-            raise UserError("head_alias=client0 is defined for one global head only (heads=single)")
-        if self.gmh_o_zeroing and self.head_alias != "client0":
-            raise UserError("gmh_o_zeroing=true zeroes the server head through client 0's head: it needs head_alias=client0")
 
 
 def critical_mask(before: Params, after: Params, beta: float, score: str, selection: str) -> Params:
@@ -101,7 +65,6 @@ def critical_mask(before: Params, after: Params, beta: float, score: str, select
 class GlobalMultiHead(Algorithm):
     """FedGMH with options; the registered variants below only change the defaults."""
 
-    Options = GMHOptions
     traffic_per_label = True
 
     @classmethod
@@ -231,15 +194,11 @@ class GlobalMultiHead(Algorithm):
             self.heads["head.bias"][head] -= self.options.eta_h * grad_b
 
 
-OFFICIAL_ENGINE = {**PFLLIB_LOADER, "eval_last": 20}
-
-
 @register
 class FedGMH(GlobalMultiHead):
     name = "fedgmh"
     display_name = "FedGMH"
     paper_row = 15
-    official = {**OFFICIAL_ENGINE, "mix": "noncritical", "score": "delta_sq_theta", "selection": "per_tensor", "broadcast": "all"}
 
 
 @register
@@ -249,9 +208,6 @@ class GMHOneHead(GlobalMultiHead):
     name = "gmh_o"
     display_name = "GMH-o"
     paper_row = 12
-    defaults = {"heads": "single"}
-    official = {**OFFICIAL_ENGINE, "mix": "noncritical", "selection": "per_tensor", "broadcast": "all", "server_pass": "batched",
-                "head_alias": "client0", "gmh_o_zeroing": True}
 
 
 @register
@@ -261,8 +217,6 @@ class GMHAverage(GlobalMultiHead):
     name = "gmh_a"
     display_name = "GMH-a"
     paper_row = 13
-    defaults = {"combine": "average"}
-    official = {**OFFICIAL_ENGINE, "combine": "replace", "broadcast": "all"}
 
 
 @register
@@ -272,8 +226,6 @@ class GMHOneHeadAverage(GlobalMultiHead):
     name = "gmh_oa"
     display_name = "GMH-oa"
     paper_row = 14
-    defaults = {"heads": "single", "combine": "average"}
-    official = {**OFFICIAL_ENGINE, "combine": "replace", "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
 
 
 @register
@@ -289,8 +241,6 @@ class FedGH(GlobalMultiHead):
     name = "fedgh"
     display_name = "FedGH"
     paper_row = 7
-    defaults = {"heads": "single", "combine": "replace", "server_pass": "batched"}
-    official = {**PFLLIB_LOADER, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}
 
     def __init__(self, fed, options) -> None:
         if options.heads != "single" or options.combine != "replace":

@@ -13,14 +13,13 @@ See docs/baselines.md.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import PFLLIB_LOADER, Algorithm, Exchange, register
-from fedgmh.config import choice, option
+from fedgmh.algorithms.base import Algorithm, Exchange, register
+from fedgmh.algorithms.options import AMPOptions, DittoOptions, FomoOptions
 from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, split_batches, summed_loss
 from fedgmh.errors import UserError
 
@@ -47,22 +46,6 @@ def pull_toward(own: torch.Tensor, others: torch.Tensor, weights: torch.Tensor) 
 # ----------------------------------------------------------------------------------------- Ditto
 
 
-@dataclass(frozen=True)
-class DittoOptions:
-    mu: float = option(0.0, "weight of (mu/2)*||v - w_global||^2 in the personal loss (PFLlib default)")
-    plocal_epochs: int = option(1, "epochs of personal training per participation (PFLlib default)")
-    report: str = choice(
-        "personal", "max_of_both",
-        help="accuracy reported each round: the personal models' (paper), or the better of global and personal (PFLlib logs both in one list)",
-    )
-
-    def __post_init__(self) -> None:
-        if self.mu < 0:
-            raise UserError(f"mu must be >= 0, got {self.mu}")
-        if self.plocal_epochs < 1:
-            raise UserError(f"plocal_epochs must be >= 1, got {self.plocal_epochs}")
-
-
 @register
 class Ditto(ParameterAveraging):
     """Li et al. 2021: FedAvg global model + per-client personal model with a proximal pull to it.
@@ -75,9 +58,7 @@ class Ditto(ParameterAveraging):
     name = "ditto"
     display_name = "Ditto"
     paper_row = 3
-    Options = DittoOptions
     transient = ("_reported",)
-    official = {**PFLLIB_LOADER, "report": "max_of_both"}
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:
@@ -129,27 +110,6 @@ class Ditto(ParameterAveraging):
 # ---------------------------------------------------------------------------------------- FedAMP
 
 
-@dataclass(frozen=True)
-class AMPOptions:
-    alphaK: float = option(1.0, "attention step size alpha_k: xi_ij = alphaK * exp(-||w_i - w_j||^2 / sigma) / sigma (PFLlib default)")
-    lamda: float = option(1.0, "proximal weight: the local loss adds (lamda / (2 alphaK)) * ||w - u_i||^2 (PFLlib default)")
-    sigma: float = option(1.0, "scale of the attention function (PFLlib default)")
-    proximal: str = choice(
-        "gradient", "detached",
-        help="the proximal term trains the model (paper) or is computed on detached tensors, i.e. plain SGD (PFLlib)",
-    )
-    cloud: str = choice(
-        "all_uploaded", "last_round",
-        help="models mixed into u_i: the last upload of every client that has uploaded (paper) or only the previous round's uploads (PFLlib)",
-    )
-
-    def __post_init__(self) -> None:
-        if self.alphaK <= 0 or self.sigma <= 0:
-            raise UserError(f"alphaK and sigma must be > 0, got alphaK={self.alphaK}, sigma={self.sigma}")
-        if self.lamda < 0:
-            raise UserError(f"lamda must be >= 0, got {self.lamda}")
-
-
 def attention_weights(own: torch.Tensor, others: torch.Tensor, alphaK: float, sigma: float) -> torch.Tensor:
     """xi_ij = alphaK * A'(||w_i - w_j||^2) with A(x) = 1 - exp(-x / sigma) (flat models); xi_ii = 1 - sum."""
     return alphaK * torch.exp(-squared_distances(own, others) / sigma) / sigma
@@ -168,8 +128,6 @@ class FedAMP(Algorithm):
     name = "fedamp"
     display_name = "FedAMP"
     paper_row = 4
-    Options = AMPOptions
-    official = {**PFLLIB_LOADER, "proximal": "detached", "cloud": "last_round"}
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:
@@ -229,32 +187,6 @@ class FedAMP(Algorithm):
 WEIGHT_DTYPE = torch.float64  # the weights w_n a client uploads with its model
 
 
-@dataclass(frozen=True)
-class FomoOptions:
-    M: int = option(5, "models a selected client downloads (PFLlib default)")
-    val_ratio: float = option(0.2, "share of a client's train split, taken from its end, used as validation set (PFLlib)")
-    epsilon: float = option(0.3, "epsilon-greedy: initial probability that a download slot picks a random client (official FedFomo code)")
-    epsilon_decay: float = option(0.05, "epsilon-greedy: epsilon decreases by this much per round (official FedFomo code)")
-    selection: str = choice(
-        "epsilon_greedy", "top_m",
-        help="downloads: epsilon-greedy over other clients that have uploaded (paper) or the top M of the affinity row over all clients, self included (PFLlib)",
-    )
-    baseline: str = choice(
-        "current", "pre_training",
-        help="theta_old: the client's current model (paper) or its model before its last local training (PFLlib's old_model)",
-    )
-    val_loss: str = choice("sample_mean", "batch_mean", help="validation loss: mean over samples (paper) or over batches (PFLlib)")
-    local_order: str = choice("shuffled", "fixed", help="local training batches: reshuffled every epoch (paper) or in fixed order (PFLlib: shuffle=False)")
-
-    def __post_init__(self) -> None:
-        if self.M < 1:
-            raise UserError(f"M must be >= 1, got {self.M}")
-        if not 0 < self.val_ratio < 1:
-            raise UserError(f"val_ratio must be in (0, 1), got {self.val_ratio}")
-        if not 0 <= self.epsilon <= 1 or self.epsilon_decay < 0:
-            raise UserError(f"epsilon must be in [0, 1] and epsilon_decay >= 0, got {self.epsilon}, {self.epsilon_decay}")
-
-
 def fomo_weights(loss_old: float, losses: list[float], distances: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw w_n = (L_old - L_n) / (||theta_n - theta_old|| + 1e-5) and their positive parts normalised
     to sum 1 (all zero when no model improves on theta_old)."""
@@ -291,9 +223,7 @@ class FedFomo(Algorithm):
     name = "fedfomo"
     display_name = "FedFomo"
     paper_row = 6
-    Options = FomoOptions
     transient = ("train_fed",)
-    official = {**PFLLIB_LOADER, "selection": "top_m", "baseline": "pre_training", "val_loss": "batch_mean", "local_order": "fixed"}
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:

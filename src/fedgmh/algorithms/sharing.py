@@ -3,28 +3,15 @@
 FedProx is FedAvg with a proximal gradient; FedPer, LG-FedAvg and FedRep are `ParameterAveraging`
 with another shared part (FedRep also with a two-phase local schedule). (FedGH, one global head
 trained on prototypes, lives with its family in fedgmh.py.) The PFLlib behaviour is behind options
-listed in each class's `official` dict. See docs/baselines.md.
+listed in each one's `official` preset (fedgmh.algorithms.options). See docs/baselines.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import PFLLIB_LOADER, register
-from fedgmh.config import choice, option
+from fedgmh.algorithms.base import register
 from fedgmh.engine import LocalResult, Phase, proximal_hook
-from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
-
-
-@dataclass(frozen=True)
-class FedProxOptions:
-    mu: float = option(0.0, "weight of the proximal term (mu/2)*||w - w_global||^2 (PFLlib default 0.0 = FedAvg)")
-
-    def __post_init__(self) -> None:
-        if self.mu < 0:
-            raise UserError(f"mu must be >= 0, got {self.mu}")
 
 
 @register
@@ -38,7 +25,6 @@ class FedProx(FedAvg):
     name = "fedprox"
     display_name = "FedProx"
     paper_row = 2
-    Options = FedProxOptions
 
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         anchor = {"anchor": self.global_params}  # the global model received this round
@@ -53,16 +39,6 @@ class FedPer(ParameterAveraging):
     display_name = "FedPer"
     paper_row = 8
     shared_part = "body"
-    official = PFLLIB_LOADER
-
-
-@dataclass(frozen=True)
-class LGFedAvgOptions:
-    global_part: str = choice(
-        "head", "fc1+head",
-        help="the global (averaged) layers: the head (the project's spec, and PFLlib's) or the body's last layer fc1 "
-        "and the head (the original paper's global model is its top layers); the rest stays on the client",
-    )
 
 
 @register
@@ -73,22 +49,11 @@ class LGFedAvg(ParameterAveraging):
     name = "lgfedavg"
     display_name = "LG-FedAvg"
     paper_row = 11
-    Options = LGFedAvgOptions
     shared_part = "head"
-    official = {**PFLLIB_LOADER, "global_part": "head"}  # PFLlib's serverlg.py averages model.head only
 
     @classmethod
     def shared_part_of(cls, options) -> str:
         return options.global_part
-
-
-@dataclass(frozen=True)
-class FedRepOptions:
-    plocal_epochs: int = option(1, "epochs of head-only training before the body epochs (PFLlib default 1)")
-
-    def __post_init__(self) -> None:
-        if self.plocal_epochs < 0:
-            raise UserError(f"plocal_epochs must be >= 0, got {self.plocal_epochs}")
 
 
 @register
@@ -102,7 +67,6 @@ class FedRep(FedPer):
     name = "fedrep"
     display_name = "FedRep"
     paper_row = 9
-    Options = FedRepOptions
 
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         head = Phase(self.client_params(client), epochs=self.options.plocal_epochs, trainable=is_head)

@@ -1,9 +1,9 @@
 """Run directories -> tidy results (one row per run) and per-round curves (long format).
 
 A run directory is what `fedgmh train --out RUNDIR` writes: `metrics.csv` (one row per evaluated
-round) and `run.json` (the run record with its `config`). The workflow adds `run_info.json` with
-the partition parameters (dataset, classes_per_client, alpha, clients, ...); without it the
-partition file named in the run's config is read for them.
+round) and `run.json`, the run's one record: its `config`, the parameters of its `partition`
+(classes_per_client, alpha, num_clients) and, for runs of the workflow, its `workflow` labels
+(experiment, ...).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
@@ -35,21 +34,6 @@ def _read_json(path: Path, run_dir: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UserError(f"run {run_dir}: {path.name} does not hold a JSON object")
     return data
-
-
-def _partition_meta(config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    raw = config.get("partition")
-    if not raw:
-        return {}
-    candidates = [Path(raw)] if Path(raw).is_absolute() else [Path(raw), run_dir / raw]
-    for path in candidates:
-        if path.is_file():
-            try:
-                with np.load(path, allow_pickle=False) as npz:
-                    return json.loads(str(npz["meta"])) if "meta" in npz.files else {}
-            except (OSError, ValueError, KeyError):
-                return {}
-    return {}
 
 
 def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
@@ -81,30 +65,22 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     if metrics.empty:
         raise UserError(f"run {run_dir}: metrics.csv has no evaluated round")
 
-    info_path = run_dir / "run_info.json"
-    info = _read_json(info_path, run_dir) if info_path.is_file() else {}
-    meta = record.get("partition") if isinstance(record.get("partition"), dict) else {}
-    if any(info.get(k) is None and meta.get(k) is None for k in PARTITION_FIELDS):
-        meta = {**_partition_meta(config, run_dir), **meta}
-
-    def field(name: str, *sources: dict[str, Any], default: Any = None) -> Any:
-        for source in sources:
-            if source.get(name) is not None:
-                return source[name]
-        return default
-
+    partition = record.get("partition") if isinstance(record.get("partition"), dict) else {}
+    absent = [k for k in PARTITION_FIELDS if partition.get(k) is None]
+    if absent:
+        raise UserError(f"run {run_dir}: run.json's partition lacks {' and '.join(absent)}; it was not written by a finished `fedgmh train`")
     row: dict[str, Any] = {
-        "dataset": field("dataset", info, record, config),
-        "classes_per_client": field("classes_per_client", info, meta),
-        "alpha": field("alpha", info, meta),
-        "clients": field("clients", info, default=field("num_clients", record, meta)),
-        "algorithm": field("algorithm", record, config),
-        "seed": int(field("seed", record, config)),
-        "rounds": field("rounds", config),
-        "local_epochs": field("local_epochs", config),
-        "join_ratio": field("join_ratio", config),
-        "batch_size": field("batch_size", config),
-        "lr": field("lr", config),
+        "dataset": record["dataset"],
+        "classes_per_client": partition["classes_per_client"],
+        "alpha": partition["alpha"],
+        "clients": partition.get("num_clients", record.get("num_clients")),
+        "algorithm": record["algorithm"],
+        "seed": int(record["seed"]),
+        "rounds": config.get("rounds"),
+        "local_epochs": config.get("local_epochs"),
+        "join_ratio": config.get("join_ratio"),
+        "batch_size": config.get("batch_size"),
+        "lr": config.get("lr"),
         "options": parse_options(config.get("overrides")),
         "resolved_options": {k: jsonable(v) for k, v in (record.get("algorithm_options") or {}).items()
                              if k in REPORTED_OPTIONS and isinstance(v, (str, int, float, bool))},
@@ -115,13 +91,8 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
         "rounds_evaluated": int(len(metrics)),
         "wall_time_s": float(record["wall_time_s"]),
         "run_dir": str(run_dir),
+        "experiment": str((record.get("workflow") or {}).get("experiment", "")),
     }
-    absent = [k for k in PARTITION_FIELDS if row[k] is None]
-    if absent:
-        raise UserError(
-            f"run {run_dir}: cannot tell {' and '.join(absent)}: no run_info.json in the run directory and the "
-            f"partition file {config.get('partition')!r} is not readable from here"
-        )
     return row, metrics
 
 
@@ -129,8 +100,8 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
                    variants: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy results (one row per run) and curves (one row per run and evaluated round).
 
-    `experiment` labels every row (the workflow passes the table id); otherwise each run's
-    run_info.json `experiment` is used, or '' when absent. Setting ids are assigned per experiment.
+    `experiment` labels every row (the workflow passes the table id); otherwise each run's own
+    (run.json `workflow.experiment`) is used, or '' when it has none. Setting ids are assigned per experiment.
     `variants`, one name per run directory (the workflow passes them for experiments with
     `variants`), become the `variant` column and the `@<variant>` part of the setting ids.
     """
@@ -149,10 +120,6 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
         row["variant"] = variants[index] if variants is not None else ""
         if experiment is not None:
             row["experiment"] = experiment
-        else:
-            info_path = Path(run_dir) / "run_info.json"
-            info = _read_json(info_path, Path(run_dir)) if info_path.is_file() else {}
-            row["experiment"] = str(info.get("experiment", ""))
         rows.append(row)
         curves.append(metrics)
 

@@ -1,0 +1,36 @@
+"""The datasets `fedgmh download` knows: shape and number of classes (no torch: the workflow checks
+its settings against them while it plans; fedgmh.data fetches and loads them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedgmh.errors import UserError
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    channels: int
+    height: int
+    width: int
+    num_classes: int
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    info.name: info
+    for info in (
+        DatasetInfo("mnist", 1, 28, 28, 10),
+        DatasetInfo("fashion_mnist", 1, 28, 28, 10),
+        DatasetInfo("cifar10", 3, 32, 32, 10),
+        DatasetInfo("cifar100", 3, 32, 32, 100),
+        DatasetInfo("digits", 1, 28, 28, 10),
+    )
+}
+
+
+def get_info(name: str) -> DatasetInfo:
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise UserError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}") from None

@@ -1,0 +1,390 @@
+"""The workflow's plan: a config checked and expanded into partitions and training runs, without torch.
+
+The Snakemake rules (workflow/rules/*.smk) ask a `Plan` what to run and with which arguments; it
+is built once per snakemake call, while the DAG is built, so it imports neither torch nor the
+algorithm classes (options are resolved by `fedgmh.algorithms.options`).
+
+A run is (experiment, setting, algorithm, seed). Its setting id comes from
+`fedgmh.report.assign_setting_ids` (the same function names the columns of the tables):
+<dataset>_c<C>_a<alpha>, plus a suffix per swept dimension (e.g. _e4 for local_epochs 4), plus
+@<variant> for experiments with `variants` (rows of the audit tables: one option set each).
+Identical runs requested by several experiments (same dataset, partition, algorithm, options,
+rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
+trained ONCE, in the folder of the first experiment (in config order) that asks for them; the
+other experiments' tables read that folder.
+
+Everything that can be checked without data is checked when the plan is made (so a dry run
+reports it), each problem as a `ConfigError` naming the config key: every run's options are
+resolved exactly as `fedgmh train --set` will resolve them, and every setting's
+classes_per_client is compared with its dataset's number of classes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedgmh.algorithms.options import resolve_options
+from fedgmh.config import parse_overrides
+from fedgmh.datasets import DATASETS
+from fedgmh.errors import UserError
+from fedgmh.report.names import format_number
+from fedgmh.report.settings import assign_setting_ids
+
+#: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+#: what a training job asks of a cluster by default (profiles may override it): the largest peak
+#: RSS among the committed records is 2511 MiB (run.json `memory.peak_rss_bytes`, MNIST, 200 rounds)
+TRAIN_MEM_MB = 4000
+#: CPU minutes per round and local epoch at 20 % participation, the slowest committed records
+#: (run.json `wall_time_s`, a 2-core CPU running two jobs): MNIST ExDir(2, 0.5), 200 rounds,
+#: E = 2: 7668 s; CIFAR-100 ExDir(5, 0.5), 8 rounds, E = 1: 626 s. Other datasets use the rate
+#: of the one with their number of channels.
+CPU_MINUTES_PER_ROUND_EPOCH = {1: 7668 / 60 / 400, 3: 626 / 60 / 8}
+
+
+class ConfigError(UserError):
+    """A config value the workflow cannot run; the message names the config key."""
+
+
+def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """One line per key of `config` that the JSON schema rejects, saying which key and why
+    (jsonschema's own text dumps the schema)."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        while error.validator in ("anyOf", "oneOf") and error.context:  # e.g. a variant: options or null
+            error = max(error.context, key=lambda e: len(e.absolute_path))  # the alternative that got furthest
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        message = error.message
+        if error.validator == "pattern" and "x-message" in error.schema:  # the schema's own advice for this key
+            message = f"{error.instance!r} is not allowed: {error.schema['x-message']}"
+        problems.append(f"  {where or '(top level)'}: {message}")
+    return problems
+
+
+def set_text(value: Any) -> str:
+    """A config option value as `fedgmh train --set` receives it (booleans as true/false; floats keep their '.0')."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def partition_id(dataset: str, classes_per_client: int, alpha: float) -> str:
+    return f"{dataset}_c{int(classes_per_client)}_a{format_number(alpha)}"
+
+
+def gpu_visible() -> bool:
+    """Whether this machine has an NVIDIA GPU that CUDA_VISIBLE_DEVICES does not hide, told without
+    importing torch (the driver's /proc entries or device files)."""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return (gpus.is_dir() and any(gpus.iterdir())) or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of an experiment; `run_dir` is where it is trained (another experiment's
+    folder when that experiment asks for the same run first: then `owner` is False)."""
+
+    experiment: str
+    variant: str
+    setting: str
+    dataset: str
+    classes_per_client: int
+    alpha: float
+    algorithm: str
+    rounds: int
+    local_epochs: int
+    join_ratio: float
+    options: dict[str, Any] = field(hash=False)
+    seed: int
+    partition: str
+    run_dir: str
+    owner: bool
+
+
+class Plan:
+    """The runs, partitions and paths of one config (validated against the schema, defaults filled in)."""
+
+    def __init__(self, config: dict[str, Any], basedir: Path | str = ".") -> None:
+        self.config = config
+        self.name = str(config["name"])
+        if not NAME_PATTERN.fullmatch(self.name):  # the schema says the same; this keeps the rules safe regardless
+            raise ConfigError(
+                f"config: name {self.name!r} is not allowed: outputs go to results/<name>/, so use one folder name of "
+                "letters, digits and _ . - that does not start with . or - (e.g. smoke, paper, mini_v2)"
+            )
+        self.data = config["data_root"].rstrip("/")
+        self.results, self.logs, self.artifacts = f"results/{self.name}", f"logs/{self.name}", f"paper_artifacts/{self.name}"
+        check_finite(config)
+        self._check_settings()
+        self._checked_options: set[tuple] = set()
+        self.runs = self._expand()
+        #: the runs that are trained, by their run directory
+        self.train_jobs = {run.run_dir: run for run in self.runs if run.owner}
+        self.partitions = {run.partition: run for run in self.runs}
+        self.datasets = sorted({run.dataset for run in self.runs})
+        self._check_figures()
+        self.rounds_to_target = config.get("rounds_to_target") or {}
+        self._check_rounds_to_target()
+        self.reference = self._reference_path(Path(basedir))
+        self.uses_gpu = self._uses_gpu()
+
+    # ----------------------------------------------------------------------------- checks
+
+    def _check_settings(self) -> None:
+        """ExDir(C, alpha) must be drawable: 1 <= C <= the dataset's classes, and N * C >= classes."""
+        clients = self.config["clients"]
+        for exp_name, exp in self.config["experiments"].items():
+            for index, setting in enumerate(exp["settings"]):
+                key = f"experiments.{exp_name}.settings[{index}].classes_per_client"
+                classes, dataset = int(setting["classes_per_client"]), setting["dataset"]
+                num_classes = DATASETS[dataset].num_classes
+                if classes > num_classes:
+                    raise ConfigError(f"config: {key} is {classes}, but {dataset} has only {num_classes} classes; use 1..{num_classes}")
+                if clients * classes < num_classes:
+                    raise ConfigError(
+                        f"config: clients ({clients}) x {key} ({classes}) < the {num_classes} classes of {dataset}, "
+                        "so some class would belong to no client; raise clients or classes_per_client"
+                    )
+
+    def _check_options(self, algorithm: str, options: dict[str, Any], sources: dict[str, str], exp_name: str) -> None:
+        """Resolve one run's options as `fedgmh train` will (same strings, same resolver): a bad key or
+        value stops the workflow now, naming the config key it came from."""
+
+        def resolve(keys: list[str]) -> None:
+            resolve_options(algorithm, parse_overrides([f"{k}={set_text(options[k])}" for k in keys]))
+
+        signature = (algorithm, tuple(sorted((k, set_text(v)) for k, v in options.items())))
+        if signature in self._checked_options:
+            return
+        try:
+            resolve(sorted(options))
+        except UserError as err:
+            # name the first key that is wrong on its own (with the run's preset, which acts first)
+            for key in options:
+                try:
+                    resolve([key] + (["preset"] if "preset" in options and key != "preset" else []))
+                except UserError as alone:
+                    raise ConfigError(
+                        f"config: {sources[key]} = {options[key]!r} is not valid for {algorithm} "
+                        f"(a run of experiment {exp_name}); change or remove it: {alone}"
+                    ) from None
+            raise ConfigError(
+                f"config: the options {', '.join(sources[k] for k in sorted(options))} do not go together for {algorithm} "
+                f"(a run of experiment {exp_name}); change one of them: {err}"
+            ) from None
+        self._checked_options.add(signature)
+
+    def _check_figures(self) -> None:
+        for name, fig in self.config["figures"].items():
+            exp = fig["experiment"]
+            if exp not in self.config["experiments"]:
+                raise ConfigError(
+                    f"config: figures.{name}.experiment {exp!r} is not an experiment; experiments: {', '.join(self.config['experiments'])}"
+                )
+            settings = sorted({r.setting for r in self.runs if r.experiment == exp})
+            if fig["setting"] not in settings:
+                raise ConfigError(
+                    f"config: figures.{name}.setting {fig['setting']!r} is not a setting of {exp}; its settings: {', '.join(settings)}"
+                )
+            unknown = set(fig.get("algorithms", [])) - set(self.config["experiments"][exp]["algorithms"])
+            if unknown:
+                raise ConfigError(f"config: figures.{name}.algorithms {sorted(unknown)} are not run in {exp}")
+
+    def _check_rounds_to_target(self) -> None:
+        spec = self.rounds_to_target
+        if not spec:
+            return
+        figure = spec["figure"]
+        if figure not in self.config["figures"]:
+            raise ConfigError(
+                f"config: rounds_to_target.figure {figure!r} is not a figure; figures: {', '.join(self.config['figures']) or 'none'}"
+            )
+        for algorithm, rounds in (spec.get("paper") or {}).items():
+            if len(rounds) != len(spec["targets"]):
+                raise ConfigError(f"config: rounds_to_target.paper.{algorithm} has {len(rounds)} rounds for {len(spec['targets'])} targets")
+
+    def _reference_path(self, basedir: Path) -> str | None:
+        """config `reference_tables`: as given, else (a relative path missing in the working directory)
+        next to the Snakefile (`basedir`), i.e. in the repository; None when null."""
+        path = self.config.get("reference_tables")
+        if not path:
+            return None
+        if not os.path.isabs(path) and not os.path.exists(path) and (basedir / path).exists():
+            return str(basedir / path)
+        if not os.path.exists(path):
+            raise ConfigError(f"config: reference_tables {path!r} not found (neither in the working directory nor in {basedir})")
+        return path
+
+    def _uses_gpu(self) -> bool:
+        """Whether training jobs occupy a GPU: device cuda[:N], or auto on a machine with a GPU."""
+        device = self.config["device"]
+        return device.startswith("cuda") or (device == "auto" and gpu_visible())
+
+    # ----------------------------------------------------------------------------- the runs
+
+    def _options_for(self, exp_name: str, experiment: dict, index: int, setting: dict, algorithm: str, variant: str,
+                     variant_options: dict) -> tuple[dict[str, Any], dict[str, str]]:
+        """--set pairs of one run: train_options < algorithm_options < experiment options < setting options < variant,
+        and for each key the config key it came from (for error messages)."""
+        layers = [
+            ("train_options", self.config.get("train_options") or {}),
+            (f"algorithm_options.{algorithm}", (self.config.get("algorithm_options") or {}).get(algorithm) or {}),
+            (f"experiments.{exp_name}.options.{algorithm}", (experiment.get("options") or {}).get(algorithm) or {}),
+            (f"experiments.{exp_name}.settings[{index}].options", setting.get("options") or {}),
+            (f"experiments.{exp_name}.variants.{variant}", variant_options),
+        ]
+        options, sources = {}, {}
+        for where, values in layers:
+            for key, value in values.items():
+                options[key] = value
+                sources[key] = f"{where}.{key}"
+        return options, sources
+
+    def _cells(self, exp_name: str, exp: dict) -> Iterator[dict[str, Any]]:
+        """Every (setting, variant, algorithm) of an experiment, in config order, its options checked."""
+        config = self.config
+        variants = exp.get("variants") or {"": {}}  # an experiment without `variants` is one unnamed variant
+        for index, setting in enumerate(exp["settings"]):
+            for variant, variant_options in variants.items():
+                for algorithm in exp["algorithms"]:
+                    options, sources = self._options_for(exp_name, exp, index, setting, algorithm, variant, variant_options or {})
+                    self._check_options(algorithm, options, sources, exp_name)
+                    yield {
+                        "experiment": exp_name,
+                        "variant": variant,
+                        "dataset": setting["dataset"],
+                        "classes_per_client": int(setting["classes_per_client"]),
+                        "alpha": setting["alpha"],
+                        "algorithm": algorithm,
+                        "rounds": int(setting.get("rounds", config["rounds"])),
+                        "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
+                        "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
+                        "options": options,
+                    }
+
+    def _expand(self) -> list[Run]:
+        runs = []  # every (experiment, setting, algorithm, seed), in config order
+        owner: dict[str, str] = {}  # what decides a run's results -> the run directory it is trained in
+        for exp_name, exp in self.config["experiments"].items():
+            cells = list(self._cells(exp_name, exp))
+            seen = set()
+            for cell, sid in zip(cells, assign_setting_ids(cells)):
+                if (sid, cell["algorithm"]) in seen:
+                    raise ConfigError(
+                        f"config: experiment {exp_name!r} lists the same setting twice ({sid}, algorithm {cell['algorithm']}); "
+                        "remove the duplicate or make the settings differ"
+                    )
+                seen.add((sid, cell["algorithm"]))
+                cell.update(setting=sid, partition=partition_id(cell["dataset"], cell["classes_per_client"], cell["alpha"]))
+            for cell in cells:
+                for seed in exp.get("seeds", self.config["seeds"]):
+                    identity = json.dumps(
+                        {k: cell[k] for k in ("dataset", "classes_per_client", "alpha", "algorithm", "rounds", "local_epochs",
+                                              "join_ratio", "options")} | {"seed": int(seed)},
+                        sort_keys=True,
+                        default=str,
+                    )
+                    own_dir = self.run_dir(exp_name, cell["setting"], cell["algorithm"], seed)
+                    run_dir = owner.setdefault(identity, own_dir)
+                    runs.append(Run(**cell, seed=int(seed), run_dir=run_dir, owner=run_dir == own_dir))
+        return runs
+
+    # ----------------------------------------------------------------------------- what the rules ask
+
+    def run_dir(self, experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
+        return f"{self.results}/runs/{experiment}/{setting}/{algorithm}/seed{seed}"
+
+    def train_job(self, experiment: str, setting: str, algorithm: str, seed: int | str) -> Run:
+        """The run trained in this folder (a ConfigError if none is: not a run, or trained in another experiment's folder)."""
+        run_dir = self.run_dir(experiment, setting, algorithm, seed)
+        if run_dir not in self.train_jobs:
+            raise ConfigError(
+                f"{run_dir} is not a run of config {self.name!r} (or it is trained in another experiment's folder); "
+                "ask for a table or figure target instead"
+            )
+        return self.train_jobs[run_dir]
+
+    def experiment_run_dirs(self, experiment: str) -> list[str]:
+        """Run directories (possibly another experiment's) of every run of `experiment`, in config order."""
+        dirs = [run.run_dir for run in self.runs if run.experiment == experiment]
+        if not dirs:
+            raise ConfigError(f"no experiment {experiment!r} in the config; experiments: {', '.join(self.config['experiments'])}")
+        return dirs
+
+    def variant_arguments(self, experiment: str) -> list[str]:
+        """`--variant NAME ...` for `fedgmh aggregate` (one per run, aligned with the run directories), or []."""
+        names = [run.variant for run in self.runs if run.experiment == experiment]
+        return ["--variant", *names] if any(names) else []
+
+    def experiment_key(self, key: str) -> str | None:
+        """The experiment a config key such as `clients_figure` names, or None when it names none of this config's."""
+        value = self.config.get(key)
+        return value if value in self.config["experiments"] else None
+
+    def stored_markers(self) -> list[str]:
+        """The marker file of every trained run whose record is put into paper_artifacts/<name>/runs."""
+        return [f"{self.results}/stored/{os.path.relpath(run_dir, f'{self.results}/runs')}.done" for run_dir in self.train_jobs]
+
+    def record_destination(self, run: Run) -> str:
+        """Where the run's record is committed: paper_artifacts/<name>/runs/<the run folder's path below results/<name>/runs>."""
+        return f"{self.artifacts}/runs/{os.path.relpath(run.run_dir, f'{self.results}/runs')}"
+
+    @property
+    def train_device(self) -> str:
+        """--device of training jobs: on a GPU machine (device cuda or auto) `cuda:auto`, which locks a free
+        GPU slot for the whole run (fedgmh.gpu_slots); an explicit cuda:N, cpu, or auto on a CPU machine as is."""
+        return "cuda:auto" if self.config["device"] in ("cuda", "auto") and self.uses_gpu else self.config["device"]
+
+    @property
+    def gpu_resources(self) -> dict[str, int]:
+        """What a training job declares of the resource `gpu`: one unit on a GPU machine (`--resources gpu=N`
+        then bounds the concurrent training jobs, N = GPUs x jobs_per_gpu), nothing on a CPU machine."""
+        return {"gpu": 1} if self.uses_gpu else {}
+
+    @staticmethod
+    def train_runtime(run: Run) -> int:
+        """A training job's runtime in minutes for a cluster's scheduler (profiles may override it): twice
+        the CPU estimate from the measured rates (CPU_MINUTES_PER_ROUND_EPOCH), at least 10; a GPU is faster."""
+        rate = CPU_MINUTES_PER_ROUND_EPOCH[DATASETS[run.dataset].channels]
+        return max(10, math.ceil(2 * rate * run.rounds * run.local_epochs * run.join_ratio / 0.2))
+
+    def train_arguments(self, run: Run, partition: str, threads: int) -> list[str]:
+        """The arguments of `fedgmh train` for `run` (words, each quoted by the rule), the workflow's
+        labels of the run (`--experiment`, ...: recorded in run.json) included."""
+        config = self.config
+        words = ["--dataset", run.dataset, "--root", self.data, "--partition", partition, "--algorithm", run.algorithm,
+                 "--rounds", str(run.rounds), "--join-ratio", format_number(run.join_ratio), "--local-epochs", str(run.local_epochs),
+                 "--batch-size", str(config["batch_size"]), "--lr", format_number(config["lr"]), "--seed", str(run.seed),
+                 "--device", self.train_device]
+        if self.train_device == "cuda:auto":
+            words += ["--jobs-per-gpu", str(config["jobs_per_gpu"])]
+        words += ["--threads", str(threads)]
+        for key, value in sorted(run.options.items()):
+            words += ["--set", f"{key}={set_text(value)}"]
+        for folder in config["stores"]:
+            words += ["--store", folder]
+        words += ["--out", run.run_dir, "--config-name", self.name, "--experiment", run.experiment, "--setting", run.setting]
+        return words + (["--variant", run.variant] if run.variant else [])
+
+
+def check_finite(value: Any, key: str = "config") -> None:
+    """NaN or infinity anywhere in the config (YAML's .nan, .inf) would train nonsense: refuse it."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            check_finite(item, f"{key}.{name}" if key != "config" else str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_finite(item, f"{key}[{index}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config: {key} is {value}; every number must be finite")

@@ -1,0 +1,76 @@
+"""The run records committed under paper_artifacts/ are results: run.json is each run's one record,
+filed where its labels say, and the workflow's training jobs find them in the store (no retraining).
+
+The fast checks read the records only; the slow one rebuilds, from the real data of the offline
+mirror, the run key of every training job of the configs whose records are committed, exactly as
+`fedgmh train` builds it from the job's own arguments, and looks it up in the store.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedgmh import store
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "paper_artifacts"
+RECORDS = sorted(ARTIFACTS.glob("*/runs/**/run.json"))
+
+
+def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
+    assert len(RECORDS) >= 81  # mini and table2_mnist at least
+    runs, problems = store.scan([ARTIFACTS])
+    assert problems == [] and len(runs) == len(RECORDS) and store.conflicts(runs) == []
+    for path in RECORDS:
+        config_name, _, experiment, setting = path.relative_to(ARTIFACTS).parts[:4]
+        labels = {"config_name": config_name, "experiment": experiment, "setting": setting}
+        labels.update({"variant": setting.split("@")[1]} if "@" in setting else {})
+        assert json.loads(path.read_text())["workflow"] == labels, path
+        assert {p.name for p in path.parent.iterdir()} <= {"run.json", "metrics.csv", "clients.csv"}, path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config_file", ["mini.yaml", "table2_mnist.yaml"])
+def test_every_committed_record_is_found_by_its_training_job(config_file: str, shared_data: Path, tmp_path: Path) -> None:
+    """Each record committed for a config is reused by one of the config's training jobs (same run
+    key), so a fresh clone does not train it again; and a job whose folder holds a committed record
+    finds that very record. The jobs' arguments (fedgmh.plan) are parsed by `fedgmh train`'s own
+    parser, the partitions made by `fedgmh partition` from the mirror's data."""
+    from test_plan import load
+
+    from fedgmh.cli import build_parser, train_config
+    from fedgmh.cli import main as cli_main
+    from fedgmh.data import download
+    from fedgmh.plan import Plan
+    from fedgmh.report.names import format_number
+    from fedgmh.train import planned_identity
+
+    config = load(config_file, data_root=str(tmp_path / "data"))
+    plan = Plan(config, basedir=REPO)
+    partitions = {}
+    for name, run in plan.partitions.items():
+        download(run.dataset, tmp_path / "data", mirror=shared_data)
+        partitions[name] = tmp_path / f"{name}.npz"
+        assert cli_main(["partition", "--dataset", run.dataset, "--root", str(tmp_path / "data"), "--clients", str(config["clients"]),
+                         "--classes-per-client", str(run.classes_per_client), "--alpha", format_number(run.alpha),
+                         "--seed", str(config["partition_seed"]), "--train-ratio", str(config["train_ratio"]),
+                         "--out", str(partitions[name])]) == 0
+    runs, _ = store.scan([ARTIFACTS])
+    parser = build_parser()
+    used, problems, untrained = set(), [], []
+    for run in plan.train_jobs.values():
+        args = parser.parse_args(["train", *plan.train_arguments(run, str(partitions[run.partition]), 1)])
+        key = store.run_key(planned_identity(train_config(args)))
+        found = {stored.folder for stored in runs if stored.key == key}
+        used |= found
+        untrained += [run.run_dir] if not found else []
+        destination = REPO / plan.record_destination(run)
+        if (destination / "run.json").is_file() and destination not in found:
+            problems.append(f"{run.run_dir}: the record in {destination} is of another run key")
+    committed = {folder for folder in (stored.folder for stored in runs) if folder.is_relative_to(ARTIFACTS / plan.name)}
+    assert problems == [] and sorted(committed - used) == []
+    print(f"{config_file}: {len(plan.train_jobs)} jobs, {len(plan.train_jobs) - len(untrained)} reuse a committed record, "
+          f"{len(committed)} records committed; not trained yet: {untrained}")

@@ -1,0 +1,150 @@
+"""The workflow's plan (fedgmh.plan): runs expanded from a config, trained once when shared, their
+`fedgmh train` arguments, the checks of a dry run, and no torch while the DAG is built."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fedgmh import plan
+from fedgmh.plan import ConfigError, Plan
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+
+
+def load(name: str, **changes: Any) -> dict[str, Any]:
+    """A shipped config with the schema's defaults filled in, as the workflow validates it."""
+    config = yaml.safe_load((REPO / "config" / name).read_text())
+    config.update(changes)
+    for key, spec in SCHEMA["properties"].items():
+        if "default" in spec:
+            config.setdefault(key, copy.deepcopy(spec["default"]))
+    assert plan.schema_problems(config, SCHEMA) == []
+    return config
+
+
+def test_paper_plan_trains_each_run_once() -> None:
+    paper = Plan(load("config.yaml"), basedir=REPO)
+    assert len(paper.runs) > len(paper.train_jobs) == 1590  # tests/test_workflow.py counts them per table
+    assert len(paper.partitions) == 6 and paper.datasets == ["cifar10", "cifar100", "mnist"]
+    # Table 5's FedGMH runs are Table 2's: trained in Table 2's folder, read by both tables
+    table5 = [run for run in paper.runs if run.experiment == "table5" and run.algorithm == "fedgmh"]
+    assert table5 and all(not run.owner and "/runs/table2/" in run.run_dir for run in table5)
+    assert all(paper.train_jobs[run.run_dir].experiment == "table2" for run in table5)
+    assert paper.experiment_run_dirs("table5") == [run.run_dir for run in paper.runs if run.experiment == "table5"]
+    audit = paper.variant_arguments("audit")
+    assert audit[0] == "--variant" and len(audit) == 1 + len(paper.experiment_run_dirs("audit")) and audit[1] == "paper"
+    assert paper.variant_arguments("table2") == []
+    with pytest.raises(ConfigError, match="no experiment 'table9'"):
+        paper.experiment_run_dirs("table9")
+    with pytest.raises(ConfigError, match="trained in another experiment's folder"):
+        paper.train_job("table5", "cifar100_c5_a0.5", "fedgmh", 0)
+
+
+def test_train_arguments_are_the_runs(tmp_path: Path) -> None:
+    smoke = Plan(load("smoke.yaml", stores=["paper_artifacts", "their store"]), basedir=REPO)
+    run = smoke.train_job("audit_beta", "digits_c2_a0.5_beta0.1@official", "fedgmh", 0)
+    words = smoke.train_arguments(run, "results/smoke/partitions/digits_c2_a0.5.npz", 3)
+    pairs = dict(zip(words[::2], words[1::2]))
+    assert pairs | {"--set": None, "--store": None} == {
+        "--dataset": "digits", "--root": "data", "--partition": "results/smoke/partitions/digits_c2_a0.5.npz",
+        "--algorithm": "fedgmh", "--rounds": "3", "--join-ratio": "0.5", "--local-epochs": "1", "--batch-size": "20",
+        "--lr": "0.05", "--seed": "0", "--device": "cpu", "--threads": "3", "--set": None, "--store": None,
+        "--out": "results/smoke/runs/audit_beta/digits_c2_a0.5_beta0.1@official/fedgmh/seed0", "--config-name": "smoke",
+        "--experiment": "audit_beta", "--setting": "digits_c2_a0.5_beta0.1@official", "--variant": "official",
+    }
+    sets = [value for flag, value in zip(words, words[1:]) if flag == "--set"]
+    assert sets == ["beta=0.1", "eta_h=1.0", "preset=official"]  # booleans/floats as `fedgmh train --set` reads them
+    assert [value for flag, value in zip(words, words[1:]) if flag == "--store"] == ["paper_artifacts", "their store"]
+    plain = smoke.train_arguments(smoke.train_job("table2", "digits_c2_a0.5", "fedavg", 1), "p.npz", 1)
+    assert "--variant" not in plain and plain[-2:] == ["--setting", "digits_c2_a0.5"]
+    # a GPU config: every job takes a GPU slot, J of them per GPU, and one unit of the resource `gpu`
+    gpu = Plan(load("smoke.yaml", device="cuda", jobs_per_gpu=4), basedir=REPO)
+    words = gpu.train_arguments(gpu.train_job("table2", "digits_c2_a0.5", "fedavg", 1), "p.npz", 1)
+    assert " ".join(words).count("--device cuda:auto --jobs-per-gpu 4 --threads 1") == 1
+    assert gpu.gpu_resources == {"gpu": 1} and smoke.gpu_resources == {}
+    assert Plan(load("smoke.yaml", device="cuda:1"), basedir=REPO).train_device == "cuda:1"  # an explicit GPU: no slots
+
+
+def test_train_runtime_grows_with_the_work() -> None:
+    paper = Plan(load("config.yaml"), basedir=REPO)
+    mnist = paper.train_job("table2", "mnist_c2_a0.5", "fedavg", 0)
+    cifar = paper.train_job("table2", "cifar100_c5_a0.5", "fedavg", 0)
+    all_clients = paper.train_job("table4", "cifar100_c5_a0.5_j1", "fedavg", 0)
+    assert paper.train_runtime(mnist) < paper.train_runtime(cifar) < paper.train_runtime(all_clients)
+    # twice the measured CPU rate: the committed MNIST run of 200 rounds, E = 2 took 7668 s (128 min)
+    assert paper.train_runtime(mnist) == pytest.approx(2 * 7668 / 60, abs=1)
+    smoke = Plan(load("smoke.yaml"), basedir=REPO)
+    assert smoke.train_runtime(smoke.train_job("table2", "digits_c2_a0.5", "fedavg", 0)) == 10  # the floor
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["algorithm_options"]["fedgmh"].update(betta=0.5),
+         "config: algorithm_options.fedgmh.betta = 0.5 is not valid for fedgmh (a run of experiment table2)"),
+        (lambda c: c["algorithm_options"]["gmh_o"].update(heads="per_label", server_pass="batched"),  # each fine alone
+         "config: the options algorithm_options.gmh_o.beta, algorithm_options.gmh_o.eta_h, algorithm_options.gmh_o.heads, "
+         "algorithm_options.gmh_o.server_pass do not go together for gmh_o"),
+        (lambda c: c["experiments"]["table6"]["settings"].append(dict(c["experiments"]["table6"]["settings"][0])),
+         "config: experiment 'table6' lists the same setting twice (digits_c2_a0.5_beta0.1, algorithm fedgmh)"),
+        (lambda c: c["experiments"]["table2"]["settings"][0].update(classes_per_client=11),
+         "config: experiments.table2.settings[0].classes_per_client is 11, but digits has only 10 classes"),
+        (lambda c: c.update(lr=float("inf")), "config: lr is inf; every number must be finite"),
+        (lambda c: c["figures"]["figure4"].update(algorithms=["fedavg"]), "config: figures.figure4.algorithms ['fedavg'] are not run in table5"),
+        (lambda c: c["rounds_to_target"].update(paper={"fedgmh": [1]}), "config: rounds_to_target.paper.fedgmh has 1 rounds for 2 targets"),
+        (lambda c: c.update(reference_tables="nowhere.csv"), "config: reference_tables 'nowhere.csv' not found"),
+        (lambda c: c.update(name="../up"), "config: name '../up' is not allowed"),
+    ],
+    ids=["unknown-option", "options-together", "same-setting-twice", "classes", "inf", "figure-algorithms", "rounds-to-target",
+         "reference", "name"],
+)
+def test_a_config_the_workflow_cannot_run_names_the_key(change, message: str) -> None:
+    config = load("smoke.yaml")
+    Plan(copy.deepcopy(config), basedir=REPO)  # the shipped config plans
+    change(config)
+    with pytest.raises(ConfigError) as err:
+        Plan(config, basedir=REPO)
+    assert message in str(err.value)
+
+
+def test_schema_problems_name_the_key() -> None:
+    config = load("smoke.yaml")
+    config["experiments"]["table2"]["settings"][0]["alpha"] = -1
+    config["experiments"]["audit"]["variants"]["bad/name"] = {}
+    config["mirror"] = "x;touch y"
+    assert plan.schema_problems(config, SCHEMA) == [
+        "  experiments.audit.variants: 'bad/name' does not match '^[A-Za-z0-9_.=+-]+$'",
+        "  experiments.table2.settings[0].alpha: -1 is less than or equal to the minimum of 0",
+        "  mirror: 'x;touch y' is not allowed: " + SCHEMA["properties"]["mirror"]["x-message"],
+    ]
+
+
+def test_gpu_visible_respects_cuda_visible_devices(monkeypatch) -> None:
+    for hidden in ("", "-1"):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+        assert not plan.gpu_visible()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert plan.gpu_visible() == (Path("/proc/driver/nvidia/gpus").is_dir() or any(Path("/dev").glob("nvidia[0-9]*")))
+
+
+def test_the_plan_imports_no_torch() -> None:
+    """The workflow builds its plan on every snakemake call: without torch (seconds to import)."""
+    code = (
+        "import sys, yaml\n"
+        "sys.path.insert(0, 'tests'); from test_plan import load\n"
+        "from fedgmh.plan import Plan\n"
+        "Plan(load('config.yaml'), basedir='.')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision') or m.startswith('fedgmh.algorithms.')))"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, env=env)
+    assert out.stdout.strip() == "['fedgmh.algorithms.options']"
