@@ -191,7 +191,7 @@ def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> Non
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    assert "workflow specific profile" in out and job_counts(out)["train"] == 48
+    assert "workflow specific profile" in out and job_counts(out)["train"] == 50
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
