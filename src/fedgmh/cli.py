@@ -57,6 +57,12 @@ def _check_partition_args(args: argparse.Namespace) -> None:
         raise UserError(
             f"--classes-per-client {args.classes_per_client}: must be between 1 and K={info.num_classes}, the number of classes of {args.dataset}"
         )
+    if args.assignment == "chain" and args.clients + args.classes_per_client - 1 < info.num_classes:
+        raise UserError(
+            f"--assignment chain with --clients {args.clients} and --classes-per-client {args.classes_per_client} covers only "
+            f"{args.clients + args.classes_per_client - 1} of the {info.num_classes} classes of {args.dataset} (clients + C - 1 "
+            "must reach the number of classes); use more clients or a larger C"
+        )
     if not (math.isfinite(args.alpha) and args.alpha > 0):
         raise UserError(f"--alpha {args.alpha}: must be a positive finite number")
     if not (math.isfinite(args.train_ratio) and 0 < args.train_ratio < 1):
@@ -118,6 +124,7 @@ def _partition(args: argparse.Namespace) -> None:
         alpha=args.alpha,
         train_ratio=args.train_ratio,
         seed=args.seed,
+        assignment=args.assignment,
     )
     meta = {
         "scheme": "exdir",
@@ -131,6 +138,8 @@ def _partition(args: argparse.Namespace) -> None:
         "train_ratio": args.train_ratio,
         "seed": args.seed,
     }
+    if args.assignment != "random":  # absent for the default, so existing partition files (and run keys) stay as they were
+        meta["assignment"] = args.assignment
     out = Path(args.out)
     partition.check_partition_target(out)  # again: the file may have appeared while we were drawing
     partition.save_partition(out, part, meta)
@@ -138,7 +147,9 @@ def _partition(args: argparse.Namespace) -> None:
     stats_path = _stats_path(args)
     write_csv(stats, stats_path)
     for heatmap in args.heatmap:
-        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} ExDir({args.classes_per_client}, {args.alpha:g})")
+        scheme = "chain" if args.assignment == "chain" else "ExDir"
+        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} {scheme}({args.classes_per_client}, {args.alpha:g})"
+                               + (f", {args.clients} clients" if args.assignment == "chain" else ""))
     sizes = part.client_sizes()
     print(
         f"partition: {args.clients} clients, sizes min {sizes.min()} / median {int(sorted(sizes)[len(sizes) // 2])} "
@@ -222,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train-ratio", type=float, default=0.75)
+    p.add_argument("--assignment", choices=["random", "chain"], default="random",
+                   help="which clients hold which classes: random (ExDir's draw, default) or chain (client i holds classes "
+                   "i..i+C-1 mod K; sample shares still Dirichlet(alpha))")
     p.add_argument("--out", required=True, help="partition file (.npz)")
     p.add_argument("--stats", help="per-client statistics CSV (default: OUT with .stats.csv)")
     p.add_argument(

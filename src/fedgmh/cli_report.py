@@ -14,7 +14,7 @@ def _cmd_aggregate(args: argparse.Namespace) -> None:
     from fedgmh import report
 
     results = report.write_aggregate(args.runs, args.out, curves_out=args.curves, experiment=args.experiment,
-                                     variants=args.variant)
+                                     variants=args.variant, default_clients=args.clients)
     print(f"aggregate: {len(results)} runs, {results['setting'].nunique()} settings, "
           f"{results['algorithm'].nunique()} algorithms -> {args.out}")
 
@@ -111,6 +111,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="experiment / table id for every run (default: each run.json's workflow.experiment, else empty)")
     p.add_argument("--variant", nargs="+", metavar="NAME",
                    help="variant name of each run, in the order of --runs (rows of an audit table; setting ids get @NAME)")
+    p.add_argument("--clients", type=int, help="the config's number of clients: setting ids of runs with another number get "
+                   "_n<N>, as the workflow's run folders (default: never)")
     p.set_defaults(func=_cmd_aggregate)
 
     p = sub.add_parser("table", help="LaTeX table (booktabs) of mean ± std best accuracy per algorithm and setting")

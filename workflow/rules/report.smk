@@ -219,10 +219,7 @@ rule report_pdf:
         figures=[
             *expand(rules.curves.output.pdf, figure=list(config["figures"])),
             *([rules.client_accuracy.output.pdf] if CLIENTS_FIGURE else []),
-            *[
-                expand(rules.partition.output.heatmap, dataset=run.dataset, C=run.classes_per_client, alpha=format_number(run.alpha))[0]
-                for run in PLAN.partitions.values()
-            ],
+            *expand(rules.partition.output.heatmap, partition=list(PLAN.partitions)),
         ],
     output:
         tex=f"{ARTIFACTS}/report.tex",
