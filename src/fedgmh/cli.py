@@ -1,10 +1,12 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | compare | controls | clients | document | costs | store`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | controls | clients | layer-weights | document | costs | store`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
-`compare` turn runs into the paper's tables and figures, `controls` the label-prior controls'
-summary, `clients` the per-client accuracy figure, `document` the one-file report (cli_report.py),
+`compare` turn runs into the paper's tables and figures, `uploads` the client uploads to a
+target accuracy (CE-pFL's Table 1), `controls` the label-prior controls'
+summary, `clients` the per-client accuracy figure, `layer-weights` the per-layer aggregation
+weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
 --version` prints the version and git commit.

@@ -140,6 +140,10 @@ class Plan:
         self.layer_weights = config.get("layer_weights") or {}
         self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
+        self.other_references = [self._find_file(f"other_references[{i}]", path, Path(basedir))
+                                 for i, path in enumerate(config.get("other_references") or [])]
+        #: whether some setting has its own number of clients (then `fedgmh aggregate` is told the config's)
+        self.own_clients = any(run.clients != int(config["clients"]) for run in self.runs)
         self.uses_gpu = self._uses_gpu()
 
     # ----------------------------------------------------------------------------- checks
@@ -271,10 +275,15 @@ class Plan:
         path = self.config.get("reference_tables")
         if not path:
             return None
+        return self._find_file("reference_tables", path, basedir)
+
+    @staticmethod
+    def _find_file(key: str, path: str, basedir: Path) -> str:
+        """A file the config names: as given, else (a relative path missing in the working directory) next to the Snakefile."""
         if not os.path.isabs(path) and not os.path.exists(path) and (basedir / path).exists():
             return str(basedir / path)
         if not os.path.exists(path):
-            raise ConfigError(f"config: reference_tables {path!r} not found (neither in the working directory nor in {basedir})")
+            raise ConfigError(f"config: {key} {path!r} not found (neither in the working directory nor in {basedir})")
         return path
 
     def _uses_gpu(self) -> bool:
