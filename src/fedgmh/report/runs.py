@@ -151,7 +151,8 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     results = pd.DataFrame.from_records(records)
 
     long_frames = []
-    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "variant", "seed", "run_dir"]
+    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "variant",
+                  "seed", "run_dir"]
     for rec, metrics in zip(records, curves):
         keep = [c for c in CURVE_COLUMNS if c in metrics.columns]
         frame = metrics[keep].copy()
@@ -163,15 +164,19 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
 
 
 def _check_duplicates(rows: Sequence[dict[str, Any]]) -> None:
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = (row["setting"], row["algorithm"], row["seed"])
         if key in seen:
+            other = seen[key]
+            hint = (f"; they differ in their number of clients ({other['clients']} and {row['clients']}): give the config's "
+                    "clients (`fedgmh aggregate --clients N`) so that the others' setting ids get _n<N>"
+                    if other.get("clients") != row.get("clients") else "; pass each run once")
             raise UserError(
-                f"runs {seen[key]} and {row['run_dir']} are the same cell (experiment {row['experiment']!r}, "
-                f"setting {row['setting']}, algorithm {row['algorithm']}, seed {row['seed']}); pass each run once"
+                f"runs {other['run_dir']} and {row['run_dir']} are the same cell (experiment {row['experiment']!r}, "
+                f"setting {row['setting']}, algorithm {row['algorithm']}, seed {row['seed']}){hint}"
             )
-        seen[key] = row["run_dir"]
+        seen[key] = row
 
 
 IDENTITY_COLUMNS = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed"]
