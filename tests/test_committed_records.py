@@ -29,7 +29,7 @@ def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
         labels = {"config_name": config_name, "experiment": experiment, "setting": setting}
         labels.update({"variant": setting.split("@")[1]} if "@" in setting else {})
         assert json.loads(path.read_text())["workflow"] == labels, path
-        assert {p.name for p in path.parent.iterdir()} <= {"run.json", "metrics.csv", "clients.csv"}, path
+        assert {p.name for p in path.parent.iterdir()} <= {"run.json", "metrics.csv", *store.OPTIONAL_FILES}, path
 
 
 @pytest.mark.slow
@@ -45,7 +45,6 @@ def test_every_committed_record_is_found_by_its_training_job(config_file: str, s
     from fedgmh.cli import main as cli_main
     from fedgmh.data import download
     from fedgmh.plan import Plan
-    from fedgmh.report.names import format_number
     from fedgmh.train import planned_identity
 
     config = load(config_file, data_root=str(tmp_path / "data"))
@@ -54,8 +53,7 @@ def test_every_committed_record_is_found_by_its_training_job(config_file: str, s
     for name, run in plan.partitions.items():
         download(run.dataset, tmp_path / "data", mirror=shared_data)
         partitions[name] = tmp_path / f"{name}.npz"
-        assert cli_main(["partition", "--dataset", run.dataset, "--root", str(tmp_path / "data"), "--clients", str(config["clients"]),
-                         "--classes-per-client", str(run.classes_per_client), "--alpha", format_number(run.alpha),
+        assert cli_main(["partition", "--dataset", run.dataset, "--root", str(tmp_path / "data"), *plan.partition_arguments(name),
                          "--seed", str(config["partition_seed"]), "--train-ratio", str(config["train_ratio"]),
                          "--out", str(partitions[name])]) == 0
     runs, _ = store.scan([ARTIFACTS])

@@ -1,10 +1,12 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | compare | controls | clients | document | costs | store`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | controls | clients | layer-weights | document | costs | store`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
-`compare` turn runs into the paper's tables and figures, `controls` the label-prior controls'
-summary, `clients` the per-client accuracy figure, `document` the one-file report (cli_report.py),
+`compare` turn runs into the paper's tables and figures, `uploads` the client uploads to a
+target accuracy (CE-pFL's Table 1), `controls` the label-prior controls'
+summary, `clients` the per-client accuracy figure, `layer-weights` the per-layer aggregation
+weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
 --version` prints the version and git commit.
@@ -56,6 +58,12 @@ def _check_partition_args(args: argparse.Namespace) -> None:
     if not 1 <= args.classes_per_client <= info.num_classes:
         raise UserError(
             f"--classes-per-client {args.classes_per_client}: must be between 1 and K={info.num_classes}, the number of classes of {args.dataset}"
+        )
+    if args.assignment == "chain" and args.clients + args.classes_per_client - 1 < info.num_classes:
+        raise UserError(
+            f"--assignment chain with --clients {args.clients} and --classes-per-client {args.classes_per_client} covers only "
+            f"{args.clients + args.classes_per_client - 1} of the {info.num_classes} classes of {args.dataset} (clients + C - 1 "
+            "must reach the number of classes); use more clients or a larger C"
         )
     if not (math.isfinite(args.alpha) and args.alpha > 0):
         raise UserError(f"--alpha {args.alpha}: must be a positive finite number")
@@ -118,6 +126,7 @@ def _partition(args: argparse.Namespace) -> None:
         alpha=args.alpha,
         train_ratio=args.train_ratio,
         seed=args.seed,
+        assignment=args.assignment,
     )
     meta = {
         "scheme": "exdir",
@@ -131,6 +140,8 @@ def _partition(args: argparse.Namespace) -> None:
         "train_ratio": args.train_ratio,
         "seed": args.seed,
     }
+    if args.assignment != "random":  # absent for the default, so existing partition files (and run keys) stay as they were
+        meta["assignment"] = args.assignment
     out = Path(args.out)
     partition.check_partition_target(out)  # again: the file may have appeared while we were drawing
     partition.save_partition(out, part, meta)
@@ -138,7 +149,9 @@ def _partition(args: argparse.Namespace) -> None:
     stats_path = _stats_path(args)
     write_csv(stats, stats_path)
     for heatmap in args.heatmap:
-        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} ExDir({args.classes_per_client}, {args.alpha:g})")
+        scheme = "chain" if args.assignment == "chain" else "ExDir"
+        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} {scheme}({args.classes_per_client}, {args.alpha:g})"
+                               + (f", {args.clients} clients" if args.assignment == "chain" else ""))
     sizes = part.client_sizes()
     print(
         f"partition: {args.clients} clients, sizes min {sizes.min()} / median {int(sorted(sizes)[len(sizes) // 2])} "
@@ -222,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, required=True)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--train-ratio", type=float, default=0.75)
+    p.add_argument("--assignment", choices=["random", "chain"], default="random",
+                   help="which clients hold which classes: random (ExDir's draw, default) or chain (client i holds classes "
+                   "i..i+C-1 mod K; sample shares still Dirichlet(alpha))")
     p.add_argument("--out", required=True, help="partition file (.npz)")
     p.add_argument("--stats", help="per-client statistics CSV (default: OUT with .stats.csv)")
     p.add_argument(

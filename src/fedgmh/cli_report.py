@@ -14,7 +14,7 @@ def _cmd_aggregate(args: argparse.Namespace) -> None:
     from fedgmh import report
 
     results = report.write_aggregate(args.runs, args.out, curves_out=args.curves, experiment=args.experiment,
-                                     variants=args.variant)
+                                     variants=args.variant, default_clients=args.clients)
     print(f"aggregate: {len(results)} runs, {results['setting'].nunique()} settings, "
           f"{results['algorithm'].nunique()} algorithms -> {args.out}")
 
@@ -55,10 +55,36 @@ def _cmd_rounds(args: argparse.Namespace) -> None:
 def _cmd_compare(args: argparse.Namespace) -> None:
     from fedgmh import report
 
-    comparison = report.write_comparison(args.results, args.reference, args.out, out_tex=args.tex, out_csv=args.csv, k=args.k)
+    comparison = report.write_comparison(args.results, args.reference, args.out, out_tex=args.tex, out_csv=args.csv, k=args.k,
+                                         other_paths=args.other, out_other_csv=args.other_csv)
     counts = comparison["status"].value_counts()
     print(f"compare: {len(comparison)} paper cells: {counts.get('agree', 0)} agree, {counts.get('disagree', 0)} disagree, "
-          f"{counts.get('reduced protocol', 0)} reduced protocol (not comparable), {counts.get('not run', 0)} not run -> {args.out}")
+          f"{counts.get('reduced protocol', 0)} reduced protocol (not comparable), {counts.get('not run', 0)} not run -> {args.out}"
+          + (f"; other documents' values from {', '.join(args.other)}" if args.other else ""))
+
+
+def _cmd_uploads(args: argparse.Namespace) -> None:
+    import json
+
+    from fedgmh.errors import UserError
+    from fedgmh.report.uploads import write_uploads_to_target
+
+    try:
+        paper = json.loads(args.paper) if args.paper else None
+    except json.JSONDecodeError as err:
+        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedavg\": [80, 220, 660]}}'") from err
+    table = write_uploads_to_target(args.curves, args.experiment, args.setting, args.target, args.out, out_csv=args.csv,
+                                    metric=args.metric, paper=paper, title=args.title)
+    print(f"uploads: {table['algorithm'].nunique()} methods x {len(args.target)} targets -> {args.out}")
+
+
+def _cmd_layer_weights(args: argparse.Namespace) -> None:
+    from fedgmh import report
+    from fedgmh.report.layer_weights import plot_layer_weights
+
+    panels = plot_layer_weights(report.read_results(args.results), args.experiment, args.setting, args.algorithm, args.out,
+                                png=args.png, csv=args.csv, layer=args.layer, seed=args.seed, title=args.title)
+    print(f"layer-weights: {len(panels)} heat-map(s) -> {args.out}" + (f", {args.png}" if args.png else ""))
 
 
 def _cmd_controls(args: argparse.Namespace) -> None:
@@ -111,6 +137,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--experiment", help="experiment / table id for every run (default: each run.json's workflow.experiment, else empty)")
     p.add_argument("--variant", nargs="+", metavar="NAME",
                    help="variant name of each run, in the order of --runs (rows of an audit table; setting ids get @NAME)")
+    p.add_argument("--clients", type=int, help="the config's number of clients: setting ids of runs with another number get "
+                   "_n<N>, as the workflow's run folders (default: never)")
     p.set_defaults(func=_cmd_aggregate)
 
     p = sub.add_parser("table", help="LaTeX table (booktabs) of mean ± std best accuracy per algorithm and setting")
@@ -153,7 +181,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tex", help="LaTeX longtable (.tex)")
     p.add_argument("--csv", help="one row per paper cell (CSV)")
     p.add_argument("--k", type=float, default=2.0, help="agree when |ours - paper| <= k*sqrt(std_paper^2 + std_ours^2) (default 2)")
+    p.add_argument("--other", nargs="*", default=[], help="other documents' reference values (reference/cepfl_paper_table1.csv): "
+                   "their own section and summary in the report")
+    p.add_argument("--other-csv", help="with --other: one row per other document's value (CSV)")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("uploads", help="table: cumulative client uploads until each method's accuracy reaches target accuracies")
+    p.add_argument("--curves", required=True, help="curves CSV from `fedgmh aggregate --curves` (its runs need the clients_up column)")
+    p.add_argument("--experiment", required=True, help="experiment whose runs to use")
+    p.add_argument("--setting", required=True, help="setting id, e.g. cifar10_c5_a1000000_n20")
+    p.add_argument("--target", nargs="+", type=float, required=True, help="target accuracies in percent, e.g. 40 50 60")
+    p.add_argument("--metric", default="test_acc_mean", help="test_acc_mean (mean client accuracy, default) or test_acc (pooled)")
+    p.add_argument("--paper", help='the paper\'s uploads per algorithm, aligned with --target, as JSON (null: never reached): '
+                   '{"fedavg": [80, 220, 660]}')
+    p.add_argument("--out", required=True, help="LaTeX file (.tex)")
+    p.add_argument("--csv", help="the same table as CSV")
+    p.add_argument("--title", default="Client uploads to target", help="caption's first words")
+    p.set_defaults(func=_cmd_uploads)
+
+    p = sub.add_parser("layer-weights", help="figure: per-layer aggregation weights (runs' layer_weights.csv) as clients x clients heat-maps")
+    p.add_argument("--results", required=True, help="results CSV from `fedgmh aggregate` (its run_dir column locates the runs)")
+    p.add_argument("--experiment", required=True, help="experiment whose runs to use")
+    p.add_argument("--setting", required=True, help="setting id")
+    p.add_argument("--algorithm", nargs="+", required=True, help="algorithms to draw (one row of heat-maps each)")
+    p.add_argument("--layer", help="only this layer (default: every layer, one column each)")
+    p.add_argument("--seed", type=int, help="the run of this seed (default: each algorithm's lowest)")
+    p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
+    p.add_argument("--png", help="also write this PNG")
+    p.add_argument("--csv", help="the weights drawn (long format, with algorithm, seed and run_dir)")
+    p.add_argument("--title", help="figure title")
+    p.set_defaults(func=_cmd_layer_weights)
 
     p = sub.add_parser("controls", help="how much of each method's gain over FedAvg the label set explains (the controls experiment)")
     p.add_argument("--results", required=True, help="results CSV of the controls experiment from `fedgmh aggregate`")

@@ -34,6 +34,9 @@ from fedgmh.io import atomic_path
 
 MIN_CLIENT_SIZE = 10  # the reference's `min_require_size`
 PARTITION_KEYS = ("train_indices", "train_offsets", "test_indices", "test_offsets")
+#: level 1 of ExDir, which clients hold which classes: `random` (each client draws C classes, the
+#: reference's) or `chain` (client i holds classes i, i+1, ..., i+C-1 mod K: neighbours share C-1)
+ASSIGNMENTS = ("random", "chain")
 DATASET_KEYS = ("x_train", "y_train", "x_test", "y_test")  # the arrays of a prepared dataset (data.py)
 MAX_SEED = 2**32 - 1  # numpy's RandomState takes seeds 0..2**32-1
 
@@ -112,6 +115,25 @@ def _assign_classes(rng: np.random.RandomState, num_clients: int, num_classes: i
     )
 
 
+def chain_holders(num_clients: int, num_classes: int, c: int) -> list[list[int]]:
+    """Level 1 of the chain assignment (pFedLA's Fig. 6): client i holds classes (i, i+1, ..., i+C-1)
+    mod K, so neighbouring clients share C-1 classes. Holder lists in increasing client order;
+    no randomness. Every class needs a holder: N + C - 1 >= K (or C = K)."""
+    if not 1 <= c <= num_classes:
+        raise PartitionError(f"chain assignment: C={c} classes per client must be between 1 and K={num_classes}")
+    holders: list[list[int]] = [[] for _ in range(num_classes)]
+    for client in range(num_clients):
+        for k in sorted({(client + j) % num_classes for j in range(c)}):
+            holders[k].append(client)
+    empty = [k for k, h in enumerate(holders) if not h]
+    if empty:
+        raise PartitionError(
+            f"chain assignment with N={num_clients} clients and C={c} classes per client covers only "
+            f"{num_classes - len(empty)} of the K={num_classes} classes (it needs N + C - 1 >= K); use more clients or a larger C"
+        )
+    return holders
+
+
 def _split_samples(
     rng: np.random.RandomState,
     labels: np.ndarray,
@@ -168,13 +190,24 @@ def exdir(
     train_ratio: float = 0.75,
     seed: int = 1,
     max_attempts: int = 1000,
+    assignment: str = "random",
 ) -> Partition:
-    """Partition pooled `labels` over `num_clients` clients exactly like the PFLlib ExDir generator."""
+    """Partition pooled `labels` over `num_clients` clients exactly like the PFLlib ExDir generator.
+
+    `assignment` chooses level 1 (which clients hold which classes): `random` is the generator's
+    (each client draws C classes); `chain` gives client i the classes i..i+C-1 mod K (`chain_holders`)
+    and draws nothing there. Level 2 (Dirichlet(alpha) shares of each class over its holders, the
+    balance cap) and the train/test split are the same for both: alpha = 1e6 gives near-equal shares."""
     labels = np.asarray(labels).astype(np.int64, copy=False)
     num_classes = _check_parameters(labels, num_clients, classes_per_client, alpha, train_ratio)
     check_seed(seed)
+    if assignment not in ASSIGNMENTS:
+        raise PartitionError(f"assignment {assignment!r} is not one of {', '.join(ASSIGNMENTS)}")
     rng = np.random.RandomState(seed)
-    holders = _assign_classes(rng, num_clients, num_classes, classes_per_client, max_attempts)
+    if assignment == "chain":
+        holders = chain_holders(num_clients, num_classes, classes_per_client)
+    else:
+        holders = _assign_classes(rng, num_clients, num_classes, classes_per_client, max_attempts)
     samples = _split_samples(rng, labels, holders, alpha, num_clients, max_attempts)
     train, test = [], []
     for client_samples in samples:

@@ -6,7 +6,8 @@ algorithm classes (options are resolved by `fedgmh.algorithms.options`).
 
 A run is (experiment, setting, algorithm, seed). Its setting id comes from
 `fedgmh.report.assign_setting_ids` (the same function names the columns of the tables):
-<dataset>_c<C>_a<alpha>, plus a suffix per swept dimension (e.g. _e4 for local_epochs 4), plus
+<dataset>_c<C>_a<alpha>, plus _n<N> for a setting whose `clients` differ from the config's and
+_chain for the chain class assignment (the partition's id is this much), plus a suffix per swept dimension (e.g. _e4 for local_epochs 4), plus
 @<variant> for experiments with `variants` (rows of the audit tables: one option set each).
 Identical runs requested by several experiments (same dataset, partition, algorithm, options,
 rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
@@ -35,7 +36,7 @@ from fedgmh.config import parse_overrides
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
 from fedgmh.report.names import format_number
-from fedgmh.report.settings import assign_setting_ids
+from fedgmh.report.settings import assign_setting_ids, partition_id
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -76,10 +77,6 @@ def set_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def partition_id(dataset: str, classes_per_client: int, alpha: float) -> str:
-    return f"{dataset}_c{int(classes_per_client)}_a{format_number(alpha)}"
-
-
 def gpu_visible() -> bool:
     """Whether this machine has an NVIDIA GPU that CUDA_VISIBLE_DEVICES does not hide, told without
     importing torch (the driver's /proc entries or device files)."""
@@ -101,6 +98,8 @@ class Run:
     dataset: str
     classes_per_client: int
     alpha: float
+    clients: int
+    assignment: str
     algorithm: str
     rounds: int
     local_epochs: int
@@ -136,25 +135,47 @@ class Plan:
         self._check_figures()
         self.rounds_to_target = config.get("rounds_to_target") or {}
         self._check_rounds_to_target()
+        self.uploads_to_target = config.get("uploads_to_target") or {}
+        self._check_experiment_setting("uploads_to_target", self.uploads_to_target)
+        self.layer_weights = config.get("layer_weights") or {}
+        self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
+        self.other_references = [self._find_file(f"other_references[{i}]", path, Path(basedir))
+                                 for i, path in enumerate(config.get("other_references") or [])]
+        #: whether some setting has its own number of clients (then `fedgmh aggregate` is told the config's)
+        self.own_clients = any(run.clients != int(config["clients"]) for run in self.runs)
         self.uses_gpu = self._uses_gpu()
 
     # ----------------------------------------------------------------------------- checks
 
     def _check_settings(self) -> None:
-        """ExDir(C, alpha) must be drawable: 1 <= C <= the dataset's classes, and N * C >= classes."""
-        clients = self.config["clients"]
+        """ExDir(C, alpha) must be drawable: 1 <= C <= the dataset's classes, and N * C >= classes (N: the
+        setting's `clients`, else the config's); the chain assignment needs N + C - 1 >= classes."""
         for exp_name, exp in self.config["experiments"].items():
             for index, setting in enumerate(exp["settings"]):
-                key = f"experiments.{exp_name}.settings[{index}].classes_per_client"
+                where = f"experiments.{exp_name}.settings[{index}]"
+                key = f"{where}.classes_per_client"
+                clients_key = f"{where}.clients" if "clients" in setting else "clients"
+                clients = int(setting.get("clients", self.config["clients"]))
                 classes, dataset = int(setting["classes_per_client"]), setting["dataset"]
                 num_classes = DATASETS[dataset].num_classes
+                if setting.get("assignment", "random") == "chain" and classes > num_classes:
+                    raise ConfigError(
+                        f"config: {where}.assignment is chain, but {key} ({classes}) > the {num_classes} classes of {dataset}: "
+                        f"a chain client holds C distinct classes of the K; use classes_per_client 1..{num_classes}"
+                    )
                 if classes > num_classes:
                     raise ConfigError(f"config: {key} is {classes}, but {dataset} has only {num_classes} classes; use 1..{num_classes}")
                 if clients * classes < num_classes:
                     raise ConfigError(
-                        f"config: clients ({clients}) x {key} ({classes}) < the {num_classes} classes of {dataset}, "
+                        f"config: {clients_key} ({clients}) x {key} ({classes}) < the {num_classes} classes of {dataset}, "
                         "so some class would belong to no client; raise clients or classes_per_client"
+                    )
+                if setting.get("assignment", "random") == "chain" and clients + classes - 1 < num_classes:
+                    raise ConfigError(
+                        f"config: {where}.assignment is chain, but {clients_key} ({clients}) + {key} ({classes}) - 1 < the "
+                        f"{num_classes} classes of {dataset}: the chain of classes i..i+C-1 would miss some class; "
+                        "raise clients or classes_per_client"
                     )
 
     def _check_options(self, algorithm: str, options: dict[str, Any], sources: dict[str, str], exp_name: str) -> None:
@@ -214,16 +235,55 @@ class Plan:
             if len(rounds) != len(spec["targets"]):
                 raise ConfigError(f"config: rounds_to_target.paper.{algorithm} has {len(rounds)} rounds for {len(spec['targets'])} targets")
 
+    def _check_experiment_setting(self, name: str, spec: dict[str, Any]) -> None:
+        """A report key naming an experiment and one of its settings (`uploads_to_target`, `layer_weights`):
+        both must exist, the algorithms it names must be run there, `paper` values one per target."""
+        if not spec:
+            return
+        exp = spec["experiment"]
+        if exp not in self.config["experiments"]:
+            raise ConfigError(f"config: {name}.experiment {exp!r} is not an experiment; experiments: {', '.join(self.config['experiments'])}")
+        settings = sorted({r.setting for r in self.runs if r.experiment == exp})
+        if spec["setting"] not in settings:
+            raise ConfigError(f"config: {name}.setting {spec['setting']!r} is not a setting of {exp}; its settings: {', '.join(settings)}")
+        run = set(self.config["experiments"][exp]["algorithms"])
+        unknown = sorted(set(spec.get("algorithms") or []) - run)
+        if unknown:
+            raise ConfigError(f"config: {name}.algorithms {unknown} are not run in {exp}; its algorithms: {', '.join(sorted(run))}")
+        for algorithm, values in (spec.get("paper") or {}).items():
+            if len(values) != len(spec["targets"]):
+                raise ConfigError(f"config: {name}.paper.{algorithm} has {len(values)} values for {len(spec['targets'])} targets")
+
+    def partition_job(self, partition: str) -> Run:
+        """A run of the partition with this id (file name), whose fields give `fedgmh partition` its
+        parameters (a ConfigError when the config has no such partition)."""
+        if partition not in self.partitions:
+            raise ConfigError(
+                f"partition {partition!r} is not one of config {self.name!r}; its partitions: {', '.join(self.partitions) or 'none'}"
+            )
+        return self.partitions[partition]
+
+    def partition_arguments(self, partition: str) -> list[str]:
+        """`--clients N --classes-per-client C --alpha A`, plus `--assignment chain` for a chain partition."""
+        run = self.partition_job(partition)
+        words = ["--clients", str(run.clients), "--classes-per-client", str(run.classes_per_client), "--alpha", format_number(run.alpha)]
+        return words + (["--assignment", run.assignment] if run.assignment != "random" else [])
+
     def _reference_path(self, basedir: Path) -> str | None:
         """config `reference_tables`: as given, else (a relative path missing in the working directory)
         next to the Snakefile (`basedir`), i.e. in the repository; None when null."""
         path = self.config.get("reference_tables")
         if not path:
             return None
+        return self._find_file("reference_tables", path, basedir)
+
+    @staticmethod
+    def _find_file(key: str, path: str, basedir: Path) -> str:
+        """A file the config names: as given, else (a relative path missing in the working directory) next to the Snakefile."""
         if not os.path.isabs(path) and not os.path.exists(path) and (basedir / path).exists():
             return str(basedir / path)
         if not os.path.exists(path):
-            raise ConfigError(f"config: reference_tables {path!r} not found (neither in the working directory nor in {basedir})")
+            raise ConfigError(f"config: {key} {path!r} not found (neither in the working directory nor in {basedir})")
         return path
 
     def _uses_gpu(self) -> bool:
@@ -266,6 +326,8 @@ class Plan:
                         "dataset": setting["dataset"],
                         "classes_per_client": int(setting["classes_per_client"]),
                         "alpha": setting["alpha"],
+                        "clients": int(setting.get("clients", config["clients"])),
+                        "assignment": setting.get("assignment", "random"),
                         "algorithm": algorithm,
                         "rounds": int(setting.get("rounds", config["rounds"])),
                         "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
@@ -279,19 +341,20 @@ class Plan:
         for exp_name, exp in self.config["experiments"].items():
             cells = list(self._cells(exp_name, exp))
             seen = set()
-            for cell, sid in zip(cells, assign_setting_ids(cells)):
+            for cell, sid in zip(cells, assign_setting_ids(cells, default_clients=self.config["clients"])):
                 if (sid, cell["algorithm"]) in seen:
                     raise ConfigError(
                         f"config: experiment {exp_name!r} lists the same setting twice ({sid}, algorithm {cell['algorithm']}); "
                         "remove the duplicate or make the settings differ"
                     )
                 seen.add((sid, cell["algorithm"]))
-                cell.update(setting=sid, partition=partition_id(cell["dataset"], cell["classes_per_client"], cell["alpha"]))
+                cell.update(setting=sid, partition=partition_id(cell["dataset"], cell["classes_per_client"], cell["alpha"], cell["clients"],
+                                                                self.config["clients"], cell["assignment"]))
             for cell in cells:
                 for seed in exp.get("seeds", self.config["seeds"]):
                     identity = json.dumps(
-                        {k: cell[k] for k in ("dataset", "classes_per_client", "alpha", "algorithm", "rounds", "local_epochs",
-                                              "join_ratio", "options")} | {"seed": int(seed)},
+                        {k: cell[k] for k in ("dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "rounds",
+                                              "local_epochs", "join_ratio", "options")} | {"seed": int(seed)},
                         sort_keys=True,
                         default=str,
                     )

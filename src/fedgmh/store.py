@@ -1,8 +1,9 @@
 """The results store: finished runs are kept, found by what they ran, and reused instead of retrained.
 
 A *record* is a run folder holding `run.json` and `metrics.csv` (what `fedgmh train` writes), and
-`clients.csv` (per-client accuracy) when the code that made it wrote one: records without it, made
-before it existed, stay valid, and one is added to a stored record that lacks it (merge, put). A
+`clients.csv` (per-client accuracy) and `layer_weights.csv` (pFedLA-like algorithms' per-layer
+aggregation weights) when the code that made it wrote them: records without them stay valid, and
+one is added to a stored record of the same run that lacks it (merge, put). A
 *store* is any folder of records, at any depth (by default the workflow searches `paper_artifacts/`,
 where every config's records are committed). A record's *run key* is everything that decides its
 numbers: the results version of the code, dataset and its fingerprint, the partition (parameters
@@ -36,7 +37,7 @@ from fedgmh.io import atomic_path, write_json
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
 #: part of a record when present: compared like metrics.csv, never required
-OPTIONAL_FILES = ("clients.csv",)
+OPTIONAL_FILES = ("clients.csv", "layer_weights.csv")
 #: engine options that choose how a run is computed, not what: never part of the key
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "vectorise", "memory_format"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
@@ -70,7 +71,9 @@ def run_key(record: dict[str, Any]) -> dict[str, Any]:
             **{k: config[k] for k in CONFIG_KEYS},
             "algorithm_options": dict(sorted(algorithm_options.items())),
             "engine_options": {k: v for k, v in sorted(engine_options.items()) if k not in EXECUTION_OPTIONS},
-            "partition": {k: partition.get(k) for k in PARTITION_KEYS},
+            "partition": {k: partition.get(k) for k in PARTITION_KEYS}
+            # a chain partition says so (its digest differs anyway); ExDir's random draw has no such key, as before
+            | ({"assignment": partition["assignment"]} if partition.get("assignment", "random") != "random" else {}),
         }
     except (KeyError, TypeError, AttributeError) as err:
         raise UserError(f"not a run record of fedgmh train (missing {err})") from None

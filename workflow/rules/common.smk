@@ -41,8 +41,7 @@ NAME, DATA, RESULTS, LOGS, ARTIFACTS = PLAN.name, PLAN.data, PLAN.results, PLAN.
 
 wildcard_constraints:
     dataset="[a-z0-9_]+?",
-    C="[0-9]+",
-    alpha="[0-9][0-9.e+-]*",
+    partition="[a-z0-9_]+?_c[0-9]+_a[0-9][0-9.e+-]*(?:_n[0-9]+)?(?:_chain)?",
     experiment="[a-z][a-z0-9_]*",
     setting="[^/]+",
     algorithm="[a-z][a-z0-9_]*",
@@ -58,6 +57,13 @@ def train_job(wildcards):
         raise WorkflowError(str(err)) from None
 
 
+def partition_job(wildcards):
+    """A run of the partition named by the wildcard `partition`: its dataset and parameters (a WorkflowError if the config has none)."""
+    try:
+        return PLAN.partition_job(wildcards.partition)
+    except UserError as err:
+        raise WorkflowError(str(err)) from None
+
+
 def partition_of(wildcards):
-    run = train_job(wildcards)
-    return expand(rules.partition.output.partition, dataset=run.dataset, C=run.classes_per_client, alpha=format_number(run.alpha))
+    return expand(rules.partition.output.partition, partition=train_job(wildcards).partition)

@@ -10,7 +10,10 @@ CLIENTS_FIGURE = PLAN.experiment_key("clients_figure")
 COSTS_RUNS = PLAN.experiment_key("costs_runs")
 CONTROLS = PLAN.experiment_key("controls_summary")
 REFERENCE = PLAN.reference
+OTHER_REFERENCES = PLAN.other_references
 ROUNDS_TO_TARGET = PLAN.rounds_to_target
+UPLOADS_TO_TARGET = PLAN.uploads_to_target
+LAYER_WEIGHTS = PLAN.layer_weights
 
 
 rule aggregate:
@@ -25,9 +28,12 @@ rule aggregate:
     localrule: True
     params:
         run_dirs=lambda wildcards: PLAN.experiment_run_dirs(wildcards.experiment),
-        variants=lambda wildcards: PLAN.variant_arguments(wildcards.experiment),
+        # what decides the setting ids besides the runs: their variants, and the config's clients for the
+        # _n<N> part (only needed, so only given, when some setting has clients of its own)
+        labels=lambda wildcards: PLAN.variant_arguments(wildcards.experiment)
+        + (["--clients", str(config["clients"])] if PLAN.own_clients else []),
     shell:
-        "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} {params.variants:q}"
+        "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} {params.labels:q}"
         " --out {output.results:q} --curves {output.curves:q} > {log:q} 2>&1"
 
 
@@ -125,22 +131,78 @@ rule rounds_to_target:
         " --target {params.targets:q} --paper {params.paper:q} --out {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
+rule uploads_to_target:
+    """Cumulative client uploads until each method's accuracy reaches the targets (config
+    `uploads_to_target`; CE-pFL's Table 1), from the runs' per-round `clients_up`."""
+    input:
+        curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=UPLOADS_TO_TARGET["experiment"]),
+    output:
+        tex=report(f"{ARTIFACTS}/uploads_to_target.tex", caption="../report/uploads.rst", category="Tables",
+                   subcategory="uploads to target", labels={"table": "uploads to target", "format": "LaTeX"}),
+        csv=report(f"{ARTIFACTS}/uploads_to_target.csv", caption="../report/uploads.rst", category="Tables",
+                   subcategory="uploads to target", labels={"table": "uploads to target", "format": "CSV"}),
+    log:
+        f"{LOGS}/report/uploads_to_target.log",
+    localrule: True
+    params:
+        experiment=lambda wildcards: UPLOADS_TO_TARGET["experiment"],
+        setting=lambda wildcards: UPLOADS_TO_TARGET["setting"],
+        targets=[format_number(t) for t in UPLOADS_TO_TARGET.get("targets", [])],
+        metric=UPLOADS_TO_TARGET.get("metric") or "test_acc_mean",
+        paper=json.dumps(UPLOADS_TO_TARGET.get("paper") or {}),
+        title=UPLOADS_TO_TARGET.get("title") or "Client uploads to target",
+    shell:
+        "fedgmh uploads --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
+        " --target {params.targets:q} --metric {params.metric:q} --paper {params.paper:q} --title {params.title:q}"
+        " --out {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
+
+
+rule layer_weights:
+    """Per-layer aggregation weights of pFedLA-like runs (config `layer_weights`; pFedLA's Fig. 6):
+    one clients x clients heat-map per algorithm and layer, from the runs' layer_weights.csv."""
+    input:
+        results=lambda wildcards: expand(rules.aggregate.output.results, experiment=LAYER_WEIGHTS["experiment"]),
+    output:
+        pdf=f"{ARTIFACTS}/layer_weights.pdf",
+        png=report(f"{ARTIFACTS}/layer_weights.png", caption="../report/layer_weights.rst", category="Figures",
+                   labels={"figure": "layer weights"}),
+        csv=f"{ARTIFACTS}/layer_weights.csv",
+    log:
+        f"{LOGS}/report/layer_weights.log",
+    localrule: True
+    params:
+        experiment=lambda wildcards: LAYER_WEIGHTS["experiment"],
+        setting=lambda wildcards: LAYER_WEIGHTS["setting"],
+        algorithms=lambda wildcards: LAYER_WEIGHTS["algorithms"],
+        layer=lambda wildcards: ["--layer", LAYER_WEIGHTS["layer"]] if LAYER_WEIGHTS.get("layer") is not None else [],
+        seed=lambda wildcards: ["--seed", str(LAYER_WEIGHTS["seed"])] if LAYER_WEIGHTS.get("seed") is not None else [],
+        title=lambda wildcards: ["--title", LAYER_WEIGHTS["title"]] if LAYER_WEIGHTS.get("title") else [],
+    shell:
+        "fedgmh layer-weights --results {input.results:q} --experiment {params.experiment:q} --setting {params.setting:q}"
+        " --algorithm {params.algorithms:q} {params.layer:q} {params.seed:q} {params.title:q}"
+        " --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
+
+
 rule compare:
     input:
         results=expand(rules.aggregate.output.results, experiment=list(config["experiments"])),
         reference=[REFERENCE] if REFERENCE else [],
+        other=OTHER_REFERENCES,
     output:
         md=report(f"{ARTIFACTS}/comparison.md", caption="../report/comparison.rst", category="Comparison with the paper",
                   labels={"file": "comparison.md"}),
         tex=f"{ARTIFACTS}/comparison.tex",
         csv=report(f"{ARTIFACTS}/comparison.csv", caption="../report/comparison.rst", category="Comparison with the paper",
                    labels={"file": "comparison.csv"}),
+        other=[f"{ARTIFACTS}/comparison_other.csv"] if OTHER_REFERENCES else [],
     log:
         f"{LOGS}/report/compare.log",
     localrule: True
+    params:
+        other=lambda wildcards, input, output: ["--other", *input.other, "--other-csv", output.other[0]] if input.other else [],
     shell:
         "fedgmh compare --results {input.results:q} --reference {input.reference:q} --out {output.md:q}"
-        " --tex {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
+        " --tex {output.tex:q} --csv {output.csv:q} {params.other:q} > {log:q} 2>&1"
 
 
 rule costs:
@@ -185,11 +247,13 @@ rule controls_summary:
 
 
 rule all_tables:
-    """The LaTeX tables (and CSVs) of every configured experiment, the rounds-to-target table
-    (config `rounds_to_target`) and the comparison with the paper (config `reference_tables`)."""
+    """The LaTeX tables (and CSVs) of every configured experiment, the rounds-to-target and
+    uploads-to-target tables (config `rounds_to_target`, `uploads_to_target`) and the comparison with
+    the paper (config `reference_tables`, `other_references`)."""
     input:
         expand(rules.table.output, experiment=list(config["experiments"])),
         rules.rounds_to_target.output if ROUNDS_TO_TARGET else [],
+        rules.uploads_to_target.output if UPLOADS_TO_TARGET else [],
         rules.compare.output if REFERENCE else [],
         rules.costs.output,
         rules.controls_summary.output if CONTROLS else [],
@@ -197,11 +261,12 @@ rule all_tables:
 
 
 rule all_figures:
-    """The accuracy-per-round figures listed under `figures` in the config, and the per-client
-    accuracy of experiment `clients_figure`."""
+    """The accuracy-per-round figures listed under `figures` in the config, the per-client
+    accuracy of experiment `clients_figure` and the layer-weight heat-maps (config `layer_weights`)."""
     input:
         expand(rules.curves.output, figure=list(config["figures"])),
         rules.client_accuracy.output if CLIENTS_FIGURE else [],
+        rules.layer_weights.output if LAYER_WEIGHTS else [],
 
 
 rule report_pdf:
@@ -213,16 +278,15 @@ rule report_pdf:
         reference=[REFERENCE] if REFERENCE else [],
         tables=[
             *([rules.rounds_to_target.output.tex] if ROUNDS_TO_TARGET else []),
+            *([rules.uploads_to_target.output.tex] if UPLOADS_TO_TARGET else []),
             rules.costs.output.tex,
             *([rules.compare.output.tex] if REFERENCE else []),
         ],
         figures=[
             *expand(rules.curves.output.pdf, figure=list(config["figures"])),
             *([rules.client_accuracy.output.pdf] if CLIENTS_FIGURE else []),
-            *[
-                expand(rules.partition.output.heatmap, dataset=run.dataset, C=run.classes_per_client, alpha=format_number(run.alpha))[0]
-                for run in PLAN.partitions.values()
-            ],
+            *([rules.layer_weights.output.pdf] if LAYER_WEIGHTS else []),
+            *expand(rules.partition.output.heatmap, partition=list(PLAN.partitions)),
         ],
     output:
         tex=f"{ARTIFACTS}/report.tex",
@@ -242,6 +306,8 @@ rule report_pdf:
             },
             "client_accuracy": "Per-client test accuracy per method and setting (the runs' clients.csv; runs recorded "
             "before it existed are named, not drawn).",
+            "layer_weights": "Per-layer aggregation weights at the last round (the runs' layer_weights.csv): row = the client "
+            "whose model is built, column = the peer whose parameters it weighs; the diagonal outlined.",
         }),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
         accuracy=config["table_accuracy"],

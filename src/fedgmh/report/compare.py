@@ -241,22 +241,40 @@ def comparison_latex(comparison: pd.DataFrame, k: float) -> str:
 
 
 def write_comparison(results_paths: Sequence[Path | str], reference_path: Path | str, out_md: Path | str,
-                     out_tex: Path | str | None = None, out_csv: Path | str | None = None, k: float = 2.0) -> pd.DataFrame:
-    """Summarize every experiment of the results files, compare with the reference, write the report."""
+                     out_tex: Path | str | None = None, out_csv: Path | str | None = None, k: float = 2.0,
+                     other_paths: Sequence[Path | str] = (), out_other_csv: Path | str | None = None) -> pd.DataFrame:
+    """Summarize every experiment of the results files, compare with the reference, write the report.
+
+    `other_paths`: reference values of other documents (`fedgmh.report.others`), listed after the
+    paper's cells in their own section of the Markdown and LaTeX (with their own summary) and in
+    `out_other_csv`; the paper's comparison (the returned frame, `out_csv`) does not include them."""
+    from fedgmh.report.others import compare_other_references, others_latex, others_markdown
+
     if not k > 0:
         raise UserError(f"k must be positive, got {k}")
     reference = read_reference(reference_path)
-    frames, experiments = [], []
+    frames, experiments, all_results = [], [], []
     for path in results_paths:
         results = read_results(path)
+        all_results.append(results)
         for experiment in dict.fromkeys(results["experiment"]):
             experiments.append(experiment)
             frames.append(summarize(results, experiment, PAPER_ACCURACY)[0])  # the paper reports the best
     cells = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     comparison = compare_with_paper(cells, reference, k=k)
-    write_text(comparison_markdown(comparison, k, experiments), out_md)
+    others = compare_other_references(all_results, other_paths) if other_paths else None
+    markdown = comparison_markdown(comparison, k, experiments)
+    latex = comparison_latex(comparison, k)
+    if others is not None and len(others):
+        markdown += others_markdown(others)
+        latex += "\n" + others_latex(others)
+    write_text(markdown, out_md)
     if out_tex:
-        write_text(comparison_latex(comparison, k), out_tex)
+        write_text(latex, out_tex)
     if out_csv:
         write_csv(comparison, out_csv)
+    if out_other_csv:
+        if others is None:
+            raise UserError("--other-csv needs --other (the other documents' reference values)")
+        write_csv(others, out_other_csv)
     return comparison

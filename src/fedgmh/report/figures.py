@@ -10,18 +10,19 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
-from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name, dataset_name, format_number
-from fedgmh.report.settings import setting_id
+from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name
+from fedgmh.report.settings import setting_extra, setting_label
 from fedgmh.report.style import method_style, use_agg
 from fedgmh.report.values import order_key
 
 
 def setting_title(data: pd.DataFrame, setting: str) -> str:
-    """'CIFAR-100 ExDir(5, 0.5)' (+ swept values) of a setting's rows (display names, not ids)."""
-    first = data.iloc[0]
-    label = f"{dataset_name(first['dataset'])} ExDir({int(first['classes_per_client'])}, {format_number(first['alpha'])})"
-    extra = setting[len(setting_id(first.to_dict())):].strip("_").replace("_", " ")
-    return f"{label} {extra}" if extra else label
+    """'CIFAR-100 ExDir(5, 0.5)' (+ swept values) of a setting's rows (display names, not ids);
+    'Fashion-MNIST chain(4, 1000000), 8 clients' for a chain setting with its own number of clients."""
+    first = data.iloc[0].to_dict()
+    dataset, partition = setting_label(first, setting)
+    extra = setting_extra(first, setting).strip("_").replace("_", " ")
+    return f"{dataset} {partition} {extra}" if extra else f"{dataset} {partition}"
 
 
 def save_figure(fig, out: Path | str, png: Path | str | None = None) -> None:

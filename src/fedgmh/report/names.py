@@ -77,7 +77,7 @@ SWEEP_DIMS: dict[str, tuple[str, str]] = {
 OPTION_LABELS: dict[str, str] = {"beta": "β", "eta_h": "η_h", "mu": "μ"}
 
 BASE_COLUMNS = [
-    "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "algorithm", "variant", "seed",
+    "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "variant", "seed",
     "rounds", "local_epochs", "join_ratio", "batch_size", "lr", "options",
 ]
 RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "last10_test_acc", "rounds_evaluated", "wall_time_s", "run_dir"]

@@ -22,9 +22,9 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import ALGORITHM_ORDER, algorithm_name, dataset_name, format_number
+from fedgmh.report.names import ALGORITHM_ORDER, algorithm_name, format_number
 from fedgmh.report.runs import read_curves
-from fedgmh.report.settings import setting_id
+from fedgmh.report.figures import setting_title
 from fedgmh.report.values import order_key
 
 NOT_REACHED = "not reached"
@@ -49,9 +49,7 @@ def rounds_to_target(curves: pd.DataFrame, experiment: str, setting: str, target
         present = sorted(set(curves.loc[curves["experiment"] == experiment, "setting"]))
         raise UserError(f"no curves of experiment {experiment!r}, setting {setting!r}; its settings: {', '.join(present) or 'none'}")
     paper = paper or {}
-    first = frame.iloc[0]
-    setting_name = f"{dataset_name(first['dataset'])} ExDir({int(first['classes_per_client'])}, {format_number(first['alpha'])})"
-    setting_name += setting[len(setting_id(first.to_dict())):].replace("_", " ")
+    setting_name = setting_title(frame, setting)
     for algorithm, values in paper.items():
         if len(values) != len(targets):
             raise UserError(f"paper rounds of {algorithm}: {len(values)} values for {len(targets)} targets")

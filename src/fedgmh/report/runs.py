@@ -24,6 +24,8 @@ from fedgmh.report.settings import assign_setting_ids
 from fedgmh.report.values import jsonable, parse_options
 
 LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds
+#: metrics.csv columns kept in curves.csv when a run has them (`clients_up`: clients that uploaded in the round)
+CURVE_COLUMNS = ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_loss", "clients_up")
 
 
 def _read_json(path: Path, run_dir: Path) -> dict[str, Any]:
@@ -74,6 +76,7 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
         "classes_per_client": partition["classes_per_client"],
         "alpha": partition["alpha"],
         "clients": partition.get("num_clients", record.get("num_clients")),
+        "assignment": partition.get("assignment") or "random",  # absent: ExDir's random draw (records before `chain`)
         "algorithm": record["algorithm"],
         "seed": int(record["seed"]),
         "rounds": config.get("rounds"),
@@ -97,13 +100,15 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
 
 
 def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None,
-                   variants: Sequence[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   variants: Sequence[str] | None = None, default_clients: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy results (one row per run) and curves (one row per run and evaluated round).
 
     `experiment` labels every row (the workflow passes the table id); otherwise each run's own
     (run.json `workflow.experiment`) is used, or '' when it has none. Setting ids are assigned per experiment.
     `variants`, one name per run directory (the workflow passes them for experiments with
     `variants`), become the `variant` column and the `@<variant>` part of the setting ids.
+    `default_clients`: the config's number of clients; runs with another get `_n<N>` in their setting
+    id, as the workflow's run folders (None: no such part).
     """
     if not run_dirs:
         raise UserError("no run directories given")
@@ -128,7 +133,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     for i, row in enumerate(rows):
         by_experiment.setdefault(row["experiment"], []).append(i)
     for indices in by_experiment.values():
-        ids = assign_setting_ids([rows[i] for i in indices])
+        ids = assign_setting_ids([rows[i] for i in indices], default_clients=default_clients)
         for i, sid in zip(indices, ids):
             rows[i]["setting"] = sid
         _check_duplicates([rows[i] for i in indices])
@@ -146,9 +151,10 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     results = pd.DataFrame.from_records(records)
 
     long_frames = []
-    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "variant", "seed", "run_dir"]
+    id_columns = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "variant",
+                  "seed", "run_dir"]
     for rec, metrics in zip(records, curves):
-        keep = [c for c in ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_loss") if c in metrics.columns]
+        keep = [c for c in CURVE_COLUMNS if c in metrics.columns]
         frame = metrics[keep].copy()
         for column in reversed(id_columns):
             frame.insert(0, column, rec[column])
@@ -158,15 +164,19 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
 
 
 def _check_duplicates(rows: Sequence[dict[str, Any]]) -> None:
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple, dict[str, Any]] = {}
     for row in rows:
         key = (row["setting"], row["algorithm"], row["seed"])
         if key in seen:
+            other = seen[key]
+            hint = (f"; they differ in their number of clients ({other['clients']} and {row['clients']}): give the config's "
+                    "clients (`fedgmh aggregate --clients N`) so that the others' setting ids get _n<N>"
+                    if other.get("clients") != row.get("clients") else "; pass each run once")
             raise UserError(
-                f"runs {seen[key]} and {row['run_dir']} are the same cell (experiment {row['experiment']!r}, "
-                f"setting {row['setting']}, algorithm {row['algorithm']}, seed {row['seed']}); pass each run once"
+                f"runs {other['run_dir']} and {row['run_dir']} are the same cell (experiment {row['experiment']!r}, "
+                f"setting {row['setting']}, algorithm {row['algorithm']}, seed {row['seed']}){hint}"
             )
-        seen[key] = row["run_dir"]
+        seen[key] = row
 
 
 IDENTITY_COLUMNS = ["experiment", "setting", "dataset", "classes_per_client", "alpha", "algorithm", "seed"]
@@ -195,8 +205,9 @@ def read_curves(path: Path | str) -> pd.DataFrame:
 
 
 def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out: Path | str | None = None,
-                    experiment: str | None = None, variants: Sequence[str] | None = None) -> pd.DataFrame:
-    results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants)
+                    experiment: str | None = None, variants: Sequence[str] | None = None,
+                    default_clients: int | None = None) -> pd.DataFrame:
+    results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants, default_clients=default_clients)
     write_csv(results, out)
     if curves_out:
         write_csv(curves, curves_out)

@@ -17,7 +17,7 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, STD_DDOF, algorithm_name, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_SEEDS
-from fedgmh.report.settings import base_setting, dim_value, sweep_dimensions, variant_of
+from fedgmh.report.settings import assignment_of, base_setting, dim_value, sweep_dimensions, variant_of
 from fedgmh.report.values import freeze, order_key
 
 #: accuracy of a run -> (results.csv column, words for captions)
@@ -74,6 +74,7 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
             "dataset": rec["dataset"],
             "classes_per_client": int(rec["classes_per_client"]),
             "alpha": float(rec["alpha"]),
+            "assignment": assignment_of(rec),
             **{dim: dim_value(rec, dim) for dim in dims},
             "algorithm": rec["algorithm"],
             "algorithm_name": algorithm_name(rec["algorithm"]),

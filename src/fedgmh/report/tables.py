@@ -19,9 +19,10 @@ import pandas as pd
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.compare import attach_reference
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, dataset_name, format_number
+from fedgmh.report.names import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_SEEDS, read_reference
 from fedgmh.report.runs import read_results
+from fedgmh.report.settings import assignment_of, setting_label
 from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, cell_text, summarize
 from fedgmh.report.values import order_key, parse_scalar, sort_value
 
@@ -36,12 +37,13 @@ def dim_label(column: str, value: Any) -> str:
 
 
 def column_label(cell: dict[str, Any], dim_columns: Sequence[str]) -> tuple[str, str]:
-    """(dataset, 'ExDir(C, alpha)' plus the swept values) of a table column."""
-    sub = f"ExDir({cell['classes_per_client']}, {format_number(cell['alpha'])})"
+    """(dataset, 'ExDir(C, alpha)' plus the swept values) of a table column; a chain partition reads
+    'chain(C, alpha)', and a setting whose number of clients differs from the config's adds ', N clients'."""
+    dataset, sub = setting_label(cell, cell.get("column") or cell.get("setting") or "")
     extra = [dim_label(c, cell[c]) for c in dim_columns]
     if extra:
         sub += " " + ", ".join(extra)
-    return dataset_name(cell["dataset"]), sub
+    return dataset, sub
 
 
 def _column_order(cells: pd.DataFrame, dim_columns: Sequence[str]) -> list[str]:
@@ -49,7 +51,8 @@ def _column_order(cells: pd.DataFrame, dim_columns: Sequence[str]) -> list[str]:
     settings = cells.drop_duplicates("column")
     keyed = sorted(
         settings.to_dict("records"),
-        key=lambda c: (ds_key(c["dataset"]), c["classes_per_client"], c["alpha"], *[sort_value(c[d]) for d in dim_columns]),
+        key=lambda c: (ds_key(c["dataset"]), c["classes_per_client"], c["alpha"], assignment_of(c), sort_value(parse_scalar(str(c.get("clients", "")))),
+                       *[sort_value(c[d]) for d in dim_columns]),
     )
     return [c["column"] for c in keyed]
 
