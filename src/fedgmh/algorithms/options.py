@@ -197,6 +197,37 @@ class PriorOptions:
     prior: str = choice("mask", "log_freq", "log_ratio", help="what the client adds to the logits: its label set (mask), label shares, or shares over the pooled shares")
 
 
+# ----------------------------------------------------------------------------- FedCAC (fedcac.py)
+
+@dataclass(frozen=True)
+class CACOptions:
+    tau: float = option(
+        0.5, "share of each parameter tensor marked critical: the top int(tau * n) by |delta * theta|, ties included "
+        "(FedCAC authors: 0.5 on CIFAR-10, 0.4 on CIFAR-100; PFLlib's default 1.0 marks nearly everything critical)",
+    )
+    beta: int = option(
+        170, "schedule of the overlap threshold T_t = mean + ((t + 1) / beta) * (max - mean): critical parameters stop "
+        "collaborating after round beta - 1 (authors: 100 on CIFAR-10, 170 on CIFAR-100; PFLlib's default 0 does not run; "
+        "scale it with the number of rounds)",
+    )
+    pool: str = choice(
+        "all_uploaded", "selected",
+        help="clients whose masks and models enter the overlaps, the threshold and the customised models: every client that "
+        "has trained, with its latest model and mask (the paper and the authors' code, where all clients train every round), "
+        "or only this round's selected clients (PFLlib)",
+    )
+    round0_reset: bool = option(
+        False, "PFLlib: no customisation after round 0, so the critical positions of round 0's clients take the initial "
+        "model's values (PFLlib's customised models start as copies of it) until they train again",
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.tau <= 1:
+            raise UserError(f"tau must be in [0, 1], got {self.tau}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, int) or self.beta < 1:
+            raise UserError(f"beta must be an integer >= 1, got {self.beta!r}")
+
+
 @dataclass(frozen=True)
 class OptionSet:
     """One algorithm's options: its Options dataclass, the defaults its registered variant changes,
@@ -235,6 +266,7 @@ OPTION_SETS: dict[str, OptionSet] = {
                        official={**PFLLIB_LOADER, "broadcast": "all", "server_pass": "batched", "head_alias": "client0"}),
     "local": OptionSet(official=PFLLIB_LOADER),  # serverlocal.py trains clientAVG, through PFLlib's loader
     "fedavg_lp": OptionSet(PriorOptions, official=PFLLIB_LOADER),
+    "fedcac": OptionSet(CACOptions, official={**PFLLIB_LOADER, "pool": "selected", "round0_reset": True}),
 }
 
 
