@@ -65,7 +65,7 @@ def raw_scores(sim: torch.Tensor, last_round: torch.Tensor, next_round: int, alp
     `sim`: each client's similarity term (NaN: the client has no centres yet: the mean of the known
     ones, 0 when none is known); `last_round`: t'_i, -1 for a client that never trained (time term 1)."""
     known = ~torch.isnan(sim)
-    neutral = sim[known].mean() if bool(known.any()) else torch.zeros((), dtype=sim.dtype)
+    neutral = sim[known].mean() if bool(known.any()) else torch.zeros((), dtype=sim.dtype, device=sim.device)
     sim = torch.where(known, sim, neutral)
     elapsed = (next_round - last_round).to(sim.dtype)
     time_term = torch.where(last_round >= 0, 1 - torch.exp(-elapsed), torch.ones_like(sim))
@@ -127,8 +127,9 @@ class CEPFL(FedPer):
         super().__init__(fed, options)
         n = fed.num_clients
         self.centres: list[dict[int, torch.Tensor] | None] = [None] * n
-        self.last_round = torch.full((n,), -1, dtype=torch.int64)
-        self.scores = torch.full((n,), math.nan, dtype=torch.float64)
+        # on the federation's device, where a checkpoint restores them (engine._to_device)
+        self.last_round = torch.full((n,), -1, dtype=torch.int64, device=fed.device)
+        self.scores = torch.full((n,), math.nan, dtype=torch.float64, device=fed.device)
         self.window: list[tuple[int, float]] = []
         self.slopes: list[tuple[int, float]] = []
         self.cluster_events: list[dict] = []
@@ -207,7 +208,7 @@ class CEPFL(FedPer):
     def raw_scores(self, next_round: int) -> torch.Tensor:
         """Eq. 9 for every client, from the latest centres and participation rounds."""
         mu = self.global_centres()
-        sim = torch.full((self.fed.num_clients,), math.nan, dtype=torch.float64)
+        sim = torch.full((self.fed.num_clients,), math.nan, dtype=torch.float64, device=self.scores.device)
         if mu:
             everyone = torch.stack(list(mu.values())).double()
             sign = -1.0 if self.options.mmd_sign == "similarity" else 1.0
