@@ -688,10 +688,15 @@ def select_clients(rng: np.random.RandomState, num_clients: int, join_ratio: flo
 
 
 def chosen_clients(algorithm, rnd: int, proposed: list[int], num_clients: int) -> list[int]:
-    """The algorithm's answer to `choose_clients(rnd, proposed)`, checked: distinct client indices."""
-    chosen = [int(c) for c in algorithm.choose_clients(rnd, list(proposed))]
+    """The algorithm's answer to `choose_clients(rnd, proposed)` (`proposed` for an object without
+    the hook), checked: distinct client indices."""
+    choose = getattr(algorithm, "choose_clients", None)
+    if choose is None:
+        return proposed
+    chosen = [int(c) for c in choose(rnd, list(proposed))]
     if len(set(chosen)) != len(chosen) or any(not 0 <= c < num_clients for c in chosen):
-        raise ValueError(f"round {rnd}: {algorithm.name}.choose_clients returned {chosen}; expected distinct clients in 0..{num_clients - 1}")
+        name = getattr(algorithm, "name", type(algorithm).__name__)
+        raise ValueError(f"round {rnd}: {name}.choose_clients returned {chosen}; expected distinct clients in 0..{num_clients - 1}")
     return chosen
 
 
