@@ -189,9 +189,11 @@ def test_uniform_weighting_is_the_simple_mean_of_the_trained_clients():
 def test_every_averaging_algorithm_takes_weighting_with_size_by_default():
     averaging = sorted(n for n, cls in REGISTRY.items() if issubclass(cls, ParameterAveraging) and n != "local")
     assert {"fedavg", "fedprox", "fedper", "lgfedavg", "fedrep", "fedrod", "fedcp", "ditto", "fedavg_lp"} <= set(averaging)
+    simple_mean = {"cepfl"}  # whose paper averages with a simple mean (004's eq. 11)
     for name in averaging:
-        assert resolve_options(name, {})[0].weighting == "size", name
-        assert resolve_options(name, {"weighting": "uniform"})[0].weighting == "uniform", name
+        assert resolve_options(name, {})[0].weighting == ("uniform" if name in simple_mean else "size"), name
+        other = "size" if name in simple_mean else "uniform"
+        assert resolve_options(name, {"weighting": other})[0].weighting == other, name
         with pytest.raises(UserError, match="weighting"):
             resolve_options(name, {"weighting": "median"})
     # options of their own are kept beside it

@@ -20,6 +20,15 @@ from fedgmh.model import is_body, is_fc1, is_head
 SHARED_PARTS = {"model": lambda name: True, "body": is_body, "head": is_head, "fc1+head": lambda name: is_fc1(name) or is_head(name)}
 
 
+def weighted_mean(models: list[Params], weights) -> Params:
+    """sum_i weights[i] * models[i], per tensor, accumulated in the order of `models` from zeros."""
+    averaged = {k: torch.zeros_like(v) for k, v in models[0].items()}
+    for model, w in zip(models, weights):
+        for k, v in model.items():
+            averaged[k].add_(v, alpha=float(w))
+    return averaged
+
+
 class ParameterAveraging(Algorithm):
     """Server averages the shared parameters, weighted by train sizes (option `weighting=size`) or
     as the simple mean of the trained clients' uploads (`weighting=uniform`); the rest stays local."""
@@ -88,12 +97,7 @@ class ParameterAveraging(Algorithm):
         return sizes / sizes.sum()
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
-        weights = self.aggregation_weights(selected)
-        averaged = {k: torch.zeros_like(v) for k, v in self.global_params.items()}
-        for client, w in zip(selected, weights):
-            for k, v in self.uploads.pop(client).items():
-                averaged[k].add_(v, alpha=float(w))
-        self.global_params = averaged
+        self.global_params = weighted_mean([self.uploads.pop(client) for client in selected], self.aggregation_weights(selected))
 
 
 @register

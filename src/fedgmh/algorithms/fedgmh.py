@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from fedgmh.algorithms.base import Algorithm, Exchange, register
 from fedgmh.algorithms.options import GMHOptions
-from fedgmh.engine import LocalResult, Params, Phase
+from fedgmh.engine import Federation, LocalResult, Params, Phase
 from fedgmh.errors import UserError
 from fedgmh.model import is_head
 
@@ -60,6 +60,19 @@ def critical_mask(before: Params, after: Params, beta: float, score: str, select
                 threshold = positive.min()
         masks[name] = s >= threshold
     return masks
+
+
+@torch.no_grad()
+def class_means(fed: Federation, params: Params, idx: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+    """Per label present among the samples `idx`, the mean body feature f(params, x) of those samples,
+    as (label, mean feature) in increasing label order; [] when `idx` is empty. FedGMH's and FedGH's
+    prototypes (eq. 4-5), CE-pFL's class centres (clustered.py). Features are computed in batches of
+    the engine's eval_batch_size."""
+    if len(idx) == 0:
+        return []
+    feats = torch.cat([fed.features(params, fed.images[b]) for b in idx.split(fed.options.eval_batch_size)])
+    labels = fed.labels[idx]
+    return [(int(s), feats[labels == s].mean(dim=0)) for s in torch.unique(labels)]
 
 
 class GlobalMultiHead(Algorithm):
@@ -142,7 +155,10 @@ class GlobalMultiHead(Algorithm):
         heads_after = {k: v for k, v in result.params.items() if is_head(k)}
         critical = critical_mask(heads_before, heads_after, self.options.beta, self.options.score, self.options.selection)
         self.masks[client] = critical if self.options.mix == "critical" else {k: ~m for k, m in critical.items()}
-        prototypes = self.prototypes(client, result.params, self.prototype_samples.pop(client))
+        # eq. 4-5; with drop_last (official) the samples are those of one shuffled epoch without its last
+        # partial batch, like the official DataLoader (`Federation.epoch_samples`, drawn right after the
+        # client's training); a client smaller than a batch uploads nothing
+        prototypes = class_means(self.fed, result.params, self.prototype_samples.pop(client))
         # upload: one d_f-float prototype per label, and the labels (LABEL_DTYPE); the server uses
         # them as Python ints
         self.fed.channel.upload([p for _, p in prototypes] + [torch.tensor([s for s, _ in prototypes], dtype=LABEL_DTYPE)])
@@ -150,20 +166,6 @@ class GlobalMultiHead(Algorithm):
         if self.options.head_alias == "client0" and client == 0:  # client 0's head becomes the server head
             self.heads = {k: self.fed.channel.upload(result.params[k]).unsqueeze(0).clone() for k in self.heads}
         return result
-
-    @torch.no_grad()
-    def prototypes(self, client: int, params: Params, idx: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
-        """Eq. 4-5: per local label, the mean feature of the client's train samples `idx`.
-
-        With drop_last (official) the samples are those of one shuffled epoch without its last
-        partial batch, like the official DataLoader (`Federation.epoch_samples`, drawn right after
-        the client's training); a client smaller than a batch uploads nothing.
-        """
-        if len(idx) == 0:
-            return []
-        feats = torch.cat([self.fed.features(params, self.fed.images[b]) for b in idx.split(self.fed.options.eval_batch_size)])
-        labels = self.fed.labels[idx]
-        return [(int(s), feats[labels == s].mean(dim=0)) for s in torch.unique(labels)]
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         uploads, self.uploads = self.uploads, []

@@ -240,6 +240,77 @@ class CACOptions:
         if isinstance(self.beta, bool) or not isinstance(self.beta, int) or self.beta < 1:
             raise UserError(f"beta must be an integer >= 1, got {self.beta!r}")
 
+# ------------------------------------------------------------------ CE-pFL (clustered.py)
+
+@dataclass(frozen=True)
+class CEPFLOptions(AveragingOptions):
+    """Huang & Chen 2025 (seed 004); docs/baselines.md "CE-pFL". The paper gives none of the numbers
+    M, alpha, beta, gamma, lambda, num: the defaults are the spec's (docs/baselines.md)."""
+
+    weighting: str = choice(
+        "uniform", "size",
+        help="eq. 11: the body is the simple mean of the trained clients' bodies (paper), or weighted by train size (FedPer); "
+        "also how a cluster round averages its members",
+    )
+    window: int = option(10, "M: rounds in the sliding window of mean training losses whose fitted slope (eq. 3) triggers clustering when >= 0")
+    alpha: float = option(1.0, "alpha: weight of the MMD term of the priority score (eq. 9)")
+    beta: float = option(1.0, "beta: weight of the time term 1 - exp(-(t - t'_i)) of the priority score (eq. 9)")
+    gamma: str = option(
+        "median",
+        "gamma of the Gaussian kernel exp(-gamma ||a - b||^2) of the MMD (eq. 8): a number > 0, or median = 1 / the median "
+        "squared distance between the points of C_i and C_global, per client and round",
+    )
+    smoothing: float = option(0.5, "lambda: exponential smoothing of the priority score, s <- lambda * new + (1 - lambda) * s (eq. 10)")
+    clusters: int = option(4, "num: K-means clusters of the class-centre vectors (eq. 6), at most the number of clients with centres")
+    mmd_sign: str = choice(
+        "similarity", "literal",
+        help="the score rewards similarity to the global centres, alpha * (-MMD) (the text's intent), or alpha * MMD as eq. 9 is printed",
+    )
+    cluster_fuse: str = choice(
+        "uniform", "size",
+        help="the enhanced body: each cluster's model counts once (uniform), or by its weight (its members, or their samples with "
+        "weighting=size): then it is the plain average over all members and clustering changes nothing",
+    )
+    cluster_members: str = choice(
+        "all", "selected",
+        help="who trains in a cluster round: every clustered client (every client with centres), or only this round's selected ones",
+    )
+    broadcast: str = choice(
+        "all", "selected",
+        help="who receives the body each round: every client (FedPer, PFLlib), or only the selected ones (the others are evaluated "
+        "with the body they last received)",
+    )
+    selection: str = choice("priority", "random", help="next round's clients: the top r*N priority scores (eq. 10), or the engine's random draw")
+    clustering: str = choice("on", "off", help="the loss-window trigger and the cluster round (eqs. 3-6), or never")
+    centres: str = choice(
+        "after_training",
+        help="class centres (eq. 2) from the trained body over all the client's train samples (the only reading implemented; "
+        "eq. 2's 'embeddings stored during training' would mix bodies of several steps)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.window < 2:
+            raise UserError(f"window must be >= 2 (a slope needs two losses), got {self.window}")
+        if self.clusters < 1:
+            raise UserError(f"clusters must be >= 1, got {self.clusters}")
+        if not (0 < self.smoothing <= 1):
+            raise UserError(f"smoothing must be in (0, 1], got {self.smoothing}")
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if not (0 <= value < math.inf):
+                raise UserError(f"{name} must be a finite number >= 0, got {value}")
+        if self.gamma != "median":
+            try:
+                gamma = float(self.gamma)
+            except ValueError:
+                gamma = math.nan
+            if not (0 < gamma < math.inf):
+                raise UserError(f"gamma must be 'median' or a finite number > 0, got {self.gamma!r}")
+
+    def kernel_gamma(self) -> float | None:
+        """The fixed gamma, or None for the median heuristic."""
+        return None if self.gamma == "median" else float(self.gamma)
+
 
 @dataclass(frozen=True)
 class OptionSet:
@@ -280,6 +351,7 @@ OPTION_SETS: dict[str, OptionSet] = {
     "local": OptionSet(official=PFLLIB_LOADER),  # serverlocal.py trains clientAVG, through PFLlib's loader
     "fedavg_lp": OptionSet(PriorOptions, official=PFLLIB_LOADER),
     "fedcac": OptionSet(CACOptions, official={**PFLLIB_LOADER, "pool": "selected", "round0_reset": True}),
+    "cepfl": OptionSet(CEPFLOptions),  # no implementation exists (seed 004): preset=official changes nothing
 }
 
 
