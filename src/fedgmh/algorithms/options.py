@@ -213,7 +213,7 @@ class PriorOptions(AveragingOptions):
 # ----------------------------------------------------------------------------- FedCAC (fedcac.py)
 
 @dataclass(frozen=True)
-class CACOptions:
+class CACOptions(AveragingOptions):
     tau: float = option(
         0.5, "share of each parameter tensor marked critical: the top int(tau * n) by |delta * theta|, ties included "
         "(FedCAC authors: 0.5 on CIFAR-10, 0.4 on CIFAR-100; PFLlib's default 1.0 marks nearly everything critical)",
