@@ -144,6 +144,12 @@ class Algorithm:
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         """Server step after the selected clients have trained."""
 
+    def extra_records(self) -> dict[str, Any]:
+        """Tables (pandas DataFrames) of the finished run's algorithm state, by name: `fedgmh train`
+        writes each as NAME.csv beside metrics.csv; NAME.csv must be one of `store.OPTIONAL_FILES`
+        (so stores copy and compare it). Default: none."""
+        return {}
+
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
     """Add `cls` to the registry under its name, with the option set of that name (OPTION_SETS);
