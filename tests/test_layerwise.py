@@ -341,3 +341,39 @@ def test_8_chain_of_fig_6_the_diagonal_comes_out_highest_with_descent(sign):
             assert rows >= 6 and same > neighbour > far, (layer, summary)
         else:  # the anchors' sign pushes the mix away from what training wanted: the far clients win
             assert rows <= 1 and far > same, (layer, summary)
+
+
+def fashion_mnist_chain(shared_data, root, per_class: int = 50, test_per_class: int = 25, seed: int = 0) -> Federation:
+    """003's Fig. 6 on FashionMNIST: client i holds classes i..i+3 (mod 10), per_class samples of each."""
+    from fedgmh import data
+
+    data.download("fashion_mnist", root, mirror=shared_data)
+    dataset = data.load_dataset("fashion_mnist", root)
+    labels = dataset.labels.numpy()
+    rng = np.random.RandomState(7)
+    pools = [{c: list(offset + rng.permutation(np.flatnonzero(part == c))) for c in range(10)}
+             for offset, part in ((0, labels[: dataset.num_train]), (dataset.num_train, labels[dataset.num_train:]))]
+    train_idx, test_idx = [], []
+    for client in range(8):
+        classes = [(client + i) % 10 for i in range(4)]
+        for split, pool, n in ((train_idx, pools[0], per_class), (test_idx, pools[1], test_per_class)):
+            split.append(torch.tensor(np.concatenate([[pool[c].pop() for _ in range(n)] for c in classes])))
+    torch.manual_seed(seed)
+    return Federation(model=FedAvgCNN(1, 10, 28), images=dataset.images, labels=dataset.labels, train_idx=train_idx, test_idx=test_idx,
+                      num_classes=10, batch_size=32, local_epochs=1, lr=0.01, options=EngineOptions(), seed=seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sign", ["descent", "anchor"])
+def test_8_chain_of_fig_6_on_fashion_mnist(shared_data, tmp_path, sign):
+    """The spec's acceptance run (60 rounds, all 8 clients each round, hn_lr 2): with descent the fc1
+    weights are highest on the diagonal for most clients and fall with |i - j|; the anchors' sign reverses it."""
+    fed = fashion_mnist_chain(shared_data, tmp_path)
+    options, _ = resolve_options("pfedla", {"hn_lr": "2", "hn_sign": sign})
+    algo = REGISTRY["pfedla"](fed, options)
+    run_rounds(fed, algo, 60, 1.0, seed=0)
+    rows, same, neighbour, far = chain_summary(algo.extra_records()["layer_weights"])["body.7"]
+    if sign == "descent":
+        assert rows >= 5 and neighbour > far, (rows, same, neighbour, far)
+    else:
+        assert rows <= 2 and far > same, (rows, same, neighbour, far)
