@@ -18,9 +18,9 @@ import torch
 from conftest import make_federation
 
 from fedgmh import costs
-from fedgmh.algorithms import REGISTRY, resolve_options
+from fedgmh.algorithms import OPTION_SETS, REGISTRY, resolve_options
 from fedgmh.algorithms.layerwise import LayerwiseAggregation, hn_alpha, layer_groups, normalise
-from fedgmh.config import EngineOptions
+from fedgmh.config import EngineOptions, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import UserError
 from fedgmh.model import FedAvgCNN
@@ -222,6 +222,8 @@ def test_4_heurpfedla_retaining_every_layer_is_local_training():
 
 # ------------------------------------------------------------------------------------ spec test 5
 
+@pytest.mark.xfail("weighting" not in option_names(OPTION_SETS["fedavg"].Options), reason="needs engine extension 4 (branch i12eng)",
+                   raises=UserError, strict=True)
 def test_5_a_uniform_mix_without_hn_steps_is_fedavg_with_uniform_weights(monkeypatch):
     def uniform(self, client, hn=None):
         a = torch.full((len(self.layers), self.fed.num_clients), 1.0 / self.fed.num_clients)
