@@ -82,7 +82,10 @@ def test_analytic_round_traffic_equals_the_channel(name, preset):
     for rnd in (0, 1):  # the training rounds
         models = {c: _models_downloaded(options, rnd, history, c) for c in history[rnd]} if name == "fedfomo" else None
         expected = costs.round_traffic(name, options, sizes, labels, history[rnd], models)
-        assert (rows[rnd]["bytes_up"], rows[rnd]["bytes_down"]) == expected, f"round {rnd}"
+        if get_algorithm(name).exact_traffic(options):
+            assert (rows[rnd]["bytes_up"], rows[rnd]["bytes_down"]) == expected, f"round {rnd}"
+        else:  # the analytic value is the most it can be (HeurpFedLA: which layers a client retains is learned)
+            assert rows[rnd]["bytes_up"] == expected[0] and 0 < rows[rnd]["bytes_down"] <= expected[1], f"round {rnd}"
         if name != "local":  # the no-communication control sends nothing either way
             assert expected[0] > 0 and (expected[1] > 0 or name == "fedfomo")
     assert rows[2]["bytes_up"] == 0  # the last round only evaluates

@@ -46,6 +46,7 @@ class Sizes:
     prototype: int  # one mean feature vector: d_f floats
     label: int  # one uploaded label
     psi: int  # the boolean mask over the head
+    parameters: tuple[tuple[str, int], ...] = ()  # (name, bytes) of every parameter tensor, in model order
 
     @classmethod
     def of(cls, model: torch.nn.Module) -> Sizes:
@@ -68,6 +69,7 @@ class Sizes:
             prototype=head.shape[1] * head.element_size(),  # the body output has the parameters' dtype
             label=_element_size(LABEL_DTYPE),
             psi=entries * _element_size(PSI_DTYPE),
+            parameters=tuple((k, Channel.size(p)) for k, p in params.items()),
         )
 
     @classmethod

@@ -37,7 +37,7 @@ from fedgmh.io import atomic_path, write_json
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
 #: part of a record when present: compared like metrics.csv, never required
-OPTIONAL_FILES = ("clients.csv", "layer_weights.csv")
+OPTIONAL_FILES = ("clients.csv", "layer_weights.csv")  # layer_weights.csv: pFedLA's final mixing weights
 #: engine options that choose how a run is computed, not what: never part of the key
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "vectorise", "memory_format"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")

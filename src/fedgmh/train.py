@@ -2,7 +2,8 @@
 
 Outputs (written atomically, so a killed run never leaves a file that looks finished):
 RUNDIR/metrics.csv (one row per evaluated round), RUNDIR/clients.csv (each client's test accuracy
-in the best and in the last evaluated round) and RUNDIR/run.json, the run's one record (config,
+in the best and in the last evaluated round), the algorithm's own tables when it has any
+(`Algorithm.extra_records`, e.g. pFedLA's layer_weights.csv) and RUNDIR/run.json, the run's one record (config,
 resolved options, versions, device, wall time, best accuracy, and under `workflow` the labels the
 workflow gives the run: config name, experiment, setting, variant).
 """
@@ -173,6 +174,16 @@ def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None
                          "test_acc_best": np.asarray(best["client_acc"]), "test_acc_last": np.asarray(last["client_acc"])})
 
 
+def algorithm_tables(algorithm) -> dict[str, pd.DataFrame]:
+    """The algorithm's own tables of the finished run (`Algorithm.extra_records`) by file name,
+    each one of store.OPTIONAL_FILES (e.g. pFedLA's layer_weights.csv)."""
+    tables = {f"{name}.csv": table for name, table in algorithm.extra_records().items()}
+    unknown = sorted(set(tables) - set(store.OPTIONAL_FILES))
+    if unknown:
+        raise ValueError(f"algorithm {algorithm.name} writes {', '.join(unknown)}, which are not in store.OPTIONAL_FILES")
+    return tables
+
+
 def run_identity(config: TrainConfig, algo_options, engine: EngineOptions, partition_meta: dict) -> dict:
     """What a run is (the store's `run_key` of it decides reuse; checkpoints are checked against it):
     its settings, resolved options and partition (its parameters and the digest of its index arrays)."""
@@ -238,7 +249,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         if reused is not None:
             return label_record(out_dir, reused, workflow)
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
-    for name in ("metrics.csv", "clients.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
+    for name in ("metrics.csv", *store.OPTIONAL_FILES, "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
         remove_leftovers(out_dir / name)
     resumed = checkpoint.load()
     started = dt.datetime.now(dt.timezone.utc)
@@ -260,6 +271,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     metrics = pd.DataFrame([{k: v for k, v in row.items() if k != "client_acc"} for row in rows])
     best = metrics.loc[metrics["test_acc"].idxmax()]
     clients = client_table(rows[int(metrics["test_acc"].idxmax())], rows[-1], fed)
+    extra = algorithm_tables(algorithm)
     record = {
         "algorithm": config.algorithm,
         "dataset": config.dataset,
@@ -294,6 +306,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     write_csv(metrics, out_dir / "metrics.csv")
     if clients is not None:
         write_csv(clients, out_dir / "clients.csv")
+    for name, table in extra.items():
+        write_csv(table, out_dir / name)
     write_json(record, out_dir / "run.json")  # written last: its presence marks a finished run
     checkpoint.remove()
     return record

@@ -77,6 +77,12 @@ class Algorithm:
         raise NotImplementedError(f"no cost model for algorithm {cls.name!r}: define exchange() on its class")
 
     @classmethod
+    def exact_traffic(cls, options: Any) -> bool:
+        """False when `exchange` gives only the most a client can move (what it moves depends on the
+        run's state, e.g. HeurpFedLA's learned choice of retained layers): the channel then counts at most that."""
+        return True
+
+    @classmethod
     def aliased_bytes(cls, options: Any, sizes: Any) -> int:
         """Bytes of server state that IS client 0's (up when client 0 trains, down to it every round)."""
         return 0
@@ -157,6 +163,12 @@ class Algorithm:
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         """Server step after the selected clients have trained."""
+
+    def extra_records(self) -> dict[str, Any]:
+        """Tables (pandas DataFrames) of the finished run's algorithm state, by name: `fedgmh train`
+        writes each as NAME.csv beside metrics.csv; NAME.csv must be one of `store.OPTIONAL_FILES`
+        (so stores copy and compare it). Default: none."""
+        return {}
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:

@@ -310,6 +310,46 @@ class CEPFLOptions(AveragingOptions):
     def kernel_gamma(self) -> float | None:
         """The fixed gamma, or None for the median heuristic."""
         return None if self.gamma == "median" else float(self.gamma)
+# ---------------------------------------------------------- pFedLA, HeurpFedLA (layerwise.py)
+
+@dataclass(frozen=True)
+class LayerwiseOptions:
+    hn_lr: float = option(5e-3, "learning rate of the per-client hypernetworks' SGD step (both anchors: 5e-3); 0 = hypernetworks never move")
+    embedding_dim: int = option(100, "size of each client's learnable embedding v_i (anchors: 100)")
+    hidden_dim: int = option(100, "width of the hypernetworks' three hidden layers (anchors: 100)")
+    k: int = option(0, "layers a client retains (its own, not mixed, not downloaded): 0 = pFedLA, >= 1 = HeurpFedLA (paper: 1)")
+    granularity: str = choice(
+        "module", "tensor",
+        help="one weight vector per layer = module, shared by its weight and bias (paper's figures, KarhouTam/pFedLA), or per parameter tensor (FL-bench)",
+    )
+    intermediate: str = choice(
+        "latest", "accumulate",
+        help="the server's intermediate model of a client after it trains: its trained model (KarhouTam) or the old one plus the update (FL-bench)",
+    )
+    hn_sign: str = choice(
+        "descent", "anchor",
+        help="hypernetwork step moves the mixed model toward the trained one (descent on 1/2 ||mix - trained||^2, pFedHN's rule) or away (both anchors' sign)",
+    )
+    order: str = choice(
+        "parallel", "sequential",
+        help="every selected client's mix from the round-start models (synchronous round, paper's Fig. 2) or one client after the other (both anchors)",
+    )
+    topk_score: str = choice("normalised", "raw", help="retained layers ranked by the normalised self-weight or the raw ReLU output (anchors)")
+    hn_clip: float = option(0.0, "clip the hypernetwork gradient to this L2 norm (pFedHN clips at 50); 0 = no clipping (anchors)")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.hn_lr < math.inf:
+            raise UserError(f"hn_lr must be a finite number >= 0, got {self.hn_lr}")
+        if self.embedding_dim < 1 or self.hidden_dim < 1:
+            raise UserError(f"embedding_dim and hidden_dim must be >= 1, got {self.embedding_dim}, {self.hidden_dim}")
+        if self.k < 0:
+            raise UserError(f"k must be >= 0, got {self.k}")
+        if not 0 <= self.hn_clip < math.inf:
+            raise UserError(f"hn_clip must be a finite number >= 0 (0 = off), got {self.hn_clip}")
+
+
+#: KarhouTam/pFedLA (`--set preset=anchor`): clients one after the other, raw top-k score, its step sign
+PFEDLA_ANCHOR = MappingProxyType({"order": "sequential", "topk_score": "raw", "hn_sign": "anchor"})
 
 
 @dataclass(frozen=True)
@@ -320,6 +360,17 @@ class OptionSet:
     Options: type = NoOptions
     defaults: Mapping[str, Any] = field(default_factory=dict)
     official: Mapping[str, Any] = field(default_factory=dict)
+    #: further named presets (`--set preset=NAME`) of an algorithm whose anchor is not PFLlib
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def preset_names(self) -> tuple[str, ...]:
+        return (*PRESETS, *self.presets)
+
+    def preset(self, name: str) -> Mapping[str, Any]:
+        """The values preset `name` sets (paper: none)."""
+        if name not in self.preset_names():
+            raise UserError(f"option preset={name!r}: choose one of {', '.join(self.preset_names())}")
+        return self.official if name == "official" else self.presets.get(name, {})
 
 
 OPTION_SETS: dict[str, OptionSet] = {
@@ -352,6 +403,9 @@ OPTION_SETS: dict[str, OptionSet] = {
     "fedavg_lp": OptionSet(PriorOptions, official=PFLLIB_LOADER),
     "fedcac": OptionSet(CACOptions, official={**PFLLIB_LOADER, "pool": "selected", "round0_reset": True}),
     "cepfl": OptionSet(CEPFLOptions),  # no implementation exists (seed 004): preset=official changes nothing
+    # no PFLlib version: `official` = the paper's reading; `preset=anchor` = KarhouTam/pFedLA
+    "pfedla": OptionSet(LayerwiseOptions, presets={"anchor": PFEDLA_ANCHOR}),
+    "heurpfedla": OptionSet(LayerwiseOptions, defaults={"k": 1}, presets={"anchor": PFEDLA_ANCHOR}),
 }
 
 
@@ -365,10 +419,7 @@ def resolve_options(algorithm: str, overrides: dict[str, Any]) -> tuple[Any, Eng
     """Split `--set` values into (algorithm options, engine options), applying `preset` first."""
     options = option_set(algorithm)
     explicit = dict(overrides)
-    preset = explicit.get("preset", "paper")
-    if preset not in PRESETS:
-        raise UserError(f"option preset={preset!r}: choose one of {', '.join(PRESETS)}")
-    values = {**options.defaults, **(options.official if preset == "official" else {}), **explicit}
+    values = {**options.defaults, **options.preset(explicit.get("preset", "paper")), **explicit}
     algo_keys, engine_keys = option_names(options.Options), option_names(EngineOptions)
     if "preset" not in algo_keys:
         values.pop("preset", None)
@@ -399,5 +450,5 @@ def option_rows(algorithm: str) -> list[dict[str, Any]]:
                          "choices": f.metadata.get("choices", ()), "help": f.metadata.get("help", "")})
         if scope == "algorithm" and "preset" not in option_names(fields_of):
             rows.append({"name": "preset", "scope": "algorithm", "type": "str", "default": "paper", "official": None,
-                         "choices": PRESETS, "help": PRESET_HELP})
+                         "choices": options.preset_names(), "help": PRESET_HELP})
     return rows
