@@ -74,7 +74,7 @@ def test_two_round_smoke_run(name):
     assert all(0 <= r["test_acc"] <= 1 and math.isfinite(r["test_loss"]) for r in rows)
     assert rows[0]["bytes_up"] > 0 and rows[0]["bytes_down"] > 0
     table = algo.extra_records()["layer_weights"]
-    assert list(table.columns) == ["layer", "layer_index", "client", "other", "alpha", "weight", "retained"]
+    assert list(table.columns) == ["layer", "layer_index", "client", "peer", "alpha", "weight", "retained"]
     assert len(table) == 4 * len(CLIENTS) ** 2  # 4 layers (modules) x clients x clients
     assert np.allclose(table.groupby(["layer", "client"])["weight"].sum(), 1.0)
     assert table.groupby(["client"])["retained"].sum().tolist() == [len(CLIENTS) * (0 if name == "pfedla" else 1)] * len(CLIENTS)
@@ -325,7 +325,7 @@ def chain_summary(table: pd.DataFrame) -> dict[str, tuple[int, float, float, flo
     distance = np.abs(np.subtract.outer(np.arange(8), np.arange(8)))
     out = {}
     for layer, group in table.groupby("layer", sort=False):
-        w = group.pivot(index="client", columns="other", values="weight").to_numpy()
+        w = group.pivot(index="client", columns="peer", values="weight").to_numpy()
         out[layer] = (int((w.argmax(axis=1) == np.arange(8)).sum()), w[distance == 0].mean(), w[distance == 1].mean(), w[distance >= 3].mean())
     return out
 

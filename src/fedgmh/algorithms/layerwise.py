@@ -248,7 +248,7 @@ class LayerwiseAggregation(Algorithm):
 
     @torch.no_grad()
     def extra_records(self) -> dict[str, Any]:
-        """layer_weights.csv: every client's final layer-wise weights, one row per (layer, client, other)."""
+        """layer_weights.csv: every client's final layer-wise weights, one row per (layer, client, peer)."""
         import pandas as pd
 
         rows = []
@@ -257,9 +257,9 @@ class LayerwiseAggregation(Algorithm):
             keep = self.retained(client, alpha, a)
             alpha, a = alpha.double().cpu().numpy(), a.double().cpu().numpy()
             for index, layer in enumerate(self.layers):
-                for other in range(self.fed.num_clients):
-                    rows.append({"layer": layer, "layer_index": index, "client": client, "other": other,
-                                 "alpha": alpha[index, other], "weight": a[index, other], "retained": index in keep})
+                for peer in range(self.fed.num_clients):
+                    rows.append({"layer": layer, "layer_index": index, "client": client, "peer": peer,
+                                 "alpha": alpha[index, peer], "weight": a[index, peer], "retained": index in keep})
         return {"layer_weights": pd.DataFrame(rows)}
 
 
