@@ -18,7 +18,7 @@ from fedgmh.model import is_body, is_head
 from fedgmh.train import resolve_options
 
 CLIENTS = [[0, 0, 1, 2, 1], [1, 2, 2], [0, 1, 2, 2, 0, 1, 0], [2, 2, 0, 1]]
-FAST = {"fedbabu": {"finetune_epochs": "2"}}  # PFLlib's 10 epochs of fine-tuning are slow on this loaded CPU
+FAST = {"fedbabu": {"finetune_epochs": "1"}}  # PFLlib's 10 epochs of fine-tuning: slow here
 
 
 def build(name, client_labels=CLIENTS, fed_kwargs=None, **overrides):
@@ -52,7 +52,7 @@ def first_shuffle(fed, client):
 # --- both: smoke, determinism, resume, bad options, evaluation-side randomness ----------------------
 
 CASES = [("fedbabu", {}), ("fedbabu", {"finetune_at": "every_eval", "finetune_parts": "head"}), ("perfedavg", {}),
-         ("perfedavg", {"preset": "official"}), ("perfedavg", {"order": "hf", "eval_data": "epoch"})]
+         ("perfedavg", {"preset": "official"}), ("perfedavg", {"order": "hf", "eval_data": "epoch", "beta": "0.002"})]
 IDS = [name + "".join(f"-{k}={v}" for k, v in o.items()) for name, o in CASES]
 
 
@@ -64,21 +64,21 @@ def test_two_round_runs_are_finite_and_deterministic(name, overrides):
     assert all(0 <= r["test_acc"] <= 1 for r in runs[0]) and all(r["train_loss"] == r["train_loss"] for r in runs[0][:-1])
 
 
-@pytest.mark.parametrize(("name", "overrides"), CASES[::2], ids=IDS[::2])
+@pytest.mark.parametrize(("name", "overrides"), [CASES[1], CASES[2]], ids=[IDS[1], IDS[2]])
 def test_results_do_not_depend_on_which_rounds_are_evaluated(name, overrides):
     """The personalisation draws from the evaluation generator: evaluating every round or every
-    third one gives the same numbers in the rounds both evaluate, and the same training."""
+    other one gives the same numbers in the rounds both evaluate, and the same training."""
     overrides = {**overrides, "finetune_at": "every_eval"} if name == "fedbabu" else overrides
-    every, sparse = build(name, **overrides), build(name, **overrides, eval_every="3")
-    rows, some = rows_of(every, rounds=4), rows_of(sparse, rounds=4)
-    assert [r["round"] for r in some] == [0, 3, 4]
-    assert some == [rows[0], rows[3], rows[4]]
+    every, sparse = build(name, **overrides), build(name, **overrides, eval_every="2")
+    rows, some = rows_of(every), rows_of(sparse)
+    assert [r["round"] for r in some] == [0, 2, 3]
+    assert some == [rows[0], rows[2], rows[3]]
     assert torch.equal(every.fed.generator.get_state(), sparse.fed.generator.get_state())
 
 
-@pytest.mark.parametrize(("name", "overrides"), CASES[::2], ids=IDS[::2])
+@pytest.mark.parametrize(("name", "overrides"), [CASES[0], CASES[3]], ids=[IDS[0], IDS[3]])
 def test_a_killed_run_resumes_with_identical_metrics(tmp_path, name, overrides):
-    expected = rows_of(build(name, **overrides), rounds=4)
+    expected = rows_of(build(name, **overrides))
 
     def stop(row):
         if row["round"] == 1:
@@ -86,8 +86,8 @@ def test_a_killed_run_resumes_with_identical_metrics(tmp_path, name, overrides):
 
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
     with pytest.raises(Interrupted):
-        rows_of(build(name, **overrides), rounds=4, on_round=stop, checkpoint=checkpoint)
-    assert rows_of(build(name, **overrides), rounds=4, checkpoint=checkpoint) == expected
+        rows_of(build(name, **overrides), on_round=stop, checkpoint=checkpoint)
+    assert rows_of(build(name, **overrides), checkpoint=checkpoint) == expected
 
 
 def test_bad_options_fail_before_training():
@@ -116,7 +116,7 @@ def test_fedbabu_head_stays_the_initial_head_on_every_client_and_is_never_sent()
     sent = []
     upload = fed.channel.upload
     fed.channel.upload = lambda tensors: sent.append(sorted(tensors)) or upload(tensors)
-    rows_of(algorithm, rounds=3, join_ratio=1.0)
+    rows_of(algorithm, rounds=2, join_ratio=1.0)
     assert set(algorithm.global_params) == {k for k in fed.initial_params() if is_body(k)}
     assert algorithm.local == {} and sent and all(not any(is_head(k) for k in keys) for keys in sent)
     body0 = {k: v for k, v in fed.initial_params().items() if is_body(k)}
@@ -144,7 +144,7 @@ def test_fedbabu_body_is_the_weighted_mean_of_bodies_trained_with_the_head_froze
 
 def test_fedbabu_fine_tunes_at_the_last_round_only_and_leaves_training_alone():
     tuned, plain = build("fedbabu"), build("fedbabu", finetune_epochs="0")
-    rows, base = rows_of(tuned, rounds=3), rows_of(plain, rounds=3)
+    rows, base = rows_of(tuned, rounds=2), rows_of(plain, rounds=2)
     assert rows[:-1] == base[:-1]  # every round before the last: the global model, the same training
     assert torch.equal(tuned.fed.generator.get_state(), plain.fed.generator.get_state())
     fed = plain.fed
@@ -155,7 +155,7 @@ def test_fedbabu_fine_tunes_at_the_last_round_only_and_leaves_training_alone():
     for client in range(fed.num_clients):  # the fine-tuned models of the last round (a heads-and-all copy each)
         model = tuned.eval_params(client)
         assert not torch.equal(model["head.weight"], head0["head.weight"])
-        expected = local_train(engine_view(tuned, 3, client), tuned.client_params(client), client, epochs=2,
+        expected = local_train(engine_view(tuned, 2, client), tuned.client_params(client), client, epochs=1,
                                lr=tuned.fed.client_lr(client)).params
         assert all(torch.equal(model[k], expected[k]) for k in expected)
 
@@ -170,12 +170,12 @@ def engine_view(algorithm, rnd, client):
 
 
 def test_fedbabu_trains_exactly_as_fedper_with_the_head_frozen(monkeypatch):
-    babu = rows_of(build("fedbabu"), rounds=3)
-    babu_plain = rows_of(build("fedbabu", finetune_epochs="0"), rounds=3)
+    babu = rows_of(build("fedbabu"), rounds=2)
+    babu_plain = rows_of(build("fedbabu", finetune_epochs="0"), rounds=2)
     original = engine.local_train
     monkeypatch.setattr(engine, "local_train", lambda *a, **kw: original(*a, **{**kw, "trainable": is_body}))
     fedper = build("fedper")
-    per = rows_of(fedper, rounds=3)
+    per = rows_of(fedper, rounds=2)
     assert babu_plain == per and babu[:-1] == per[:-1]
     head0 = {k: v for k, v in fedper.fed.initial_params().items() if is_head(k)}
     assert fedper.local and all(torch.equal(own[k], head0[k]) for own in fedper.local.values() for k in head0)
@@ -240,6 +240,28 @@ def test_perfedavg_exact_and_hessian_free_meta_steps():
         assert float((runs["hf"].params[k] - runs["exact"].params[k]).abs().max()) < 1e-3 * max(moved, 1.0)
 
 
+@pytest.fixture
+def float64():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(default)
+
+
+def test_perfedavg_hessian_free_step_by_hand_with_its_own_third_batch(float64):
+    """order=hf: w - beta (v - alpha (grad f(w + delta v; D'') - grad f(w - delta v; D'')) / (2 delta)),
+    D'' the third piece of a 3B batch; in float64 with a small delta it is the exact H(w; D'') v."""
+    algorithm = one_client([0, 1, 2, 1, 0, 2], order="hf", beta="0.05", delta="1e-5")
+    fed = algorithm.fed
+    w, batch, alpha = fed.initial_params(), first_shuffle(fed, 0), fed.client_lr(0)
+    result = algorithm.train_client(0, 0).params
+    adapted = {k: v - alpha * g for (k, v), g in zip(w.items(), grad(fed, w, batch[:2]).values())}
+    v = grad(fed, adapted, batch[2:4])
+    hv = hessian_vector(fed, w, batch[4:], v)
+    for k in w:
+        torch.testing.assert_close(result[k], w[k] - 0.05 * (v[k] - alpha * hv[k]), rtol=1e-6, atol=1e-6)
+
+
 def test_perfedavg_batches_too_small_to_split_make_no_step():
     algorithm = one_client([2])  # one sample: no D'
     result = algorithm.train_client(0, 0)
@@ -295,10 +317,10 @@ def test_perfedavg_official_trains_twice_per_round_with_a_fixed_beta():
         return phases
 
     algorithm.start_training = spy
-    rows_of(algorithm, rounds=3, join_ratio=1.0)
-    assert fed.participations.tolist() == [6] * 4  # two lr-decay steps per round
+    rows_of(algorithm, rounds=2, join_ratio=1.0)
+    assert fed.participations.tolist() == [4] * 4  # two lr-decay steps per round
     gamma = fed.options.lr_decay
     for client, k, alphas, beta, factors in seen:
         assert alphas == pytest.approx([0.01 * gamma**k, 0.01 * gamma ** (k + 1)], rel=1e-6)
         assert beta == 0.01 and factors == [1.0, 1.0]  # beta: PFLlib's initial lr, never decayed
-    assert {k for _, k, *_ in seen} == {0, 2, 4}
+    assert {k for _, k, *_ in seen} == {0, 2}
