@@ -221,19 +221,15 @@ class PerFedAvg(ParameterAveraging):
             self._adapted[client] = self.adapted(self.fed.current_round, client)
         return self._adapted[client]
 
-    def adaptation_batch(self, rnd: int, client: int) -> Tensor:
-        """B of the client's train samples (all of them when fewer), drawn by the evaluation generator."""
-        idx = self.fed.train_idx[client]
-        order = torch.randperm(len(idx), generator=eval_generator(self.fed.seed, rnd, client))
-        return idx[order[: self.fed.batch_size].to(idx.device)]
-
     def adapted(self, rnd: int, client: int) -> Params:
         """w personalised for `client`: eval_steps SGD steps at its current lr on its adaptation
-        batch (eval_data=batch), or eval_steps epochs over its train split (eval_data=epoch)."""
+        batch E_c (eval_data=batch: B of its train samples, all of them when fewer, drawn by the
+        evaluation generator), or eval_steps epochs over its train split (eval_data=epoch)."""
         fed = self.fed
         view = evaluation_fed(fed, rnd, client)
         if self.options.eval_data == "batch":
-            batch = self.adaptation_batch(rnd, client)
+            idx = fed.train_idx[client]
+            batch = idx[torch.randperm(len(idx), generator=view.generator)[: fed.batch_size].to(idx.device)]
             view.shuffled_batches = lambda c: iter((batch,))  # type: ignore[method-assign]  # every epoch: that batch
         return local_train(view, self.global_params, client, epochs=self.options.eval_steps, lr=fed.client_lr(client)).params
 
