@@ -12,7 +12,6 @@ import torch.nn.functional as F
 from conftest import comparable, make_federation
 
 from fedgmh.algorithms import get_algorithm
-from fedgmh.algorithms.base import NoOptions
 from fedgmh.config import EngineOptions, TrainConfig
 from fedgmh.engine import evaluate_clients, local_train, run_rounds, select_clients, should_evaluate
 from fedgmh.train import run_training
@@ -25,7 +24,7 @@ def test_fedavg_of_full_batch_clients_equals_centralised_gradient_descent(client
     fed = make_federation(clients, batch_size=100, lr=0.05, lr_decay=1.0)
     if clients[0] == clients[1]:  # identical clients: the very same samples
         fed.train_idx = [fed.train_idx[0]] * len(clients)
-    algo = get_algorithm("fedavg")(fed, NoOptions())
+    algo = get_algorithm("fedavg")(fed, get_algorithm("fedavg").Options())  # weighting=size
     model = fed.model
     pooled = torch.cat(fed.train_idx)
     x, y = fed.images[pooled], fed.labels[pooled]

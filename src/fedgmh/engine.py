@@ -119,6 +119,9 @@ class Federation:
     participations: np.ndarray = field(init=False)
     channel: Channel = field(init=False)
     current_round: int = field(init=False, default=0)  # set by play_round; lr_decay_unit=round reads it
+    #: the run's number of rounds, set by `run_rounds` on every start (also on a resume; never
+    #: checkpointed): an algorithm that acts in the last training round (rounds - 1) reads it
+    total_rounds: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.options.memory_format == "channels_last" and self.images.dim() == 4:
@@ -182,6 +185,46 @@ class Federation:
 def split_batches(indices: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, ...]:
     """Consecutive batches of `indices`, the last one possibly smaller (none when it is empty)."""
     return indices.split(batch_size) if len(indices) else ()
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x: int) -> int:
+    """SplitMix64's output function (Steele et al. 2014, the seeding mix of java.util.SplittableRandom
+    and of xoshiro): a fixed bijection of 64-bit integers that spreads every input bit."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def mix_seed(*values: int) -> int:
+    """A 63-bit seed from integers: h = 0, then h = splitmix64(h ^ (v mod 2^64)) for each value in
+    order. Fixed and documented (not Python's `hash`), so the same values give the same seed on
+    every machine and Python version; different values, or another order, give unrelated seeds."""
+    h = 0
+    for v in values:
+        h = splitmix64(h ^ (int(v) & _MASK64))
+    return h >> 1  # torch.Generator.manual_seed takes any 64-bit value; 63 bits fit every platform's int64
+
+
+#: `eval_generator`'s default stream; an algorithm that needs several independent evaluation-side
+#: streams (e.g. an adaptation batch and a fine-tuning shuffle) passes stream=1, 2, ...
+EVAL_STREAM = 0
+
+
+def eval_generator(seed: int, rnd: int, client: int, stream: int = EVAL_STREAM, device: torch.device | str = "cpu") -> torch.Generator:
+    """A fresh generator for the random numbers that `client`'s evaluation in round `rnd` needs
+    (an adaptation batch, a fine-tuning shuffle...), seeded with `mix_seed(seed, rnd, client, stream)`.
+
+    It never touches the run's training generator (`Federation.generator`) nor the client-draw
+    RNG, and depends only on (seed, rnd, client, stream): evaluating more or fewer rounds
+    (`eval_every`, `eval_last`), or the clients in another order, changes no number, neither of
+    training nor of any other evaluation; a resumed run draws the same. `device`: where the
+    generator lives (a CUDA generator draws other numbers than a CPU one from the same seed; draw
+    on the CPU and move the result for numbers that do not depend on the device)."""
+    return torch.Generator(device=device).manual_seed(mix_seed(seed, rnd, client, stream))
 
 
 def proximal_hook(coef: float) -> GradHook:
@@ -587,11 +630,17 @@ def play_round(
     """One round: send to `selected`, evaluate every client (if `evaluate`), train `selected` (if
     `train`), aggregate. Returns the round's metrics row, or None when it was not evaluated.
 
+    The row's `clients_up` counts the clients that uploaded this round: those that trained (none
+    when the algorithm's `trained_clients_upload` is False, e.g. Local) plus the algorithm's
+    `extra_uploads`, which the engine sets to 0 before `send` and an algorithm raises for uploads
+    besides its trained clients' (e.g. a cluster round of extra clients).
+
     A diverged model (`divergence`: a NaN training loss or a non-finite parameter of a trained
     client; a NaN test loss) raises `Diverged`, naming the round (and client): such a run would only
     produce NaN losses and chance accuracy."""
     start = time.perf_counter()
     fed.current_round = rnd
+    algorithm.extra_uploads = 0
     algorithm.send(rnd, selected)
     metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if evaluate else None
     if metrics is not None and math.isnan(metrics["test_loss"]):
@@ -612,7 +661,9 @@ def play_round(
     traffic = fed.channel.take_round()
     if metrics is None:
         return None
-    return {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan, **traffic, "seconds": time.perf_counter() - start}
+    uploaders = len(trained) if getattr(algorithm, "trained_clients_upload", True) else 0
+    return {"round": rnd, **metrics, "train_loss": loss_sum / seen if seen else math.nan, **traffic,
+            "clients_up": uploaders + int(algorithm.extra_uploads), "seconds": time.perf_counter() - start}
 
 
 def check_vectorise(fed: Federation, algorithm) -> None:
@@ -636,6 +687,19 @@ def select_clients(rng: np.random.RandomState, num_clients: int, join_ratio: flo
     return [int(c) for c in rng.choice(num_clients, num_selected, replace=False)]
 
 
+def chosen_clients(algorithm, rnd: int, proposed: list[int], num_clients: int) -> list[int]:
+    """The algorithm's answer to `choose_clients(rnd, proposed)` (`proposed` for an object without
+    the hook), checked: distinct client indices."""
+    choose = getattr(algorithm, "choose_clients", None)
+    if choose is None:
+        return proposed
+    chosen = [int(c) for c in choose(rnd, list(proposed))]
+    if len(set(chosen)) != len(chosen) or any(not 0 <= c < num_clients for c in chosen):
+        name = getattr(algorithm, "name", type(algorithm).__name__)
+        raise ValueError(f"round {rnd}: {name}.choose_clients returned {chosen}; expected distinct clients in 0..{num_clients - 1}")
+    return chosen
+
+
 def run_rounds(
     fed: Federation,
     algorithm,
@@ -649,8 +713,14 @@ def run_rounds(
 
     Stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt), it raises `errors.Interrupted` with the
     round it stopped at and `resume_round`, the round its last checkpoint resumes from (None: no
-    checkpoint was written). A checkpoint being written at that moment is left as it was (atomic)."""
+    checkpoint was written). A checkpoint being written at that moment is left as it was (atomic).
+
+    Every round draws its `proposed` clients from the RandomState(seed) (`select_clients`), then
+    plays the round with the algorithm's `choose_clients(rnd, proposed)` (by default `proposed`):
+    the draws, and so the checkpoints, are the same whatever an algorithm chooses.
+    `fed.total_rounds` is set to `rounds` before the first round (on every start, resume included)."""
     check_vectorise(fed, algorithm)
+    fed.total_rounds = rounds
     rng = np.random.RandomState(seed)
     rows: list[dict] = []
     first = 0
@@ -662,7 +732,8 @@ def run_rounds(
     rnd, resume_round = first, first if snapshot is not None else None
     try:
         for rnd in range(first, rounds + 1):
-            selected = select_clients(rng, fed.num_clients, join_ratio)
+            proposed = select_clients(rng, fed.num_clients, join_ratio)
+            selected = chosen_clients(algorithm, rnd, proposed, fed.num_clients)
             # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
             row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
             if row is not None:

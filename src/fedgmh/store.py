@@ -44,6 +44,9 @@ PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "nu
                   "classes_per_client", "alpha", "train_ratio", "seed", "digest")
 #: metrics.csv columns that measure time, not results: ignored when two records are compared
 TIMING_COLUMNS = ("seconds",)
+#: metrics.csv columns added after records were written: compared only when both records have them
+#: (an older record without one is the same run as a newer one with it)
+ADDED_COLUMNS = ("clients_up",)
 #: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
 #: ...`); never part of the run key
 WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
@@ -125,7 +128,11 @@ class StoredRun:
     def same_results(self, other: "StoredRun") -> bool:
         """Same key, the same metrics in every round (timing columns aside) and the same optional
         files where both records have them."""
-        if self.key != other.key or not _same_frame(self.metrics(), other.metrics()):
+        if self.key != other.key:
+            return False
+        mine, theirs = self.metrics(), other.metrics()
+        one_sided = [c for c in ADDED_COLUMNS if (c in mine.columns) != (c in theirs.columns)]
+        if not _same_frame(mine.drop(columns=one_sided, errors="ignore"), theirs.drop(columns=one_sided, errors="ignore")):
             return False
         for name in OPTIONAL_FILES:
             mine, theirs = self.optional(name), other.optional(name)

@@ -176,6 +176,10 @@ def train_phases_many(
     return [[per_phase[i] for per_phase in results] for i in range(len(clients))]
 
 
-def local_train_many(fed: Federation, starts: list[Params], clients: list[int], epochs: int | None = None) -> list[LocalResult]:
-    """Plain SGD on cross-entropy for every client of `clients`, from `starts` (one per client)."""
-    return [own[0] for own in train_phases_many(fed, [[Phase(start, epochs=epochs)] for start in starts], clients)]
+def local_train_many(
+    fed: Federation, starts: list[Params], clients: list[int], epochs: int | None = None, trainable: Callable[[str], bool] | None = None
+) -> list[LocalResult]:
+    """Plain SGD on cross-entropy for every client of `clients`, from `starts` (one per client);
+    `trainable` selects the parameters that move, as in `engine.local_train` (e.g. the body only)."""
+    phases = [[Phase(start, epochs=epochs, trainable=trainable)] for start in starts]
+    return [own[0] for own in train_phases_many(fed, phases, clients)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 import torch
 
 from fedgmh.algorithms.base import Algorithm, Exchange, register
@@ -20,7 +21,8 @@ SHARED_PARTS = {"model": lambda name: True, "body": is_body, "head": is_head, "f
 
 
 class ParameterAveraging(Algorithm):
-    """Server averages the shared parameters, weighted by train sizes; the rest stays local."""
+    """Server averages the shared parameters, weighted by train sizes (option `weighting=size`) or
+    as the simple mean of the trained clients' uploads (`weighting=uniform`); the rest stays local."""
 
     personalised = True
     #: what the server averages and sends to every client: a key of SHARED_PARTS (the whole
@@ -77,9 +79,16 @@ class ParameterAveraging(Algorithm):
             self.local[client] = {k: params[k] for k in self.initial_local}
         self.uploads[client] = self.fed.channel.upload({k: params[k] for k in self.global_params})
 
-    def aggregate(self, rnd: int, selected: list[int]) -> None:
+    def aggregation_weights(self, selected: list[int]) -> np.ndarray:
+        """Each trained client's weight in the average (summing to 1): its share of the trained
+        clients' train samples, or 1 / len(selected) with `weighting=uniform`."""
+        if self.options.weighting == "uniform":
+            return np.full(len(selected), 1.0 / len(selected))
         sizes = self.fed.train_sizes()[selected].astype(float)
-        weights = sizes / sizes.sum()
+        return sizes / sizes.sum()
+
+    def aggregate(self, rnd: int, selected: list[int]) -> None:
+        weights = self.aggregation_weights(selected)
         averaged = {k: torch.zeros_like(v) for k, v in self.global_params.items()}
         for client, w in zip(selected, weights):
             for k, v in self.uploads.pop(client).items():

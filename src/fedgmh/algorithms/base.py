@@ -25,10 +25,10 @@ class Exchange:
 
 
 class Algorithm:
-    """Hooks called by `engine.play_round`, in this order every round:
+    """Hooks called by `engine.run_rounds` / `engine.play_round`, in this order every round:
 
-    send(rnd, selected) -> eval_params(client) for every client (when evaluating)
-    -> train_clients(rnd, selected) -> aggregate(rnd, selected).
+    choose_clients(rnd, proposed) -> send(rnd, selected) -> eval_params(client) for every client
+    (when evaluating) -> train_clients(rnd, selected) -> aggregate(rnd, selected).
 
     A client's local training is `start_training` (its phases: `engine.Phase`, each one
     `local_train` call described as data) -> the phases -> `finish_training`. The engine runs the
@@ -57,6 +57,13 @@ class Algorithm:
     #: attributes that `__init__` rebuilds and a checkpoint therefore leaves out (views of the
     #: federation, per-round caches)
     transient: ClassVar[tuple[str, ...]] = ()
+    #: False when a client that trains uploads nothing (Local): the round row's `clients_up` then
+    #: counts only `extra_uploads`
+    trained_clients_upload: ClassVar[bool] = True
+    #: uploads this round besides those of the clients that trained (e.g. extra clients of a
+    #: cluster round): `engine.play_round` sets it to 0 before `send`, an algorithm adds to it, and
+    #: the round row's `clients_up` adds it to the trained clients. Never checkpointed.
+    extra_uploads: int = 0
 
     def __init__(self, fed: Federation, options: Any) -> None:
         self.fed = fed
@@ -76,7 +83,7 @@ class Algorithm:
 
     def state(self) -> dict[str, Any]:
         """Everything the algorithm keeps between rounds (client and server state), for checkpoints."""
-        skip = {"fed", "options", *self.transient}
+        skip = {"fed", "options", "extra_uploads", *self.transient}
         return {k: v.get_state() if isinstance(v, torch.Generator) else v for k, v in vars(self).items() if k not in skip}
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -87,6 +94,13 @@ class Algorithm:
                 current.set_state(value)
             else:
                 setattr(self, key, value)
+
+    def choose_clients(self, rnd: int, proposed: list[int]) -> list[int]:
+        """The clients that take part in round `rnd` (they are sent to, then train), given the
+        `proposed` ones the engine drew uniformly (`engine.select_clients`). The engine draws
+        `proposed` every round whatever the answer, so its RNG stream (and checkpoints) never depend
+        on it; an answer must be distinct client indices (it may be empty). Default: `proposed`."""
+        return proposed
 
     def send(self, rnd: int, selected: list[int]) -> None:
         """Server -> clients before evaluation and training."""

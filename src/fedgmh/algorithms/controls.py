@@ -31,6 +31,7 @@ class Local(ParameterAveraging):
     name = "local"
     display_name = "Local"
     paper_row = None  # not in the paper's tables
+    trained_clients_upload = False  # clients_up is 0 every round
 
     def shares(self, name: str) -> bool:
         return False

@@ -73,10 +73,23 @@ class GMHOptions:
             raise UserError("gmh_o_zeroing=true zeroes the server head through client 0's head: it needs head_alias=client0")
 
 
+# --------------------------------------- the averaging family (averaging.ParameterAveraging)
+
+@dataclass(frozen=True)
+class AveragingOptions:
+    """What every `ParameterAveraging` algorithm that averages takes; each one's own options
+    dataclass inherits it (FedProx, LG-FedAvg, FedRep, FedCP, Ditto, the label-prior control...)."""
+
+    weighting: str = choice(
+        "size", "uniform",
+        help="server average of the trained clients' uploads: weighted by train size (FedAvg, PFLlib) or their simple mean",
+    )
+
+
 # ------------------------------------------------------------------ FedProx, FedRep (sharing.py)
 
 @dataclass(frozen=True)
-class FedProxOptions:
+class FedProxOptions(AveragingOptions):
     mu: float = option(0.0, "weight of the proximal term (mu/2)*||w - w_global||^2 (PFLlib default 0.0 = FedAvg)")
 
     def __post_init__(self) -> None:
@@ -85,7 +98,7 @@ class FedProxOptions:
 
 
 @dataclass(frozen=True)
-class LGFedAvgOptions:
+class LGFedAvgOptions(AveragingOptions):
     global_part: str = choice(
         "head", "fc1+head",
         help="the global (averaged) layers: the head (the project's spec, and PFLlib's) or the body's last layer fc1 "
@@ -94,7 +107,7 @@ class LGFedAvgOptions:
 
 
 @dataclass(frozen=True)
-class FedRepOptions:
+class FedRepOptions(AveragingOptions):
     plocal_epochs: int = option(1, "epochs of head-only training before the body epochs (PFLlib default 1)")
 
     def __post_init__(self) -> None:
@@ -105,7 +118,7 @@ class FedRepOptions:
 # ------------------------------------------------------------- Ditto, FedAMP, FedFomo (personal.py)
 
 @dataclass(frozen=True)
-class DittoOptions:
+class DittoOptions(AveragingOptions):
     mu: float = option(0.0, "weight of (mu/2)*||v - w_global||^2 in the personal loss (PFLlib default)")
     plocal_epochs: int = option(1, "epochs of personal training per participation (PFLlib default)")
     report: str = choice(
@@ -170,7 +183,7 @@ class FomoOptions:
 # ------------------------------------------------------------------------- FedCP (decoupled.py)
 
 @dataclass(frozen=True)
-class FedCPOptions:
+class FedCPOptions(AveragingOptions):
     lamda: float = option(1.0, "weight of the MMD loss aligning the personal body to the frozen global body")
     policy: str = choice("softmax", "gumbel", help="r, s = softmax over each feature's pair (paper) or gumbel_softmax, tau 1, in training AND evaluation (PFLlib)")
     sync: str = choice(
@@ -193,7 +206,7 @@ class FedCPOptions:
 # ----------------------------------------------------------------- the controls (controls.py)
 
 @dataclass(frozen=True)
-class PriorOptions:
+class PriorOptions(AveragingOptions):
     prior: str = choice("mask", "log_freq", "log_ratio", help="what the client adds to the logits: its label set (mask), label shares, or shares over the pooled shares")
 
 
@@ -254,12 +267,12 @@ class OptionSet:
 
 OPTION_SETS: dict[str, OptionSet] = {
     # what is averaged differs; PFLlib's loader is the whole official difference
-    "fedavg": OptionSet(official=PFLLIB_LOADER),
+    "fedavg": OptionSet(AveragingOptions, official=PFLLIB_LOADER),
     "fedprox": OptionSet(FedProxOptions, official=PFLLIB_LOADER),
-    "fedper": OptionSet(official=PFLLIB_LOADER),
+    "fedper": OptionSet(AveragingOptions, official=PFLLIB_LOADER),
     "lgfedavg": OptionSet(LGFedAvgOptions, official={**PFLLIB_LOADER, "global_part": "head"}),  # PFLlib's serverlg.py averages model.head only
     "fedrep": OptionSet(FedRepOptions, official=PFLLIB_LOADER),
-    "fedrod": OptionSet(official=PFLLIB_LOADER),  # clientrod.py steps both of its lr schedulers once per participation, like our engine
+    "fedrod": OptionSet(AveragingOptions, official=PFLLIB_LOADER),  # clientrod.py steps both of its lr schedulers once per participation, like our engine
     # clientcp.py builds its own optimiser and never steps a scheduler: PFLlib's FedCP lr is constant
     "fedcp": OptionSet(FedCPOptions, official={**PFLLIB_LOADER, "lr_decay": 1.0, "policy": "gumbel", "sync": "after_round",
                                                "context": "random_shared"}),
