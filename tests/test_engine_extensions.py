@@ -189,11 +189,12 @@ def test_uniform_weighting_is_the_simple_mean_of_the_trained_clients():
 def test_every_averaging_algorithm_takes_weighting_with_size_by_default():
     averaging = sorted(n for n, cls in REGISTRY.items() if issubclass(cls, ParameterAveraging) and n != "local")
     assert {"fedavg", "fedprox", "fedper", "lgfedavg", "fedrep", "fedrod", "fedcp", "ditto", "fedavg_lp"} <= set(averaging)
-    for name in averaging:
-        assert resolve_options(name, {})[0].weighting == "size", name
+    for name in averaging:  # size, unless the algorithm's own defaults say otherwise (Per-FedAvg: the paper's mean)
+        assert resolve_options(name, {})[0].weighting == option_set(name).defaults.get("weighting", "size"), name
         assert resolve_options(name, {"weighting": "uniform"})[0].weighting == "uniform", name
         with pytest.raises(UserError, match="weighting"):
             resolve_options(name, {"weighting": "median"})
+    assert resolve_options("perfedavg", {})[0].weighting == "uniform"
     # options of their own are kept beside it
     assert resolve_options("fedprox", {"mu": "0.1", "weighting": "uniform"})[0].mu == 0.1
     assert "weighting" not in {f for f in option_set("local").Options.__dataclass_fields__}  # Local averages nothing
