@@ -189,13 +189,14 @@ def test_uniform_weighting_is_the_simple_mean_of_the_trained_clients():
 def test_every_averaging_algorithm_takes_weighting_with_size_by_default():
     averaging = sorted(n for n, cls in REGISTRY.items() if issubclass(cls, ParameterAveraging) and n != "local")
     assert {"fedavg", "fedprox", "fedper", "lgfedavg", "fedrep", "fedrod", "fedcp", "ditto", "fedavg_lp"} <= set(averaging)
-    simple_mean = {"cepfl"}  # whose paper averages with a simple mean (004's eq. 11)
+    simple_mean = {"cepfl", "perfedavg"}  # whose papers average with a simple mean (004's eq. 11, Per-FedAvg's)
     for name in averaging:
         assert resolve_options(name, {})[0].weighting == ("uniform" if name in simple_mean else "size"), name
         other = "size" if name in simple_mean else "uniform"
         assert resolve_options(name, {"weighting": other})[0].weighting == other, name
         with pytest.raises(UserError, match="weighting"):
             resolve_options(name, {"weighting": "median"})
+    assert resolve_options("perfedavg", {})[0].weighting == "uniform"
     # options of their own are kept beside it
     assert resolve_options("fedprox", {"mu": "0.1", "weighting": "uniform"})[0].mu == 0.1
     assert "weighting" not in {f for f in option_set("local").Options.__dataclass_fields__}  # Local averages nothing

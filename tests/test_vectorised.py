@@ -29,6 +29,9 @@ STRONG = {"fedprox": {"mu": 0.5}, "ditto": {"mu": 0.5, "plocal_epochs": 2}, "fed
 CASES = [(name, STRONG.get(name, {})) for name in sorted(REGISTRY)] + [
     ("fedcp", {"policy": "gumbel"}),
     *[(name, {"preset": "official"}) for name in ("ditto", "fedamp", "fedcp", "fedfomo", "fedprox", "fedrep", "fedrod", "fedgh", "fedgmh")],
+    # Per-FedAvg's meta-step inside its loss (nested torch.func.grad under vmap): second order,
+    # Hessian-free (a small beta: HF's step on these random images diverges at beta = lr), PFLlib's double training
+    ("perfedavg", {"order": "exact"}), ("perfedavg", {"order": "hf", "beta": 0.002}), ("perfedavg", {"preset": "official"}),
 ]
 IDS = [name + "".join(f"-{k}={v}" for k, v in overrides.items()) for name, overrides in CASES]
 

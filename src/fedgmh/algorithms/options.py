@@ -350,6 +350,49 @@ class LayerwiseOptions:
 
 #: KarhouTam/pFedLA (`--set preset=anchor`): clients one after the other, raw top-k score, its step sign
 PFEDLA_ANCHOR = MappingProxyType({"order": "sequential", "topk_score": "raw", "hn_sign": "anchor"})
+# ------------------------------------------------- FedBABU, Per-FedAvg (adaptation.py; issue 12)
+
+@dataclass(frozen=True)
+class FedBABUOptions(AveragingOptions):
+    finetune_epochs: int = option(10, "epochs of fine-tuning before the personalised evaluation (PFLlib -fte default 10; the paper: 'a few')")
+    finetune_parts: str = choice(
+        "all", "head", "body",
+        help="what fine-tuning trains: the whole model (paper, PFLlib's ['base', 'head'], FL-bench), only the head or only the body",
+    )
+    finetune_at: str = choice(
+        "last", "every_eval",
+        help="fine-tune at the final evaluation only (PFLlib: once after the last round) or before every evaluation (FL-bench)",
+    )
+
+    def __post_init__(self) -> None:
+        if self.finetune_epochs < 0:
+            raise UserError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
+
+
+@dataclass(frozen=True)
+class PerFedAvgOptions(AveragingOptions):
+    order: str = choice(
+        "first", "hf", "exact",
+        help="meta-gradient: first-order (paper's FO, PFLlib, FL-bench default), Hessian-free finite difference on a third batch "
+        "(paper's HF, FL-bench version=hf) or exact second order by double back-propagation",
+    )
+    beta: float = option(0.0, "outer (meta) step size; 0 = the client's current lr (PFLlib: beta = the initial lr; FL-bench 1e-3)")
+    beta_decay: bool = option(True, "the outer step decays with the client's lr like every lr here (PFLlib: never decayed)")
+    delta: float = option(1e-3, "finite-difference step of order=hf (FL-bench default)")
+    eval_steps: int = option(1, "SGD steps (eval_data=batch) or epochs (eval_data=epoch) of personalisation before evaluation; 0 = evaluate w")
+    eval_data: str = choice(
+        "batch", "epoch",
+        help="personalisation data: one batch of B train samples (paper, PFLlib) or full epochs over the train split (FL-bench fine-tuning)",
+    )
+    double_train: bool = option(False, "each selected client runs its local training twice per round, its lr decaying after each (PFLlib)")
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.beta < math.inf:
+            raise UserError(f"beta must be a finite number >= 0, got {self.beta}")
+        if not 0 < self.delta < math.inf:
+            raise UserError(f"delta must be a finite number > 0, got {self.delta}")
+        if self.eval_steps < 0:
+            raise UserError(f"eval_steps must be >= 0, got {self.eval_steps}")
 
 
 @dataclass(frozen=True)
@@ -406,6 +449,11 @@ OPTION_SETS: dict[str, OptionSet] = {
     # no PFLlib version: `official` = the paper's reading; `preset=anchor` = KarhouTam/pFedLA
     "pfedla": OptionSet(LayerwiseOptions, presets={"anchor": PFEDLA_ANCHOR}),
     "heurpfedla": OptionSet(LayerwiseOptions, defaults={"k": 1}, presets={"anchor": PFEDLA_ANCHOR}),
+    # FedBABU: PFLlib fine-tunes the whole model once, after the last round, as the defaults do
+    "fedbabu": OptionSet(FedBABUOptions, official=PFLLIB_LOADER),
+    # Per-FedAvg: the paper's simple mean; PFLlib weights by train size, trains twice per round with a fixed beta
+    "perfedavg": OptionSet(PerFedAvgOptions, defaults={"weighting": "uniform"},
+                           official={**PFLLIB_LOADER, "weighting": "size", "beta_decay": False, "double_train": True}),
 }
 
 

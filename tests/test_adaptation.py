@@ -1,0 +1,326 @@
+"""FedBABU and Per-FedAvg (adaptation.py): the tests of their specs (docs/baselines.md), on a tiny model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import comparable, make_federation
+
+from fedgmh import engine
+from fedgmh.algorithms import get_algorithm
+from fedgmh.algorithms.adaptation import split_bounds
+from fedgmh.engine import Checkpoint, eval_generator, evaluate_clients, local_train, play_round, run_rounds
+from fedgmh.errors import Interrupted, UserError
+from fedgmh.model import is_body, is_head
+from fedgmh.train import resolve_options
+
+CLIENTS = [[0, 0, 1, 2, 1], [1, 2, 2], [0, 1, 2, 2, 0, 1, 0], [2, 2, 0, 1]]
+FAST = {"fedbabu": {"finetune_epochs": "1"}}  # PFLlib's 10 epochs of fine-tuning: slow here
+
+
+def build(name, client_labels=CLIENTS, fed_kwargs=None, **overrides):
+    options, eng = resolve_options(name, {**FAST.get(name, {}), **overrides})
+    kwargs = {"num_classes": 3, "batch_size": 2, **dataclasses.asdict(eng), **(fed_kwargs or {})}
+    fed = make_federation(client_labels, **kwargs)
+    return get_algorithm(name)(fed, options)
+
+
+def rows_of(algorithm, rounds=3, join_ratio=0.5, seed=3, **kwargs):
+    return [comparable({k: v for k, v in row.items() if k != "seconds"})
+            for row in run_rounds(algorithm.fed, algorithm, rounds, join_ratio, seed=seed, **kwargs)]
+
+
+def ce(fed, params, idx):
+    return F.cross_entropy(fed.forward(params, fed.images[idx]), fed.labels[idx])
+
+
+def grad(fed, params, idx):
+    """d CE(params; idx) / d params, params as given (new leaves)."""
+    leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+    return dict(zip(leaves, torch.autograd.grad(ce(fed, leaves, idx), list(leaves.values()))))
+
+
+def first_shuffle(fed, client):
+    """The order of the client's first training epoch (the run's generator, from its seed)."""
+    idx = fed.train_idx[client]
+    return idx[torch.randperm(len(idx), generator=torch.Generator().manual_seed(fed.seed))]
+
+
+# --- both: smoke, determinism, resume, bad options, evaluation-side randomness ----------------------
+
+CASES = [("fedbabu", {}), ("fedbabu", {"finetune_at": "every_eval", "finetune_parts": "head"}), ("perfedavg", {}),
+         ("perfedavg", {"preset": "official"}), ("perfedavg", {"order": "hf", "eval_data": "epoch", "beta": "0.002"})]
+IDS = [name + "".join(f"-{k}={v}" for k, v in o.items()) for name, o in CASES]
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
+def test_two_round_runs_are_finite_and_deterministic(name, overrides):
+    runs = [rows_of(build(name, **overrides), rounds=2) for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert [r["round"] for r in runs[0]] == [0, 1, 2]
+    assert all(0 <= r["test_acc"] <= 1 for r in runs[0]) and all(r["train_loss"] == r["train_loss"] for r in runs[0][:-1])
+
+
+@pytest.mark.parametrize(("name", "overrides"), [CASES[1], CASES[2]], ids=[IDS[1], IDS[2]])
+def test_results_do_not_depend_on_which_rounds_are_evaluated(name, overrides):
+    """The personalisation draws from the evaluation generator: evaluating every round or every
+    other one gives the same numbers in the rounds both evaluate, and the same training."""
+    overrides = {**overrides, "finetune_at": "every_eval"} if name == "fedbabu" else overrides
+    every, sparse = build(name, **overrides), build(name, **overrides, eval_every="2")
+    rows, some = rows_of(every), rows_of(sparse)
+    assert [r["round"] for r in some] == [0, 2, 3]
+    assert some == [rows[0], rows[2], rows[3]]
+    assert torch.equal(every.fed.generator.get_state(), sparse.fed.generator.get_state())
+
+
+@pytest.mark.parametrize(("name", "overrides"), [CASES[0], CASES[3]], ids=[IDS[0], IDS[3]])
+def test_a_killed_run_resumes_with_identical_metrics(tmp_path, name, overrides):
+    expected = rows_of(build(name, **overrides))
+
+    def stop(row):
+        if row["round"] == 1:
+            raise KeyboardInterrupt
+
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
+    with pytest.raises(Interrupted):
+        rows_of(build(name, **overrides), on_round=stop, checkpoint=checkpoint)
+    assert rows_of(build(name, **overrides), checkpoint=checkpoint) == expected
+
+
+def test_bad_options_fail_before_training():
+    for name, option, value, message in [("fedbabu", "finetune_epochs", "-1", "finetune_epochs must be >= 0"),
+                                         ("fedbabu", "finetune_parts", "fc1", "choose one of"),
+                                         ("perfedavg", "beta", "-0.1", "beta must be"),
+                                         ("perfedavg", "eval_steps", "-1", "eval_steps must be >= 0"),
+                                         ("perfedavg", "delta", "0", "delta must be"),
+                                         ("perfedavg", "order", "second", "choose one of")]:
+        with pytest.raises(UserError, match=message):
+            resolve_options(name, {option: value})
+    fedbabu, eng = resolve_options("fedbabu", {"preset": "official"})
+    assert (fedbabu.finetune_epochs, fedbabu.finetune_parts, fedbabu.finetune_at, eng.drop_last) == (10, "all", "last", True)
+    paper, official = resolve_options("perfedavg", {})[0], resolve_options("perfedavg", {"preset": "official"})[0]
+    assert (paper.weighting, paper.beta_decay, paper.double_train, paper.order) == ("uniform", True, False, "first")
+    assert (official.weighting, official.beta_decay, official.double_train) == ("size", False, True)
+
+
+# --- FedBABU -----------------------------------------------------------------------------------------
+
+
+def test_fedbabu_head_stays_the_initial_head_on_every_client_and_is_never_sent():
+    algorithm = build("fedbabu", finetune_epochs="0")
+    fed = algorithm.fed
+    head0 = {k: v for k, v in fed.initial_params().items() if is_head(k)}
+    sent = []
+    upload = fed.channel.upload
+    fed.channel.upload = lambda tensors: sent.append(sorted(tensors)) or upload(tensors)
+    rows_of(algorithm, rounds=2, join_ratio=1.0)
+    assert set(algorithm.global_params) == {k for k in fed.initial_params() if is_body(k)}
+    assert algorithm.local == {} and sent and all(not any(is_head(k) for k in keys) for keys in sent)
+    body0 = {k: v for k, v in fed.initial_params().items() if is_body(k)}
+    assert not any(torch.equal(algorithm.global_params[k], body0[k]) for k in body0)  # the body did train
+    for client in range(fed.num_clients):
+        model = algorithm.eval_params(client)
+        assert all(torch.equal(model[k], head0[k]) for k in head0)
+
+
+def test_fedbabu_body_is_the_weighted_mean_of_bodies_trained_with_the_head_frozen():
+    algorithm = build("fedbabu")
+    twin = build("fedbabu").fed
+    selected = [2, 0, 3]
+    play_round(algorithm.fed, algorithm, 0, selected, evaluate=False)
+    start = twin.initial_params()
+    bodies = [local_train(twin, start, c, trainable=is_body).params for c in selected]
+    sizes = torch.tensor([len(twin.train_idx[c]) for c in selected], dtype=torch.float64)
+    for k, v in algorithm.global_params.items():
+        expected = torch.zeros_like(v)
+        for body, w in zip(bodies, (sizes / sizes.sum()).tolist()):
+            expected.add_(body[k], alpha=w)
+        assert torch.equal(v, expected), k
+    assert all(torch.equal(body[k], start[k]) for body in bodies for k in start if is_head(k))
+
+
+def test_fedbabu_fine_tunes_at_the_last_round_only_and_leaves_training_alone():
+    tuned, plain = build("fedbabu"), build("fedbabu", finetune_epochs="0")
+    rows, base = rows_of(tuned, rounds=2), rows_of(plain, rounds=2)
+    assert rows[:-1] == base[:-1]  # every round before the last: the global model, the same training
+    assert torch.equal(tuned.fed.generator.get_state(), plain.fed.generator.get_state())
+    fed = plain.fed
+    head0 = {k: v for k, v in fed.initial_params().items() if is_head(k)}
+    global_eval = evaluate_clients(fed, plain.client_params)
+    assert base[-1]["test_acc"] == global_eval["test_acc"] and base[-1]["test_loss"] == global_eval["test_loss"]
+    assert rows[-1]["test_loss"] != base[-1]["test_loss"]
+    for client in range(fed.num_clients):  # the fine-tuned models of the last round (a heads-and-all copy each)
+        model = tuned.eval_params(client)
+        assert not torch.equal(model["head.weight"], head0["head.weight"])
+        expected = local_train(engine_view(tuned, 2, client), tuned.client_params(client), client, epochs=1,
+                               lr=tuned.fed.client_lr(client)).params
+        assert all(torch.equal(model[k], expected[k]) for k in expected)
+
+
+def engine_view(algorithm, rnd, client):
+    """The federation with the evaluation generator of (seed, rnd, client), built here by hand."""
+    import copy
+
+    view = copy.copy(algorithm.fed)
+    view.generator = eval_generator(view.seed, rnd, client)
+    return view
+
+
+def test_fedbabu_trains_exactly_as_fedper_with_the_head_frozen(monkeypatch):
+    babu = rows_of(build("fedbabu"), rounds=2)
+    babu_plain = rows_of(build("fedbabu", finetune_epochs="0"), rounds=2)
+    original = engine.local_train
+    monkeypatch.setattr(engine, "local_train", lambda *a, **kw: original(*a, **{**kw, "trainable": is_body}))
+    fedper = build("fedper")
+    per = rows_of(fedper, rounds=2)
+    assert babu_plain == per and babu[:-1] == per[:-1]
+    head0 = {k: v for k, v in fedper.fed.initial_params().items() if is_head(k)}
+    assert fedper.local and all(torch.equal(own[k], head0[k]) for own in fedper.local.values() for k in head0)
+
+
+# --- Per-FedAvg --------------------------------------------------------------------------------------
+
+
+def one_client(labels, batch_size=2, **overrides):
+    """Per-FedAvg on a single client holding `labels` (lr 0.1, one local epoch)."""
+    return build("perfedavg", client_labels=[labels], fed_kwargs={"batch_size": batch_size}, **overrides)
+
+
+def test_split_bounds_give_the_first_pieces_the_extra_samples():
+    assert [split_bounds(n, 2) for n in (4, 5, 1)] == [[2], [3], [1]]
+    assert [split_bounds(n, 3) for n in (6, 4, 5)] == [[2, 4], [2, 3], [2, 4]]
+
+
+def test_perfedavg_first_order_step_by_hand():
+    algorithm = one_client([0, 1, 2, 1])  # one batch of 2B = 4: D and D' of 2 samples each
+    fed = algorithm.fed
+    w, batch, alpha = fed.initial_params(), first_shuffle(fed, 0), fed.client_lr(0)
+    result = algorithm.train_client(0, 0)
+    a = torch.tensor(alpha)
+    adapted = {k: v - a * g for (k, v), g in zip(w.items(), grad(fed, w, batch[:2]).values())}
+    outer = grad(fed, adapted, batch[2:])
+    for k in w:
+        assert torch.equal(result.params[k], w[k].add(outer[k], alpha=-alpha)), k
+    assert result.num_samples == 4 and result.loss_sum == pytest.approx(4 * float(ce(fed, adapted, batch[2:])))
+    exact = one_client([0, 1, 2, 1], order="exact").train_client(0, 0)
+    assert not torch.equal(exact.params["body.0.weight"], result.params["body.0.weight"])  # FO is not MAML
+
+
+def hessian_vector(fed, w, idx, v):
+    names = list(w)
+    return dict(zip(names, torch.autograd.functional.hvp(
+        lambda *p: ce(fed, dict(zip(names, p)), idx), tuple(w.values()), tuple(v[k] for k in names))[1]))
+
+
+def test_perfedavg_exact_and_hessian_free_meta_steps():
+    algorithm = one_client([0, 1, 2, 1], order="exact", beta="0.05")
+    fed = algorithm.fed
+    w, batch, alpha, beta = fed.initial_params(), first_shuffle(fed, 0), fed.client_lr(0), 0.05
+    result = algorithm.train_client(0, 0).params
+    adapted = {k: v - alpha * g for (k, v), g in zip(w.items(), grad(fed, w, batch[:2]).values())}
+    v = grad(fed, adapted, batch[2:])
+    hv = hessian_vector(fed, w, batch[:2], v)
+    for k in w:
+        torch.testing.assert_close(result[k], w[k] - beta * (v[k] - alpha * hv[k]), rtol=1e-5, atol=1e-7)
+    # HF on a client whose samples are all one: D'' = D, so its finite difference estimates the same H v
+    same = [[1] * 6]
+    runs = {}
+    for order in ("exact", "hf"):
+        algorithm = build("perfedavg", client_labels=same, fed_kwargs={"batch_size": 2, "drop_last": True}, order=order, delta="1e-4")
+        algorithm.fed.images[:] = algorithm.fed.images[0]
+        runs[order] = algorithm.train_client(0, 0)
+    w = algorithm.fed.initial_params()
+    assert runs["exact"].num_samples == 4 and runs["hf"].num_samples == 6  # one 2B batch, one 3B batch
+    moved = max(float((runs["exact"].params[k] - w[k]).abs().max()) for k in w)
+    assert moved > 1e-3
+    for k in w:
+        assert float((runs["hf"].params[k] - runs["exact"].params[k]).abs().max()) < 1e-3 * max(moved, 1.0)
+
+
+@pytest.fixture
+def float64():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(default)
+
+
+def test_perfedavg_hessian_free_step_by_hand_with_its_own_third_batch(float64):
+    """order=hf: w - beta (v - alpha (grad f(w + delta v; D'') - grad f(w - delta v; D'')) / (2 delta)),
+    D'' the third piece of a 3B batch; in float64 with a small delta it is the exact H(w; D'') v."""
+    algorithm = one_client([0, 1, 2, 1, 0, 2], order="hf", beta="0.05", delta="1e-5")
+    fed = algorithm.fed
+    w, batch, alpha = fed.initial_params(), first_shuffle(fed, 0), fed.client_lr(0)
+    result = algorithm.train_client(0, 0).params
+    adapted = {k: v - alpha * g for (k, v), g in zip(w.items(), grad(fed, w, batch[:2]).values())}
+    v = grad(fed, adapted, batch[2:4])
+    hv = hessian_vector(fed, w, batch[4:], v)
+    for k in w:
+        torch.testing.assert_close(result[k], w[k] - 0.05 * (v[k] - alpha * hv[k]), rtol=1e-6, atol=1e-6)
+
+
+def test_perfedavg_batches_too_small_to_split_make_no_step():
+    algorithm = one_client([2])  # one sample: no D'
+    result = algorithm.train_client(0, 0)
+    start = algorithm.fed.initial_params()
+    assert all(torch.equal(result.params[k], start[k]) for k in start) and result.loss_sum == 0.0
+
+
+def test_perfedavg_evaluates_one_sgd_step_on_a_seeded_train_batch():
+    algorithm = build("perfedavg")
+    fed = algorithm.fed
+    play_round(fed, algorithm, 0, [0, 2], evaluate=False)
+    w = algorithm.global_params
+    play_round(fed, algorithm, 1, [1], train=False, evaluate=False)  # round 1 starts: current_round = 1
+    for client in range(fed.num_clients):
+        idx = fed.train_idx[client]
+        batch = idx[torch.randperm(len(idx), generator=eval_generator(fed.seed, 1, client))[: fed.batch_size]]
+        g = grad(fed, w, batch)
+        adapted = algorithm.eval_params(client)
+        assert all(torch.equal(adapted[k], w[k].add(g[k], alpha=-fed.client_lr(client))) for k in w), client
+    # eval_steps=0: the averaged model itself, as FedAvg evaluates its global model
+    plain = build("perfedavg", eval_steps="0")
+    play_round(plain.fed, plain, 0, [0, 2], evaluate=False)
+    assert all(plain.eval_params(c) is plain.global_params for c in range(plain.fed.num_clients))
+
+
+def test_perfedavg_aggregation_uniform_or_by_train_size():
+    merged = {}
+    for weighting in ("uniform", "size"):
+        algorithm = build("perfedavg", weighting=weighting)
+        uploads = {}
+        keep = algorithm.keep
+        algorithm.keep = lambda client, params: (uploads.__setitem__(client, params), keep(client, params))[1]
+        selected = [0, 1, 2]
+        play_round(algorithm.fed, algorithm, 0, selected, evaluate=False)
+        sizes = [len(algorithm.fed.train_idx[c]) for c in selected]  # 5, 3, 7
+        weights = [1 / 3] * 3 if weighting == "uniform" else [s / sum(sizes) for s in sizes]
+        for k, v in algorithm.global_params.items():
+            torch.testing.assert_close(v, sum(w * uploads[c][k] for w, c in zip(weights, selected)), rtol=0, atol=1e-6)
+        merged[weighting] = algorithm.global_params
+    assert not torch.equal(merged["uniform"]["head.weight"], merged["size"]["head.weight"])
+
+
+def test_perfedavg_official_trains_twice_per_round_with_a_fixed_beta():
+    algorithm = build("perfedavg", preset="official", fed_kwargs={"lr": 0.01, "drop_last": False})
+    fed = algorithm.fed
+    seen = []
+    start = algorithm.start_training
+
+    def spy(rnd, client):
+        phases = start(rnd, client)
+        seen.append((client, int(fed.participations[client]), [float(p.extra["alpha"]) for p in phases],
+                     algorithm.training_fed().client_lr(client), [float(p.extra.get("beta_factor", 1.0)) for p in phases]))
+        return phases
+
+    algorithm.start_training = spy
+    rows_of(algorithm, rounds=2, join_ratio=1.0)
+    assert fed.participations.tolist() == [4] * 4  # two lr-decay steps per round
+    gamma = fed.options.lr_decay
+    for client, k, alphas, beta, factors in seen:
+        assert alphas == pytest.approx([0.01 * gamma**k, 0.01 * gamma ** (k + 1)], rel=1e-6)
+        assert beta == 0.01 and factors == [1.0, 1.0]  # beta: PFLlib's initial lr, never decayed
+    assert {k for _, k, *_ in seen} == {0, 2}
