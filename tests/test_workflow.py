@@ -109,10 +109,14 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # table2_pflib: 12 x 6 x 5 official (paper = Table 2's), FedGMH's official at alpha 0.5 = audit's = 345
     # controls: Local 6 x 5, and FedAvg, Local, FedPer, FedGMH with eval_prior=mask 4 x 6 x 5 = 150
     # fedprox_mu: mu=0.01 on MNIST ExDir(2, 0.5) x 5 (mu=0 = Table 2's FedProx)  = 5
-    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 + 345 + 150 + 5 == 1595
-    assert counts["download"] == 3 and counts["partition"] == 6
-    assert counts["aggregate"] == 11 and counts["table"] == 11  # one per experiment
+    # table2_more: the other documents' 6 methods x 4 offline settings x 5 (the twelve = Table 2's) = 120
+    # chain: pFedLA and HeurpFedLA x 2 hypernetwork lrs x 1 seed           = 4
+    # cepfl_protocol: 4 methods x 2 settings (CIFAR-10, CIFAR-100; 20 clients) x 5 = 40
+    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 + 345 + 150 + 5 + 120 + 4 + 40 == 1759
+    assert counts["download"] == 4 and counts["partition"] == 9  # FashionMNIST; the chain and the two 20-client partitions
+    assert counts["aggregate"] == 14 and counts["table"] == 14  # one per experiment
     assert counts["rounds_to_target"] == 1 and counts["compare"] == 1
+    assert counts["uploads_to_target"] == 1 and counts["layer_weights"] == 1
     assert not list(tmp_path.glob("results/**/*.csv"))  # a dry run writes nothing
 
     result = snakemake(tmp_path, "-n", "-p", "all", "--cores", "2", "--configfile", str(PAPER), timeout=180)
@@ -191,7 +195,7 @@ def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> Non
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    assert "workflow specific profile" in out and job_counts(out)["train"] == 50
+    assert "workflow specific profile" in out and job_counts(out)["train"] == 62
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
@@ -279,11 +283,20 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     # table2_pflib (3 official baselines; FedGMH's official run is the audit's) and controls (Local,
     # and the 4 methods with eval_prior=mask; the plain FedAvg, FedPer and FedGMH are Table 2's)
     logs = list((tmp_path / "logs" / "smoke" / "train").rglob("*.log"))
-    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 5 + 1 + 3 + 5 == 50
+    # table2_more (the other documents' 6 methods; the twelve are Table 2's), chain (pFedLA and
+    # HeurpFedLA) and cepfl_protocol (FedAvg, FedRep, FedBABU, CE-pFL on 20 clients)
+    assert len(logs) == 24 + 6 + 2 + 2 + 1 + 1 + 5 + 1 + 3 + 5 + 6 + 2 + 4 == 62
     # every run's record travels with the artifacts, identical to the run's own files
     records = sorted((art / "runs").rglob("run.json"))
-    assert len(records) == 50
-    assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == ["clients.csv", "metrics.csv", "run.json"]
+    assert len(records) == 62
+    assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == ["clients.csv", "layer_weights.csv", "metrics.csv", "run.json"]
+    assert {p.parent.parent.name for p in (art / "runs").rglob("layer_weights.csv")} == {"pfedla", "heurpfedla"}
+    # issue 12's artifacts: CE-pFL's Table 1 form from every run's clients_up, pFedLA's heat-maps
+    uploads = pd.read_csv(art / "uploads_to_target.csv")
+    assert set(uploads["Method"]) == {names[a] for a in config["experiments"]["cepfl_protocol"]["algorithms"]}
+    assert (art / "layer_weights.png").read_bytes().startswith(b"\x89PNG")
+    weights = pd.read_csv(art / "layer_weights.csv")
+    assert set(weights["algorithm"]) == {"pfedla", "heurpfedla"} and weights["client"].nunique() == config["clients"]
     for record in records:
         experiment, setting = record.parent.relative_to(art / "runs").parts[:2]
         labels = {"config_name": "smoke", "experiment": experiment, "setting": setting}
