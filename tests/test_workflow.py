@@ -210,7 +210,7 @@ def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
 
 def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     """`snakemake all` with the smoke config and the real CLI: every table, figure and report, then the HTML report."""
-    result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=1500)
+    result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=2700)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     art = tmp_path / "paper_artifacts" / "smoke"
     config = yaml.safe_load(SMOKE.read_text())
