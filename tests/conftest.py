@@ -73,3 +73,26 @@ def digits_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.getbasetemp() / "digits_data"
     data.download("digits", root)
     return root
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: the tests' tiny models run many times faster so on a busy machine (a
+    second intra-op thread only waits). Files of such tests use it for every test (pytestmark)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def float64():
+    """Computations in float64 (default dtype), e.g. for comparisons a float32 rounding could flip."""
+    import torch
+
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(default)

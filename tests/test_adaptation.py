@@ -240,14 +240,6 @@ def test_perfedavg_exact_and_hessian_free_meta_steps():
         assert float((runs["hf"].params[k] - runs["exact"].params[k]).abs().max()) < 1e-3 * max(moved, 1.0)
 
 
-@pytest.fixture
-def float64():
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(default)
-
-
 def test_perfedavg_hessian_free_step_by_hand_with_its_own_third_batch(float64):
     """order=hf: w - beta (v - alpha (grad f(w + delta v; D'') - grad f(w - delta v; D'')) / (2 delta)),
     D'' the third piece of a 3B batch; in float64 with a small delta it is the exact H(w; D'') v."""

@@ -34,13 +34,7 @@ def rows_of(algo, rounds=4, join_ratio=0.5, seed=3, **kwargs):
     return pd.DataFrame(run_rounds(algo.fed, algo, rounds, join_ratio, seed=seed, **kwargs)).drop(columns=TIMING)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The toy model's batches are tiny: on a busy CPU a second intra-op thread only waits (10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

@@ -23,13 +23,7 @@ KB = 1024
 CLIENTS = [[0, 1] * 4, [2] * 4 + [3] * 4, [0, 1, 2, 3, 4, 0, 1, 2], [4] * 8, [1, 2, 3, 1, 2, 3, 1, 2], [0, 4] * 4]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one torch thread is many times faster than several on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_paper_figures_come_out_of_the_cifar10_model():

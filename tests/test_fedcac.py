@@ -18,13 +18,7 @@ CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [0, 2, 2, 0, 1], [2, 2, 1, 1], [0, 
 FOUR = [[0, 1, 0, 1], [1, 0, 1, 1, 0, 0], [2, 2, 1, 2], [2, 1, 2, 2, 1]]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one torch thread is many times faster than several on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(name="fedcac", clients=CLIENTS, **overrides):

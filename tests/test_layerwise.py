@@ -29,13 +29,7 @@ CLIENTS = [[0, 1, 0, 1, 0, 1], [1, 2, 1, 2, 1, 2, 2, 1, 1], [2, 3, 2, 3], [3, 0,
 NAMES = ["pfedla", "heurpfedla"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: these small models run several times faster so on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def build(name, clients=CLIENTS, **overrides):

@@ -267,14 +267,6 @@ class OfficialServer:
         return models, heads
 
 
-@pytest.fixture
-def float64():
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(default)
-
-
 def ours_round_by_round(name, rounds, **overrides):
     """Our run under preset=official (and `overrides`): its metrics rows and, after each round, the
     clients' models and the server's heads."""

@@ -124,17 +124,6 @@ def test_one_local_training_matches_the_sequential_path(name, overrides, monkeyp
     assert sequential.fed.channel.take_round() == batched.fed.channel.take_round()
 
 
-@pytest.fixture
-def float64():
-    """Whole runs in float64. In float32 a last-digit difference between the two paths can flip a
-    ReLU of these tiny random-data models and send two runs apart within a few rounds (seen with
-    2 torch threads), which says nothing about the batched path."""
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(default)
-
-
 # whole runs of the PFLlib variants are slow checks (`-m slow`): their local training is compared above
 RUN_CASES = [pytest.param(name, overrides, id=i, marks=[pytest.mark.slow] if overrides.get("preset") else [])
              for (name, overrides), i in zip(CASES, IDS)]
