@@ -147,7 +147,7 @@ def test_plan_of_settings_with_their_own_clients_and_assignment() -> None:
     assert shape.partition_arguments("digits_c4_a1000000_n8_chain") == [
         "--clients", "8", "--classes-per-client", "4", "--alpha", "1000000", "--assignment", "chain"]
     assert shape.partition_arguments("digits_c2_a0.5_n20")[:2] == ["--clients", "20"]
-    assert shape.own_clients and not Plan(load("smoke.yaml"), basedir=REPO).own_clients
+    assert shape.own_clients and not Plan(load("table2_mnist.yaml"), basedir=REPO).own_clients
     run = shape.train_job("shape", "digits_c4_a1000000_n8_chain", "fedper", 0)
     assert (run.clients, run.assignment, run.partition) == (8, "chain", "digits_c4_a1000000_n8_chain")
     words = shape.train_arguments(run, f"{shape.results}/partitions/{run.partition}.npz", 1)
@@ -158,11 +158,14 @@ def test_plan_of_settings_with_their_own_clients_and_assignment() -> None:
 
 
 def test_the_shipped_configs_keep_their_partitions_and_settings() -> None:
+    """The paper's settings keep their partition ids (committed records depend on them); the other
+    documents' experiments (chain, cepfl_protocol) add their own partitions beside them."""
     smoke = Plan(load("smoke.yaml"), basedir=REPO)
-    assert list(smoke.partitions) == ["digits_c2_a0.5"]
-    assert all(run.clients == 10 and run.assignment == "random" for run in smoke.runs)
+    assert list(smoke.partitions) == ["digits_c2_a0.5", "digits_c4_a1000000_chain", "digits_c5_a1000000_n20"]
+    assert all(run.clients == 10 and run.assignment == "random" for run in smoke.runs if run.experiment not in ("chain", "cepfl_protocol"))
     mini = Plan(load("mini.yaml"), basedir=REPO)
-    assert sorted(mini.partitions) == ["cifar100_c5_a0.5", "cifar100_c5_a5", "mnist_c2_a0.5", "mnist_c2_a5"]
+    assert sorted(mini.partitions) == ["cifar100_c20_a1000000_n20", "cifar100_c5_a0.5", "cifar100_c5_a5",
+                                       "fashion_mnist_c4_a1000000_n10_chain", "mnist_c2_a0.5", "mnist_c2_a5"]
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
 """One look for every figure: a fixed colour, line style and marker per method, FedGMH standing out.
 
 FedGMH is black, with a thicker line drawn on top. Every other method of the paper has a colour of
-its own (Okabe-Ito's and Paul Tol's "muted" palettes, distinguishable with colour-vision
-deficiencies), and keeps its style in every figure: it depends on the method's place in the paper's
+its own (Okabe-Ito's and Paul Tol's "muted" and "vibrant" palettes, distinguishable with
+colour-vision deficiencies), and keeps its style in every figure: it depends on the method's place in the paper's
 order, not on which methods are drawn. Neighbours in that order differ in colour, line style and
 marker, so identical curves (FedAvg and FedProx with mu = 0) stay visible as a dashed line over a
 solid one.
@@ -17,9 +17,10 @@ from fedgmh.report.names import ALGORITHM_ORDER
 HIGHLIGHT = "fedgmh"
 HIGHLIGHT_COLOR = "#000000"
 COLORS = ("#E69F00", "#0072B2", "#117733", "#CC6677", "#332288", "#882255", "#88CCEE", "#999933", "#AA4499", "#44AA99",
-          "#7F7F7F", "#D55E00", "#56B4E9", "#009E73", "#CC79A7", "#DDCC77")
+          "#7F7F7F", "#D55E00", "#56B4E9", "#009E73", "#CC79A7", "#DDCC77", "#661100", "#4477AA", "#EE7733", "#BBBBBB",
+          "#0077BB", "#EE3377")
 LINESTYLES = ("-", "--", "-.", ":")
-MARKERS = ("s", "x", "^", "v", "D", "P", "<", ">", "*", "h", "p", "d", "1", "+", "X", "8")
+MARKERS = ("s", "x", "^", "v", "D", "P", "<", ">", "*", "h", "p", "d", "1", "+", "X", "8", "H", "2", "3", "4", "|", "_")
 
 
 def method_style(algorithm: str) -> dict[str, Any]:
