@@ -166,6 +166,7 @@ def test_workflow_second_time_from_records_only(tmp_path: Path) -> None:
     config = yaml.safe_load(SMOKE.read_text())
     config.update(name="reuse", seeds=[0], figures={}, reference_tables=None)
     config.pop("rounds_to_target", None)
+    config.update(uploads_to_target=None, layer_weights=None)  # of experiments left out
     config["experiments"] = {"table2": {**config["experiments"]["table2"], "algorithms": ["fedavg", "fedper", "fedgmh"]}}
     path = tmp_path / "reuse.yaml"
     path.write_text(yaml.safe_dump(config))
