@@ -164,7 +164,7 @@ def test_the_shipped_configs_keep_their_partitions_and_settings() -> None:
     assert list(smoke.partitions) == ["digits_c2_a0.5", "digits_c4_a1000000_chain", "digits_c5_a1000000_n20"]
     assert all(run.clients == 10 and run.assignment == "random" for run in smoke.runs if run.experiment not in ("chain", "cepfl_protocol"))
     mini = Plan(load("mini.yaml"), basedir=REPO)
-    assert sorted(mini.partitions) == ["cifar100_c20_a1000000_n20", "cifar100_c5_a0.5", "cifar100_c5_a5",
+    assert sorted(mini.partitions) == ["cifar100_c50_a1000000_n20", "cifar100_c5_a0.5", "cifar100_c5_a5",
                                        "fashion_mnist_c4_a1000000_n10_chain", "mnist_c2_a0.5", "mnist_c2_a5"]
 
 
