@@ -96,3 +96,14 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(default)
+
+
+@pytest.fixture
+def digits_partition(digits_root, tmp_path):
+    """An ExDir(2, 0.5) partition of the embedded digits over 6 clients."""
+    from fedgmh.cli import main
+
+    out = tmp_path / "part.npz"
+    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
+                 "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
+    return out

@@ -213,16 +213,6 @@ def _train(tmp_path, digits_partition, digits_root, name, algorithm, seed=0, **o
     return pd.read_csv(tmp_path / name / "metrics.csv").drop(columns="seconds")
 
 
-@pytest.fixture
-def digits_partition(digits_root, tmp_path):
-    from fedgmh.cli import main
-
-    out = tmp_path / "part.npz"
-    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
-                 "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
-    return out
-
-
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
 def test_same_seed_identical_metrics_other_seed_different(tmp_path, digits_partition, digits_root, algorithm):
     a = _train(tmp_path, digits_partition, digits_root, "a", algorithm)

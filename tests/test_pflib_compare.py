@@ -22,16 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 TOOLS = REPO / "tools" / "pflib_compare"
 
 
-@pytest.fixture
-def digits_partition(digits_root, tmp_path):
-    from fedgmh.cli import main
-
-    out = tmp_path / "part.npz"
-    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
-                 "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
-    return out
-
-
 def export(digits_root, partition, work, seed=3, rounds=2, join_ratio=0.5):
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     subprocess.run([sys.executable, str(TOOLS / "export_run.py"), "--dataset", "digits", "--root", str(digits_root),
