@@ -2,7 +2,8 @@
 
 The Snakemake rules (workflow/rules/*.smk) ask a `Plan` what to run and with which arguments; it
 is built once per snakemake call, while the DAG is built, so it imports neither torch nor the
-algorithm classes (options are resolved by `fedgmh.algorithms.options`).
+algorithm classes (options are resolved by `fedgmh.algorithms.options`) -- unless the config names
+an algorithm that declares its options on its class, which only the registry knows.
 
 A run is (experiment, setting, algorithm, seed). Its setting id comes from
 `fedgmh.report.assign_setting_ids` (the same function names the columns of the tables):
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedgmh.algorithms.options import resolve_options
+from fedgmh.algorithms import load_all
+from fedgmh.algorithms.options import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
@@ -56,20 +58,34 @@ class ConfigError(UserError):
 
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """One line per key of `config` that the JSON schema rejects, saying which key and why
-    (jsonschema's own text dumps the schema)."""
+    (jsonschema's own text dumps the schema). A `$defs` entry marked `x-enum: registry` (the
+    algorithm names) gets the registry's names as its enum; a name that is not in OPTION_SETS
+    asks the registry to import the algorithm modules (see `algorithm_names`) before it counts as unknown."""
+    errors = _schema_errors(config, schema, algorithm_names())
+    if errors:  # perhaps an algorithm that declares its options on its class: the registry knows it
+        load_all()
+        errors = _schema_errors(config, schema, algorithm_names())
+    return [_describe(error) for error in errors]
+
+
+def _schema_errors(config: dict[str, Any], schema: dict[str, Any], algorithms: list[str]) -> list[Any]:
     import jsonschema
 
+    schema = {**schema, "$defs": {name: {**spec, "enum": algorithms} if spec.get("x-enum") == "registry" else spec
+                                  for name, spec in schema.get("$defs", {}).items()}}
     validator = jsonschema.Draft202012Validator(schema)
-    problems = []
-    for error in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
-        while error.validator in ("anyOf", "oneOf") and error.context:  # e.g. a variant: options or null
-            error = max(error.context, key=lambda e: len(e.absolute_path))  # the alternative that got furthest
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
-        message = error.message
-        if error.validator == "pattern" and "x-message" in error.schema:  # the schema's own advice for this key
-            message = f"{error.instance!r} is not allowed: {error.schema['x-message']}"
-        problems.append(f"  {where or '(top level)'}: {message}")
-    return problems
+    return sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+
+
+def _describe(error: Any) -> str:
+    """'  key.path: why' for one jsonschema error."""
+    while error.validator in ("anyOf", "oneOf") and error.context:  # e.g. a variant: options or null
+        error = max(error.context, key=lambda e: len(e.absolute_path))  # the alternative that got furthest
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    message = error.message
+    if error.validator == "pattern" and "x-message" in error.schema:  # the schema's own advice for this key
+        message = f"{error.instance!r} is not allowed: {error.schema['x-message']}"
+    return f"  {where or '(top level)'}: {message}"
 
 
 def set_text(value: Any) -> str:

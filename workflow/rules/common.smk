@@ -25,11 +25,13 @@ from fedgmh.report.names import format_number
 
 _SCHEMA = "../schemas/config.schema.yaml"
 try:
-    validate(config, schema=_SCHEMA)
+    validate(config, schema=_SCHEMA)  # fills in the defaults
 except WorkflowError:
-    with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
-        _problems = schema_problems(config, yaml.safe_load(_schema))
-    raise WorkflowError("invalid configuration (see config/README.md for every key):\n" + "\n".join(_problems)) from None
+    pass  # said key by key below
+with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
+    _problems = schema_problems(config, yaml.safe_load(_schema))  # also checks algorithm names against the registry
+if _problems:
+    raise WorkflowError("invalid configuration (see config/README.md for every key):\n" + "\n".join(_problems))
 
 try:
     PLAN = Plan(config, basedir=workflow.basedir)

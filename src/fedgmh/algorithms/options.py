@@ -6,15 +6,18 @@ text is every default), the values a registered variant changes (`defaults`, e.g
 head) and the official code's / PFLlib's values (`official`, applied by `--set preset=official`;
 keys may be engine options too, e.g. drop_last). `OPTION_SETS` has one per algorithm name;
 `fedgmh.algorithms.base.register` gives each class the set of its name (`cls.Options`,
-`cls.defaults`, `cls.official`). A class registered without an entry here (e.g. one defined in a
-test) declares them on itself. What each option means: docs/fedgmh.md and docs/baselines.md.
+`cls.defaults`, `cls.official`). A class registered without an entry here declares them on itself
+(`Options`, `defaults`, `official` class attributes): a new algorithm is then one file, and the
+workflow, asked for its name, imports the algorithm modules (torch: a few seconds per snakemake
+call) to find it. An entry here keeps planning torch-free. What each option means:
+docs/fedgmh.md and docs/baselines.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, get_type_hints
@@ -457,9 +460,21 @@ OPTION_SETS: dict[str, OptionSet] = {
 }
 
 
+def algorithm_names(wanted: Iterable[str] = ()) -> list[str]:
+    """Every algorithm name, sorted. Torch-free while each of `wanted` has its option set in
+    OPTION_SETS; any other name imports the algorithm modules first, whose `register` adds the
+    option sets of algorithms that declare their options on their class (one file, no entry here)."""
+    if not set(wanted) <= OPTION_SETS.keys():
+        from fedgmh.algorithms import load_all  # the package imports this module: import at call time
+
+        load_all()
+    return sorted(OPTION_SETS)
+
+
 def option_set(algorithm: str) -> OptionSet:
+    known = algorithm_names([algorithm])
     if algorithm not in OPTION_SETS:
-        raise UserError(f"unknown algorithm {algorithm!r}; available: {', '.join(sorted(OPTION_SETS))}")
+        raise UserError(f"unknown algorithm {algorithm!r}; available: {', '.join(known)}")
     return OPTION_SETS[algorithm]
 
 
