@@ -257,8 +257,13 @@ def test_a_cluster_round_counts_its_members_uploads(always_flat):
     assert members == len(event["clients"]) >= selected  # cluster_members=all: every client with centres
     assert rows["clients_up"].tolist() == [selected, selected + members, 0]  # the last round only evaluates
     assert algo.fed.participations.sum() == 2 * selected + members
-    summary = algo.summary()
-    assert summary["participations"] == algo.fed.participations.tolist() and len(summary["cluster_rounds"]) == 1
+    tables = algo.extra_records()
+    assert tables["participations"]["participations"].tolist() == algo.fed.participations.tolist()
+    assert tables["participations"]["last_round"].tolist() == algo.last_round.tolist()
+    clusters = tables["cluster_rounds"]
+    assert clusters["round"].tolist() == [1] * members and clusters["slope"].tolist() == [event["slope"]] * members
+    assert clusters["client"].tolist() == event["clients"].tolist() and clusters["cluster"].tolist() == event["cluster"].tolist()
+    assert clusters["trained"].all()  # cluster_members=all
 
 
 def test_cluster_members_selected_trains_only_this_rounds_clients(always_flat):

@@ -29,7 +29,7 @@ def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
         labels = {"config_name": config_name, "experiment": experiment, "setting": setting}
         labels.update({"variant": setting.split("@")[1]} if "@" in setting else {})
         assert json.loads(path.read_text())["workflow"] == labels, path
-        assert {p.name for p in path.parent.iterdir()} <= {"run.json", "metrics.csv", *store.OPTIONAL_FILES}, path
+        assert {p.name for p in path.parent.iterdir()} == {"run.json", "metrics.csv", *store.optional_files(path.parent)}, path
 
 
 @pytest.mark.slow

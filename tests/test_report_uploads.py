@@ -158,13 +158,25 @@ def test_layer_weight_heat_maps(tmp_path: Path) -> None:
 
 
 def test_layer_weights_csv_is_an_optional_record_file(tmp_path: Path) -> None:
-    assert "layer_weights.csv" in store.OPTIONAL_FILES
     source = make_run(tmp_path / "src", "fedper", 0, [0.1, 0.5])
     write_weights(source)
+    (source / ".layer_weights.x1y2.csv").write_text("a write in progress\n")  # atomic_path's temporary: not part
+    (source / "checkpoint.pt").write_bytes(b"")
+    assert store.optional_files(source) == ["layer_weights.csv"]
     destination = tmp_path / "store" / "run"
     store.copy_record(source, destination)
     assert sorted(p.name for p in destination.iterdir()) == ["layer_weights.csv", "metrics.csv", "run.json"]
     assert (destination / "layer_weights.csv").read_bytes() == (source / "layer_weights.csv").read_bytes()
+    # a record without it is the same run; merge adds the table it lacks, a different one is a conflict
+    bare = tmp_path / "bare" / "run"
+    store.copy_record(source, bare, ["metrics.csv", "run.json"])
+    record = lambda folder: store.StoredRun(folder, {}, {"same": "key"})  # noqa: E731  (make_run's run.json is partial)
+    assert record(bare).missing(record(source)) == ["layer_weights.csv"] and record(source).missing(record(bare)) == []
+    assert record(bare).same_results(record(source)) and record(destination).same_results(record(source))
+    weights = pd.read_csv(destination / "layer_weights.csv")
+    weights.loc[0, "weight"] += 0.5
+    weights.to_csv(destination / "layer_weights.csv", index=False)
+    assert not record(destination).same_results(record(source))
 
 
 def test_chain_partition_enters_the_run_key_only_when_chain() -> None:
@@ -218,3 +230,16 @@ def test_other_values_in_the_comparison(runs: list[Path], tmp_path: Path) -> Non
     # without runs of CIFAR-10 (offline), every value is 'not run'
     smoke = compare_others(results.iloc[0:0], ref)
     assert (smoke["status"] == "not run").all() and len(smoke) == 13
+
+
+def test_an_algorithm_names_its_record_tables_apart_from_the_engines() -> None:
+    from types import SimpleNamespace
+
+    from fedgmh.train import algorithm_tables
+
+    table = pd.DataFrame({"a": [1]})
+    tables_of = lambda **tables: algorithm_tables(SimpleNamespace(name="toy", extra_records=lambda: tables))  # noqa: E731
+    assert list(tables_of(layer_weights=table)) == ["layer_weights.csv"]
+    for bad in ("metrics", "clients", "Weights", "../x"):
+        with pytest.raises(ValueError, match="names a record table"):
+            tables_of(**{bad: table})

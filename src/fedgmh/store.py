@@ -1,9 +1,10 @@
 """The results store: finished runs are kept, found by what they ran, and reused instead of retrained.
 
 A *record* is a run folder holding `run.json` and `metrics.csv` (what `fedgmh train` writes), and
-`clients.csv` (per-client accuracy) and `layer_weights.csv` (pFedLA-like algorithms' per-layer
-aggregation weights) when the code that made it wrote them: records without them stay valid, and
-one is added to a stored record of the same run that lacks it (merge, put). A
+its other tables when the code that made it wrote them (every other CSV of the folder:
+`clients.csv`, per-client accuracy, and an algorithm's own, e.g. pFedLA's `layer_weights.csv`):
+records without them stay valid, and one is added to a stored record of the same run that lacks it
+(merge, put). A
 *store* is any folder of records, at any depth (by default the workflow searches `paper_artifacts/`,
 where every config's records are committed). A record's *run key* is everything that decides its
 numbers: the results version of the code, dataset and its fingerprint, the partition (parameters
@@ -36,8 +37,15 @@ from fedgmh.errors import UserError
 from fedgmh.io import atomic_path, write_json
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
-#: part of a record when present: compared like metrics.csv, never required
-OPTIONAL_FILES = ("clients.csv", "layer_weights.csv")  # layer_weights.csv: pFedLA's final mixing weights
+
+
+def optional_files(folder: Path) -> list[str]:
+    """A record's other tables: every CSV of its folder besides metrics.csv (clients.csv and the
+    algorithm's `extra_records`), compared like metrics.csv where both records have one, never
+    required. Temporaries of a write in progress (dot files) are not part of it."""
+    return sorted(p.name for p in Path(folder).glob("*.csv")
+                  if p.name not in RECORD_FILES and not p.name.startswith(".") and p.is_file())
+
 #: engine options that choose how a run is computed, not what: never part of the key
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "vectorise", "memory_format"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
@@ -124,7 +132,7 @@ class StoredRun:
         return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
 
     def optional(self, name: str) -> pd.DataFrame | None:
-        """One of OPTIONAL_FILES, or None when this record has none."""
+        """One of its `optional_files`, or None when this record has none."""
         path = self.folder / name
         return pd.read_csv(path) if path.is_file() else None
 
@@ -137,7 +145,7 @@ class StoredRun:
         one_sided = [c for c in ADDED_COLUMNS if (c in mine.columns) != (c in theirs.columns)]
         if not _same_frame(mine.drop(columns=one_sided, errors="ignore"), theirs.drop(columns=one_sided, errors="ignore")):
             return False
-        for name in OPTIONAL_FILES:
+        for name in sorted(set(optional_files(self.folder)) & set(optional_files(other.folder))):
             mine, theirs = self.optional(name), other.optional(name)
             if mine is not None and theirs is not None and not _same_frame(mine, theirs):
                 return False
@@ -145,7 +153,7 @@ class StoredRun:
 
     def missing(self, other: "StoredRun") -> list[str]:
         """The optional files that `other` has and this record lacks."""
-        return [name for name in OPTIONAL_FILES if (other.folder / name).is_file() and not (self.folder / name).is_file()]
+        return sorted(set(optional_files(other.folder)) - set(optional_files(self.folder)))
 
 
 def _same_frame(mine: pd.DataFrame, theirs: pd.DataFrame) -> bool:
@@ -207,7 +215,7 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
     the run disagree."""
     runs, _ = scan(stores)
     matches = [run for run in runs if run.key == key]
-    matches.sort(key=lambda run: -sum((run.folder / name).is_file() for name in OPTIONAL_FILES))  # the most complete first
+    matches.sort(key=lambda run: -len(optional_files(run.folder)))  # the most complete first
     if any(not matches[0].same_results(other) for other in matches[1:]):
         raise StoreConflict(conflict_message(matches))
     notes = []
@@ -219,11 +227,11 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
 
 
 def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
-    """Copy a record's files (RECORD_FILES and those of OPTIONAL_FILES it has, or `names`; run.json
+    """Copy a record's files (RECORD_FILES and its `optional_files`, or `names`; run.json
     last), each atomically; nothing else of the folder (a checkpoint, a legacy run_info.json)."""
     destination.mkdir(parents=True, exist_ok=True)
     if names is None:
-        names = [name for name in (*OPTIONAL_FILES, *RECORD_FILES) if (source / name).is_file()]
+        names = [*optional_files(source), *RECORD_FILES]
     for name in sorted(names, key=lambda n: n == "run.json"):
         with atomic_path(destination / name) as tmp:
             shutil.copyfile(source / name, tmp)

@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import json
 import platform
+import re
 import sys
 import time
 from pathlib import Path
@@ -174,14 +175,19 @@ def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None
                          "test_acc_best": np.asarray(best["client_acc"]), "test_acc_last": np.asarray(last["client_acc"])})
 
 
+#: the record's tables that the engine writes: an algorithm's own tables take other names
+ENGINE_TABLES = ("metrics", "clients")
+
+
 def algorithm_tables(algorithm) -> dict[str, pd.DataFrame]:
-    """The algorithm's own tables of the finished run (`Algorithm.extra_records`) by file name,
-    each one of store.OPTIONAL_FILES (e.g. pFedLA's layer_weights.csv)."""
-    tables = {f"{name}.csv": table for name, table in algorithm.extra_records().items()}
-    unknown = sorted(set(tables) - set(store.OPTIONAL_FILES))
-    if unknown:
-        raise ValueError(f"algorithm {algorithm.name} writes {', '.join(unknown)}, which are not in store.OPTIONAL_FILES")
-    return tables
+    """The algorithm's own tables of the finished run (`Algorithm.extra_records`, e.g. pFedLA's
+    layer_weights.csv) by file name; the store keeps every CSV of a record (store.optional_files)."""
+    tables = algorithm.extra_records()
+    bad = sorted(name for name in tables if name in ENGINE_TABLES or not re.fullmatch(r"[a-z][a-z0-9_]*", name))
+    if bad:
+        raise ValueError(f"algorithm {algorithm.name} names a record table {', '.join(map(repr, bad))}: "
+                         f"use lower-case letters, digits and _, not {' or '.join(ENGINE_TABLES)}")
+    return {f"{name}.csv": table for name, table in tables.items()}
 
 
 def run_identity(config: TrainConfig, algo_options, engine: EngineOptions, partition_meta: dict) -> dict:
@@ -249,7 +255,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         if reused is not None:
             return label_record(out_dir, reused, workflow)
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
-    for name in ("metrics.csv", *store.OPTIONAL_FILES, "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries
+    for name in ("*.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries (of every table)
         remove_leftovers(out_dir / name)
     resumed = checkpoint.load()
     started = dt.datetime.now(dt.timezone.utc)

@@ -166,8 +166,8 @@ class Algorithm:
 
     def extra_records(self) -> dict[str, Any]:
         """Tables (pandas DataFrames) of the finished run's algorithm state, by name: `fedgmh train`
-        writes each as NAME.csv beside metrics.csv; NAME.csv must be one of `store.OPTIONAL_FILES`
-        (so stores copy and compare it). Default: none."""
+        writes each as NAME.csv beside metrics.csv, part of the run's record (stores copy and compare
+        it); NAME: lower-case letters, digits and _, not metrics or clients. Default: none."""
         return {}
 
 

@@ -260,10 +260,18 @@ class CEPFL(FedPer):
         self.cluster_events.append({"round": rnd, "slope": slope, "clients": torch.tensor(clustered),
                                     "cluster": torch.from_numpy(assignment), "trained": torch.tensor(members, dtype=torch.int64)})
 
-    def summary(self) -> dict:
-        """What explains a run (spec pitfalls 3, 7, 8): participations per client (cluster rounds
-        included), the cluster rounds and the fitted slopes. JSON-ready."""
-        return {"participations": self.fed.participations.tolist(),
-                "cluster_rounds": [{"round": e["round"], "slope": e["slope"], "clients": e["clients"].tolist(),
-                                    "cluster": e["cluster"].tolist(), "trained": e["trained"].tolist()} for e in self.cluster_events],
-                "slopes": [list(s) for s in self.slopes]}
+    def extra_records(self) -> dict:
+        """What explains a run (spec pitfalls 3, 7, 8), written beside its metrics:
+        participations.csv, each client's trainings (cluster rounds included) and last round trained
+        (-1: never); cluster_rounds.csv, one row per clustered client of each cluster round: the
+        fitted slope that triggered it, the client's cluster and whether it trained in it."""
+        import pandas as pd
+
+        participations = pd.DataFrame({"client": range(self.fed.num_clients),
+                                       "participations": self.fed.participations.tolist(),
+                                       "last_round": self.last_round.tolist()})
+        clusters = pd.DataFrame(
+            [{"round": e["round"], "slope": e["slope"], "client": client, "cluster": cluster, "trained": client in e["trained"].tolist()}
+             for e in self.cluster_events for client, cluster in zip(e["clients"].tolist(), e["cluster"].tolist())],
+            columns=["round", "slope", "client", "cluster", "trained"])
+        return {"participations": participations, "cluster_rounds": clusters}
