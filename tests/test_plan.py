@@ -66,12 +66,31 @@ def test_train_arguments_are_the_runs(tmp_path: Path) -> None:
     assert [value for flag, value in zip(words, words[1:]) if flag == "--store"] == ["paper_artifacts", "their store"]
     plain = smoke.train_arguments(smoke.train_job("table2", "digits_c2_a0.5", "fedavg", 1), "p.npz", 1)
     assert "--variant" not in plain and plain[-2:] == ["--setting", "digits_c2_a0.5"]
+    # an experiment's own batch size (CE-pFL's protocol) reaches its runs, and only them
+    cepfl = dict(zip(*[iter(smoke.train_arguments(smoke.train_job("cepfl_protocol", "digits_c5_a1000000_n20", "fedavg", 0), "p.npz", 1))] * 2))
+    assert (cepfl["--batch-size"], cepfl["--lr"]) == ("16", "0.05")
     # a GPU config: every job takes a GPU slot, J of them per GPU, and one unit of the resource `gpu`
     gpu = Plan(load("smoke.yaml", device="cuda", jobs_per_gpu=4), basedir=REPO)
     words = gpu.train_arguments(gpu.train_job("table2", "digits_c2_a0.5", "fedavg", 1), "p.npz", 1)
     assert " ".join(words).count("--device cuda:auto --jobs-per-gpu 4 --threads 1") == 1
     assert gpu.gpu_resources == {"gpu": 1} and smoke.gpu_resources == {}
     assert Plan(load("smoke.yaml", device="cuda:1"), basedir=REPO).train_device == "cuda:1"  # an explicit GPU: no slots
+
+
+def test_a_sweep_of_batch_size_or_lr_names_its_settings() -> None:
+    config = load("smoke.yaml")
+    config["experiments"] = {"sweep": {"algorithms": ["fedavg"], "lr": 0.1, "settings": [
+        {"dataset": "digits", "classes_per_client": 2, "alpha": 0.5},
+        {"dataset": "digits", "classes_per_client": 2, "alpha": 0.5, "batch_size": 8, "lr": 0.02}]}}
+    config.update(figures={}, rounds_to_target=None, clients_figure=None, costs_runs=None, controls_summary=None,
+                  uploads_to_target=None, layer_weights=None)
+    assert plan.schema_problems(config, SCHEMA) == []
+    sweep = Plan(config, basedir=REPO)
+    runs = [run for run in sweep.runs if run.seed == 0]
+    assert [(run.setting, run.batch_size, run.lr) for run in runs] == [("digits_c2_a0.5_b20_lr0.1", 20, 0.1),
+                                                                       ("digits_c2_a0.5_b8_lr0.02", 8, 0.02)]
+    words = sweep.train_arguments(runs[1], "p.npz", 1)
+    assert words[words.index("--batch-size") + 1] == "8" and words[words.index("--lr") + 1] == "0.02"
 
 
 def test_train_runtime_grows_with_the_work() -> None:

@@ -120,6 +120,8 @@ class Run:
     rounds: int
     local_epochs: int
     join_ratio: float
+    batch_size: int
+    lr: float
     options: dict[str, Any] = field(hash=False)
     seed: int
     partition: str
@@ -348,6 +350,8 @@ class Plan:
                         "rounds": int(setting.get("rounds", config["rounds"])),
                         "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
                         "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
+                        "batch_size": int(setting.get("batch_size", exp.get("batch_size", config["batch_size"]))),
+                        "lr": setting.get("lr", exp.get("lr", config["lr"])),
                         "options": options,
                     }
 
@@ -370,7 +374,7 @@ class Plan:
                 for seed in exp.get("seeds", self.config["seeds"]):
                     identity = json.dumps(
                         {k: cell[k] for k in ("dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "rounds",
-                                              "local_epochs", "join_ratio", "options")} | {"seed": int(seed)},
+                                              "local_epochs", "join_ratio", "batch_size", "lr", "options")} | {"seed": int(seed)},
                         sort_keys=True,
                         default=str,
                     )
@@ -444,7 +448,7 @@ class Plan:
         config = self.config
         words = ["--dataset", run.dataset, "--root", self.data, "--partition", partition, "--algorithm", run.algorithm,
                  "--rounds", str(run.rounds), "--join-ratio", format_number(run.join_ratio), "--local-epochs", str(run.local_epochs),
-                 "--batch-size", str(config["batch_size"]), "--lr", format_number(config["lr"]), "--seed", str(run.seed),
+                 "--batch-size", str(run.batch_size), "--lr", format_number(run.lr), "--seed", str(run.seed),
                  "--device", self.train_device]
         if self.train_device == "cuda:auto":
             words += ["--jobs-per-gpu", str(config["jobs_per_gpu"])]

@@ -73,6 +73,8 @@ SWEEP_DIMS: dict[str, tuple[str, str]] = {
     "local_epochs": ("e", "E"),
     "join_ratio": ("j", "ρ"),
     "rounds": ("r", "R"),
+    "batch_size": ("b", "B"),
+    "lr": ("lr", "η"),
 }
 OPTION_LABELS: dict[str, str] = {"beta": "β", "eta_h": "η_h", "mu": "μ"}
 

@@ -3,8 +3,8 @@
 `<dataset>_c<C>_a<alpha>`, plus `_n<N>` when the setting's number of clients N differs from the
 config's (`default_clients`; the partition's id has the same part), plus `_chain` for the chain
 class assignment, plus one `_<suffix><value>` per dimension an experiment sweeps for a
-fixed algorithm and dataset (`_e4` local epochs, `_j0.4` join ratio, `_r300` rounds, `_beta0.1`
-an option), plus `@<variant>` for runs of a named variant (the audit tables' rows).
+fixed algorithm and dataset (`_e4` local epochs, `_j0.4` join ratio, `_r300` rounds, `_b32` batch
+size, `_lr0.05` learning rate, `_beta0.1` an option), plus `@<variant>` for runs of a named variant (the audit tables' rows).
 """
 
 from __future__ import annotations
@@ -55,8 +55,9 @@ def sweep_dimensions(records: Iterable[dict[str, Any]]) -> list[str]:
     """Fields that vary for a fixed (variant, algorithm, dataset, C, alpha) among `records`.
 
     `records` are dicts with dataset, classes_per_client, alpha, algorithm, local_epochs,
-    join_ratio, rounds and options (a dict). Option dimensions are returned as 'opt:<key>'.
-    Order: local_epochs, join_ratio, rounds, then option keys alphabetically.
+    join_ratio, rounds, batch_size, lr and options (a dict). Option dimensions are returned as
+    'opt:<key>'. Order: SWEEP_DIMS's (local_epochs, join_ratio, rounds, batch_size, lr), then option
+    keys alphabetically.
     """
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for rec in records:
