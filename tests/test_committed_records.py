@@ -72,3 +72,29 @@ def test_every_committed_record_is_found_by_its_training_job(config_file: str, s
     assert problems == [] and sorted(committed - used) == []
     print(f"{config_file}: {len(plan.train_jobs)} jobs, {len(plan.train_jobs) - len(untrained)} reuse a committed record, "
           f"{len(committed)} records committed; not trained yet: {untrained}")
+
+
+@pytest.mark.slow
+def test_the_current_code_reproduces_a_committed_record_exactly(shared_data: Path, tmp_path: Path) -> None:
+    """Retrain one committed mini record (LG-FedAvg, MNIST ExDir(2, 0.5), 8 rounds: about 2 min) with
+    its workflow job's own arguments: every number must come out the same (store.same_results), or
+    the code changed results without a RESULTS_VERSION bump (docs/store.md, "Rounding-level drift")."""
+    from test_plan import load
+
+    from fedgmh.cli import main as cli_main
+    from fedgmh.data import download
+    from fedgmh.plan import Plan
+
+    config = load("mini.yaml", data_root=str(tmp_path / "data"), stores=[])
+    plan = Plan(config, basedir=REPO)
+    run = plan.train_job("table2", "mnist_c2_a0.5", "lgfedavg", 0)
+    download(run.dataset, tmp_path / "data", mirror=shared_data)
+    partition = tmp_path / "p.npz"
+    assert cli_main(["partition", "--dataset", run.dataset, "--root", str(tmp_path / "data"), *plan.partition_arguments(run.partition),
+                     "--seed", str(config["partition_seed"]), "--train-ratio", str(config["train_ratio"]), "--out", str(partition)]) == 0
+    words = plan.train_arguments(run, str(partition), 1)
+    words[words.index("--out") + 1] = str(tmp_path / "run")
+    assert cli_main(["train", *words]) == 0
+    committed, retrained = store.read_record(ARTIFACTS / "mini" / "runs" / "table2" / "mnist_c2_a0.5" / "lgfedavg" / "seed0"), \
+        store.read_record(tmp_path / "run")
+    assert retrained.key == committed.key and retrained.same_results(committed)

@@ -13,7 +13,7 @@ import yaml
 from conftest import make_federation
 from test_plan import load as load_config
 
-import fedgmh.algorithms as algorithms_package
+import fedgmh.algorithms.options as options_module
 from fedgmh import costs, plan
 from fedgmh.algorithms import OPTION_SETS, REGISTRY, Algorithm, Exchange, register, resolve_options
 from fedgmh.algorithms.options import GMHOptions, OptionSet
@@ -175,12 +175,14 @@ def test_the_workflow_finds_an_algorithm_that_declares_its_options_on_its_class(
         if "toy" not in REGISTRY:
             register(Toy)
 
-    monkeypatch.setattr(algorithms_package, "load_all", load_all)
+    monkeypatch.setattr(options_module, "load_registry", load_all)
     monkeypatch.setattr(plan, "load_all", load_all)
     config, schema = config_with(["toy", "fedavg"]), yaml.safe_load(SCHEMA.read_text())
     try:
         assert "toy" not in OPTION_SETS
-        assert plan.schema_problems(config, schema) == [] and imported
+        assert options_module.option_set("toy") is OPTION_SETS["toy"] and len(imported) == 1  # e.g. `fedgmh options toy`
+        del REGISTRY["toy"], OPTION_SETS["toy"]
+        assert plan.schema_problems(config, schema) == [] and len(imported) == 2  # the workflow's config check
         workflow = plan.Plan(config, basedir=REPO)
         toy_runs = [run for run in workflow.runs if run.algorithm == "toy"]
         assert toy_runs and all("--algorithm toy" in " ".join(workflow.train_arguments(run, "p.npz", 1)) for run in toy_runs)

@@ -38,14 +38,6 @@ from fedgmh.io import atomic_path, write_json
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
 
-
-def optional_files(folder: Path) -> list[str]:
-    """A record's other tables: every CSV of its folder besides metrics.csv (clients.csv and the
-    algorithm's `extra_records`), compared like metrics.csv where both records have one, never
-    required. Temporaries of a write in progress (dot files) are not part of it."""
-    return sorted(p.name for p in Path(folder).glob("*.csv")
-                  if p.name not in RECORD_FILES and not p.name.startswith(".") and p.is_file())
-
 #: engine options that choose how a run is computed, not what: never part of the key
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "vectorise", "memory_format"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
@@ -59,6 +51,14 @@ ADDED_COLUMNS = ("clients_up",)
 #: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
 #: ...`); never part of the run key
 WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
+
+
+def optional_files(folder: Path) -> list[str]:
+    """A record's other tables: every CSV of its folder besides metrics.csv (clients.csv and the
+    algorithm's `extra_records`), compared like metrics.csv where both records have one, never
+    required. Temporaries of a write in progress (dot files) are not part of it."""
+    return sorted(p.name for p in Path(folder).glob("*.csv")
+                  if p.name not in RECORD_FILES and not p.name.startswith(".") and p.is_file())
 
 
 class StoreConflict(UserError):

@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 from typing import Any
 
+from fedgmh.algorithms import options
 from fedgmh.algorithms.options import OPTION_SETS, option_rows, option_set, resolve_options
 
 _REGISTRY_NAMES = ("REGISTRY", "Algorithm", "Exchange", "get_algorithm", "register")
@@ -21,6 +22,9 @@ def load_all() -> None:
     """Import every module of this package: each algorithm class registers itself."""
     for module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{module.name}")
+
+
+options.load_registry = load_all  # an algorithm name the options do not know: ask the modules
 
 
 def __getattr__(name: str) -> Any:

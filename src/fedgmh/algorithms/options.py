@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, get_type_hints
@@ -460,14 +460,17 @@ OPTION_SETS: dict[str, OptionSet] = {
 }
 
 
+#: imports every algorithm module (set by the package, `fedgmh.algorithms.load_all`, which imports this module)
+load_registry: Callable[[], None] = lambda: None  # noqa: E731
+
+
 def algorithm_names(wanted: Iterable[str] = ()) -> list[str]:
     """Every algorithm name, sorted. Torch-free while each of `wanted` has its option set in
-    OPTION_SETS; any other name imports the algorithm modules first, whose `register` adds the
-    option sets of algorithms that declare their options on their class (one file, no entry here)."""
+    OPTION_SETS; any other name imports the algorithm modules first (`load_registry`), whose
+    `register` adds the option sets of algorithms that declare their options on their class (one
+    file, no entry here)."""
     if not set(wanted) <= OPTION_SETS.keys():
-        from fedgmh.algorithms import load_all  # the package imports this module: import at call time
-
-        load_all()
+        load_registry()
     return sorted(OPTION_SETS)
 
 

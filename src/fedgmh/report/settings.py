@@ -4,7 +4,8 @@
 config's (`default_clients`; the partition's id has the same part), plus `_chain` for the chain
 class assignment, plus one `_<suffix><value>` per dimension an experiment sweeps for a
 fixed algorithm and dataset (`_e4` local epochs, `_j0.4` join ratio, `_r300` rounds, `_b32` batch
-size, `_lr0.05` learning rate, `_beta0.1` an option), plus `@<variant>` for runs of a named variant (the audit tables' rows).
+size, `_lr0.05` learning rate, `_beta0.1` an option), plus `@<variant>` for runs of a named variant
+(the audit tables' rows).
 """
 
 from __future__ import annotations
