@@ -291,8 +291,12 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     # every run's record travels with the artifacts, identical to the run's own files
     records = sorted((art / "runs").rglob("run.json"))
     assert len(records) == 62
-    assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == ["clients.csv", "layer_weights.csv", "metrics.csv", "run.json"]
+    assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == [
+        "clients.csv", "cluster_rounds.csv", "layer_weights.csv", "metrics.csv", "participations.csv", "run.json"]
+    # the algorithms' own tables (extra_records) travel with their records, and only theirs
     assert {p.parent.parent.name for p in (art / "runs").rglob("layer_weights.csv")} == {"pfedla", "heurpfedla"}
+    for table in ("participations.csv", "cluster_rounds.csv"):
+        assert {p.parent.parent.name for p in (art / "runs").rglob(table)} == {"cepfl"}
     # issue 12's artifacts: CE-pFL's Table 1 form from every run's clients_up, pFedLA's heat-maps
     uploads = pd.read_csv(art / "uploads_to_target.csv")
     assert set(uploads["Method"]) == {names[a] for a in config["experiments"]["cepfl_protocol"]["algorithms"]}
