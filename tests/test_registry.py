@@ -176,7 +176,6 @@ def test_the_workflow_finds_an_algorithm_that_declares_its_options_on_its_class(
             register(Toy)
 
     monkeypatch.setattr(options_module, "load_registry", load_all)
-    monkeypatch.setattr(plan, "load_all", load_all)
     config, schema = config_with(["toy", "fedavg"]), yaml.safe_load(SCHEMA.read_text())
     try:
         assert "toy" not in OPTION_SETS

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedgmh.algorithms import load_all
+from fedgmh.algorithms import options as algorithm_options
 from fedgmh.algorithms.options import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides
 from fedgmh.datasets import DATASETS
@@ -63,7 +63,7 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
     asks the registry to import the algorithm modules (see `algorithm_names`) before it counts as unknown."""
     errors = _schema_errors(config, schema, algorithm_names())
     if errors:  # perhaps an algorithm that declares its options on its class: the registry knows it
-        load_all()
+        algorithm_options.load_registry()
         errors = _schema_errors(config, schema, algorithm_names())
     return [_describe(error) for error in errors]
 

@@ -270,8 +270,10 @@ class CEPFL(FedPer):
         participations = pd.DataFrame({"client": range(self.fed.num_clients),
                                        "participations": self.fed.participations.tolist(),
                                        "last_round": self.last_round.tolist()})
-        clusters = pd.DataFrame(
-            [{"round": e["round"], "slope": e["slope"], "client": client, "cluster": cluster, "trained": client in e["trained"].tolist()}
-             for e in self.cluster_events for client, cluster in zip(e["clients"].tolist(), e["cluster"].tolist())],
-            columns=["round", "slope", "client", "cluster", "trained"])
+        rows = []
+        for e in self.cluster_events:
+            trained = set(e["trained"].tolist())
+            rows += [{"round": e["round"], "slope": e["slope"], "client": client, "cluster": cluster, "trained": client in trained}
+                     for client, cluster in zip(e["clients"].tolist(), e["cluster"].tolist())]
+        clusters = pd.DataFrame(rows, columns=["round", "slope", "client", "cluster", "trained"])
         return {"participations": participations, "cluster_rounds": clusters}
