@@ -68,16 +68,17 @@ def test_evaluation_reads_once_per_call_and_gives_the_numbers_of_one_read_per_cl
 
 
 @pytest.mark.parametrize("vectorise", ["off", "on"])
-@pytest.mark.parametrize("name", ["fedavg", "fedgmh"])
+@pytest.mark.parametrize("name", ["fedavg", "fedrep", "perfedavg", "fedgmh"])
 def test_a_round_reads_the_device_a_fixed_number_of_times_and_sums_losses_as_before(name, vectorise):
     fed = make_federation(CLIENTS, num_classes=3, test_per_client=3, batch_size=2, local_epochs=2, vectorise=vectorise)
-    algorithm = get_algorithm(name)(fed, resolve_options(name, {})[0])
-    losses = []  # each trained client's loss as it left local training (read below, one by one)
+    algorithm = get_algorithm(name)(fed, resolve_options(name, {"double_train": True} if name == "perfedavg" else {})[0])
+    losses, samples = [], []  # each trained client's loss as it left local training (read below, one by one)
     train_clients = algorithm.train_clients
 
     def recording(rnd, selected):
         results = train_clients(rnd, selected)
         losses.extend(r._loss.clone() if isinstance(r._loss, torch.Tensor) else r._loss for r in results)
+        samples.extend(r.num_samples for r in results)
         return results
 
     algorithm.train_clients = recording
@@ -90,9 +91,13 @@ def test_a_round_reads_the_device_a_fixed_number_of_times_and_sums_losses_as_bef
         expected = 0.0
         for loss in losses[before:]:
             expected += float(loss)  # the engine's old way: one float per client, summed in order
-        assert row["train_loss"] == expected / sum(len(fed.train_idx[c]) * 2 for c in selected)  # bit for bit
-    if vectorise == "off" and name == "fedavg":
-        assert reads == [2, 2, 2]  # evaluation once, training once: not per client, batch or parameter
+        assert row["train_loss"] == expected / sum(samples[before:])  # bit for bit
+        if name == "fedavg":
+            assert samples[before:] == [len(fed.train_idx[c]) * 2 for c in selected]  # E = 2 epochs each
+    if name != "fedgmh":  # (FedGMH's prototypes read each client's label set)
+        # evaluation once, training once: not per client, phase, batch or parameter, also when a
+        # client trains in two phases (FedRep: head, then body) or twice (Per-FedAvg's double_train)
+        assert reads == [2, 2, 2]
 
 
 def test_check_trained_finds_each_kind_of_divergence_in_one_read():

@@ -67,6 +67,17 @@ class LocalResult:
     def __repr__(self) -> str:
         return f"LocalResult(params={sorted(self.params)}, loss_sum={self._loss!r}, num_samples={self.num_samples})"
 
+    @staticmethod
+    def in_a_row(results: list[LocalResult]) -> LocalResult:
+        """Several trainings of one client one after the other (e.g. FedRep's head, then body) as one
+        result: the last parameters, the summed losses and sample counts. Losses still on the device
+        are summed there, in float64 and in order, without a host read: the same float as summing
+        the values read one by one."""
+        loss = 0.0
+        for result in results:
+            loss = loss + (result._loss.double() if isinstance(result._loss, torch.Tensor) else result._loss)
+        return LocalResult(results[-1].params, loss, sum(r.num_samples for r in results))
+
 
 class Channel:
     """Counts the bytes that really cross the network: algorithms pass what they send through it.

@@ -28,11 +28,13 @@ _PLAIN = (int, float, bool, str, type(None))
 @dataclass
 class _Plan:
     """One phase's batches of all clients: index and mask [steps, clients, batch], drawn noise
-    [steps, clients, batch, ...] (zero at padded samples) or None."""
+    [steps, clients, batch, ...] (zero at padded samples) or None, and each client's number of
+    samples (counted on the host: reading the mask back would wait for the device)."""
 
     index: torch.Tensor
     mask: torch.Tensor
     noise: torch.Tensor | None
+    seen: list[int]
 
 
 def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[torch.Tensor]]) -> _Plan:
@@ -52,7 +54,8 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
             noise = drawn.new_zeros(steps * n * width, *drawn.shape[1:])
             noise[positions] = drawn
             noise = noise.view(steps, n, width, *drawn.shape[1:])
-    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise)
+    seen = [sum(len(batch) for batch in plan) for plan in plans]
+    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise, seen)
 
 
 def _batch_plans(fed: Federation, clients: list[int], phases: list[list[Phase]], after: Callable[[int], None] | None) -> list[_Plan]:
@@ -168,10 +171,10 @@ def train_phases_many(
             stacked = {k: torch.stack([own[p].params[k].detach() for own in phases]) for k in phase.params}
         lrs = torch.tensor([fed.client_lr(c) for c in clients], dtype=next(iter(stacked.values())).dtype, device=fed.device)
         stacked, loss_sums = _train_phase(fed, stacked, phase, [own[p].extra for own in phases], plan, lrs)
-        seen = plan.mask.sum(dim=(0, 2)).tolist()
-        # clone each client's slice: a view would keep the whole stack alive as long as one client does
+        # clone each client's slice: a view would keep the whole stack alive as long as one client does;
+        # the losses stay on the device (play_round reads all of a round's at once)
         results.append([
-            LocalResult({k: v[i].clone() for k, v in stacked.items()}, float(loss_sums[i]), int(seen[i])) for i in range(len(clients))
+            LocalResult({k: v[i].clone() for k, v in stacked.items()}, loss_sums[i], plan.seen[i]) for i in range(len(clients))
         ])
     return [[per_phase[i] for per_phase in results] for i in range(len(clients))]
 

@@ -208,6 +208,8 @@ class Rounds:
 
 # ------------------------------------------------------------------- runs per GPU-hour (Table 2)
 
+#: Table 2's twelve methods, in the paper's row order
+PAPER_ALGORITHMS = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod", "lgfedavg", "fedgmh"]
 #: rounds of a run at the paper's protocol, per dataset shape
 PROTOCOL_ROUNDS = {"mnist": 200, "cifar100": 300}
 #: Table 2's offline columns (no CIFAR-10): 12 methods x 2 settings x 5 seeds per dataset
@@ -224,6 +226,13 @@ PAPER_WORKLOAD = [("mnist", 0.2, 170), ("cifar100", 0.2, 245), ("cifar100", 0.4,
 def bench_jobs() -> list[int]:
     """FEDGMH_BENCH_JOBS: how many runs to train at once on the device, e.g. "1,4,8" (default 1)."""
     return [int(j) for j in os.environ.get("FEDGMH_BENCH_JOBS", "1").split(",") if j.strip()]
+
+
+def bench_algorithms() -> list[str]:
+    """FEDGMH_BENCH_ALGORITHMS: the methods of the runs-per-hour benchmark, comma-separated, or
+    "table2" for all twelve (default "fedavg,fedgmh")."""
+    chosen = os.environ.get("FEDGMH_BENCH_ALGORITHMS", "fedavg,fedgmh").strip()
+    return list(PAPER_ALGORITHMS) if chosen == "table2" else [a.strip() for a in chosen.split(",") if a.strip()]
 
 
 def bench_rounds_per_call() -> int:
@@ -324,6 +333,16 @@ class RunWorkers:
             "runs_per_hour": round(3600 * rounds_per_s / PROTOCOL_ROUNDS[shape], 2),
             "table2_runs_hours": round(TABLE2_RUNS[shape] * PROTOCOL_ROUNDS[shape] / rounds_per_s / 3600, 3),
         }
+
+
+def table2_hours_per_method(rates: dict[str, dict[str, float]]) -> float | None:
+    """Hours for Table 2's offline runs from each method's own measured rounds/s ({method: {shape:
+    rate}}, all concurrent runs of that method together): each of the twelve methods has
+    TABLE2_RUNS / 12 runs per shape. None unless all twelve were measured on both shapes."""
+    if any(set(rates.get(m, {})) < set(TABLE2_RUNS) for m in PAPER_ALGORITHMS):
+        return None
+    per_method = {s: TABLE2_RUNS[s] // len(PAPER_ALGORITHMS) for s in TABLE2_RUNS}
+    return sum(per_method[s] * PROTOCOL_ROUNDS[s] / rates[m][s] for m in PAPER_ALGORITHMS for s in TABLE2_RUNS) / 3600
 
 
 def extrapolate(rates: dict[str, float], eval_share: dict[str, float]) -> dict[str, float]:

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from bench_support import threads_and_precision  # noqa: F401 - the fixture
+from bench_support import PAPER_ALGORITHMS, threads_and_precision  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.benchmark
 
 HERE = Path(__file__).parent
-PAPER_ALGORITHMS = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod", "lgfedavg", "fedgmh"]
 
 # one process: `batches` bare training batches of 100 on MNIST-shaped data with `threads` threads;
 # prints its own samples/s, timed after start-up (interpreter, imports, data) so that only the

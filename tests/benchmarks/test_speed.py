@@ -14,6 +14,7 @@ import torch
 
 from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_precision
     BATCH,
+    PAPER_ALGORITHMS,
     SHAPES,
     Rounds,
     bare_inference,
@@ -30,7 +31,6 @@ from fedgmh.engine import evaluate_clients, local_train
 
 pytestmark = pytest.mark.benchmark
 
-PAPER_ALGORITHMS = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod", "lgfedavg", "fedgmh"]
 SHAPE_NAMES = list(SHAPES)
 
 

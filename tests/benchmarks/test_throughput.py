@@ -5,7 +5,9 @@
     python tests/benchmarks/summarise.py throughput.json     # + the extrapolated Table 2 and paper times
 
 Full-protocol-shaped rounds (100 clients, 20 % participation, E = 2, batch 100, every client
-evaluated; synthetic data of MNIST's and CIFAR-100's shapes) of FedAvg and FedGMH, with `jobs` runs
+evaluated; synthetic data of MNIST's and CIFAR-100's shapes) of FedAvg and FedGMH (or of the methods
+in FEDGMH_BENCH_ALGORITHMS: "table2" for all twelve, which summarise.py then costs each at its own
+rate), with `jobs` runs
 training at once on the device, each in its own process as `jobs_per_gpu` runs share a GPU in the
 workflow. extra_info: rounds/s of all runs together, seconds per round of one run, the share of a
 round spent evaluating, minutes per run at the paper's 200 / 300 rounds, runs per hour, and the
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import pytest
 
-from bench_support import RunWorkers, bench_jobs, bench_rounds_per_call, threads_and_precision  # noqa: F401 - fixture
+from bench_support import RunWorkers, bench_algorithms, bench_jobs, bench_rounds_per_call, threads_and_precision  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.benchmark
 
 
 @pytest.mark.parametrize("jobs", bench_jobs())
 @pytest.mark.parametrize("shape", ["mnist", "cifar100"])
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
+@pytest.mark.parametrize("algorithm", bench_algorithms())
 def test_table2_runs_per_hour(benchmark, algorithm, shape, jobs):
     with RunWorkers(algorithm, shape, jobs, bench_rounds_per_call()) as workers:
         benchmark.pedantic(workers, rounds=1, warmup_rounds=1)  # the warm-up call fills the evaluation cache

@@ -164,7 +164,7 @@ class PerFedAvg(ParameterAveraging):
         if len(results) == 1:
             return results[0]
         self.fed.participations[client] += 1  # PFLlib's scheduler stepped by each of its two train() calls
-        return LocalResult(results[-1].params, sum(r.loss_sum for r in results), sum(r.num_samples for r in results))
+        return LocalResult.in_a_row(results)
 
     def meta_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor | None, extra: Extra) -> Tensor:
         """A loss whose gradient w.r.t. `params` is Per-FedAvg's meta-gradient on this batch, and

@@ -73,6 +73,5 @@ class FedRep(FedPer):
         return [head, Phase(None, trainable=is_body)]  # the body phase starts from the head phase's model
 
     def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
-        head, body = results
-        self.keep(client, body.params)
-        return LocalResult(body.params, head.loss_sum + body.loss_sum, head.num_samples + body.num_samples)
+        self.keep(client, results[-1].params)
+        return LocalResult.in_a_row(results)
