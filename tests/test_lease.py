@@ -1,0 +1,88 @@
+"""tools/lease/chunk.sh: the workflow in budgeted calls, as on a leased GPU machine (slow: it runs
+snakemake several times; `pytest -m slow tests/test_lease.py`)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """What the device tool sends: the repository's workflow, configs and tools (the code comes from
+    the installed package)."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for name in ("Snakefile", "workflow", "config", "reference", "tools"):
+        source = REPO / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
+    (root / "profiles").symlink_to("workflow/profiles")
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())  # four runs of 6 rounds
+    config.update(name="lease", rounds=6, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None)
+    config["experiments"] = {"table2": {**config["experiments"]["table2"], "algorithms": ["fedavg", "fedgmh"], "seeds": [0, 1]}}
+    (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
+    return root
+
+
+def _carry(root: Path, parts: dict[str, bytes]) -> None:
+    """Replace .lease/cifar100 by these files, as a call that carries them."""
+    shutil.rmtree(root / ".lease", ignore_errors=True)
+    (root / ".lease" / "cifar100").mkdir(parents=True)
+    for name, data in parts.items():
+        (root / ".lease" / "cifar100" / name).write_bytes(data)
+
+
+def _chunk(root: Path, out: Path, budget: int) -> str:
+    out.mkdir()
+    env = dict(os.environ, LEASE_CONFIG="config/lease.yaml", LEASE_JOBS="2", OUT=str(out),
+               PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", "tools/lease/chunk.sh", str(budget)], cwd=root, env=env, capture_output=True, text=True, timeout=budget + 120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_chunks_join_the_data_parts_resume_and_send_back_every_finished_record(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
+    whole = os.urandom(3000)
+    parts = {"part-00": whole[:2000], "part-01": whole[2000:]}
+    sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in parts.items())
+    checks = {"SHA256SUMS": sums.encode(), "cifar100.npz.sha256": (hashlib.sha256(whole).hexdigest() + "\n").encode()}
+
+    _carry(root, {**checks, "part-00": parts["part-00"]})
+    first = _chunk(root, tmp_path / "out1", 60)  # 15 s of training: cut off, or not even started
+    assert "cifar100.npz: 1 of 2 parts here so far" in first
+    assert not (root / "results" / "lease" / "mirror" / "cifar100.npz").exists()
+
+    _carry(root, {"part-01": parts["part-01"]})  # the first part stays on the machine
+    second = _chunk(root, tmp_path / "out2", 600)
+    assert "cifar100.npz joined from its parts" in second
+    assert (root / "results" / "lease" / "mirror" / "cifar100.npz").read_bytes() == whole
+    assert "every run of config/lease.yaml is done" in second, second
+    assert "records: 4 finished runs of lease" in second
+
+    with tarfile.open(tmp_path / "out2" / "records.tar.gz") as archive:
+        names = archive.getnames()
+        archive.extractall(tmp_path / "back", filter="data")
+    assert sorted(n for n in names if n.endswith("run.json")) == sorted(
+        f"runs/table2/digits_c2_a0.5/{a}/seed{s}/run.json" for a in ("fedavg", "fedgmh") for s in (0, 1))
+    assert not [n for n in names if not n.endswith((".csv", "run.json"))]  # no checkpoints, logs or temporaries
+    for record in (tmp_path / "back" / "runs").rglob("run.json"):  # each exactly the run's own folder there
+        trained = root / "results" / "lease" / "runs" / record.parent.relative_to(tmp_path / "back" / "runs")
+        assert (record.parent / "metrics.csv").read_bytes() == (trained / "metrics.csv").read_bytes()
+
+    store = tmp_path / "store"
+    merged = subprocess.run([Path(sys.executable).parent / "fedgmh", "store", "merge", str(tmp_path / "back" / "runs"), "--into", str(store)],
+                            capture_output=True, text=True)
+    assert merged.returncode == 0 and "4 added, 0 already present, 0 conflict(s)" in merged.stdout, merged.stdout + merged.stderr
+    third = _chunk(root, tmp_path / "out3", 120)  # nothing left: nothing trains, the same records come back
+    assert "every run of config/lease.yaml is done" in third and "records: 4 finished runs" in third
