@@ -29,8 +29,10 @@ def comparable(row: dict) -> dict:
     return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
 
 
-def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed=0, num_classes=None, test_per_client=3, **engine):
-    """A tiny federation on random 1x28x28 images: client i gets train labels `client_labels[i]`."""
+def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed=0, num_classes=None, test_per_client=3,
+                    device="cpu", **engine):
+    """A tiny federation on random 1x28x28 images: client i gets train labels `client_labels[i]`
+    (drawn on the CPU, then placed on `device`, so a CUDA federation holds the CPU one's numbers)."""
     import torch
 
     from fedgmh.config import EngineOptions
@@ -51,11 +53,11 @@ def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed
     torch.manual_seed(seed)
     model = FedAvgCNN(1, num_classes, 28)
     return Federation(
-        model=model,
-        images=images,
-        labels=torch.tensor(labels),
-        train_idx=train_idx,
-        test_idx=test_idx,
+        model=model.to(device),
+        images=images.to(device),
+        labels=torch.tensor(labels, device=device),
+        train_idx=[idx.to(device) for idx in train_idx],
+        test_idx=[idx.to(device) for idx in test_idx],
         num_classes=num_classes,
         batch_size=batch_size,
         local_epochs=local_epochs,

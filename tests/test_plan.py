@@ -77,6 +77,19 @@ def test_train_arguments_are_the_runs(tmp_path: Path) -> None:
     assert Plan(load("smoke.yaml", device="cuda:1"), basedir=REPO).train_device == "cuda:1"  # an explicit GPU: no slots
 
 
+def test_checkpoint_every_reaches_the_jobs_only_when_set() -> None:
+    """Unset, a job's words are as before (so Snakemake sees no changed params); set, every job gets it."""
+    default = Plan(load("smoke.yaml"), basedir=REPO)
+    assert "--checkpoint-every" not in default.train_arguments(default.train_job("table2", "digits_c2_a0.5", "fedavg", 1), "p.npz", 1)
+    sparse = Plan(load("smoke.yaml", checkpoint_every=50), basedir=REPO)
+    words = sparse.train_arguments(sparse.train_job("table2", "digits_c2_a0.5", "fedavg", 1), "p.npz", 1)
+    assert words[words.index("--checkpoint-every") + 1] == "50"
+    assert Plan(load("table2_full.yaml"), basedir=REPO).config["checkpoint_every"] > 5  # GPU rounds are short
+    bad = load("smoke.yaml")
+    bad["checkpoint_every"] = -1
+    assert any("checkpoint_every" in problem for problem in plan.schema_problems(bad, SCHEMA))
+
+
 def test_a_sweep_of_batch_size_or_lr_names_its_settings() -> None:
     config = load("smoke.yaml")
     config["experiments"] = {"sweep": {"algorithms": ["fedavg"], "lr": 0.1, "settings": [

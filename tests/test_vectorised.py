@@ -42,18 +42,18 @@ def _close(a, b, atol=1e-5):
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=atol)
 
 
-def _same_state(a, b, path="state"):
-    """Tensors within 1e-5 (booleans and integers exactly), everything else equal, recursively."""
+def _same_state(a, b, path="state", atol=1e-5):
+    """Tensors within `atol` (booleans and integers exactly), everything else equal, recursively."""
     if isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{path}: {m}")
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=atol, msg=lambda m: f"{path}: {m}")
     elif isinstance(a, dict):
         assert a.keys() == b.keys(), path
         for k in a:
-            _same_state(a[k], b[k], f"{path}[{k!r}]")
+            _same_state(a[k], b[k], f"{path}[{k!r}]", atol)
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)):
-            _same_state(x, y, f"{path}[{i}]")
+            _same_state(x, y, f"{path}[{i}]", atol)
     else:
         assert a == b, path
 
@@ -105,7 +105,22 @@ def test_one_local_training_matches_the_sequential_path(name, overrides, monkeyp
     """After one sequential round (so that clients' models, clouds, downloads differ), the same
     round's local training of four clients, client by client and batched: the same results and
     the same algorithm state (parameters within 1e-5), the same random numbers drawn."""
-    sequential, batched = _twins(name, overrides)
+    _compare_one_local_training(name, overrides, monkeypatch)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
+def test_on_cuda_every_algorithm_batches_as_it_trains_client_by_client(name, overrides, monkeypatch):
+    """The comparison above on a GPU, in plain fp32 without deterministic cuDNN (see the next test
+    for why): every algorithm's batched step, not only the shared local training."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    _compare_one_local_training(name, overrides, monkeypatch, atol=1e-4, device="cuda")
+
+
+def _compare_one_local_training(name, overrides, monkeypatch, atol=1e-5, **fed_kwargs):
+    sequential, batched = _twins(name, overrides, **fed_kwargs)
     for algorithm in (sequential, batched):
         play_round(algorithm.fed, algorithm, 0, [0, 1, 2, 4], evaluate=False)
     _vectorise(batched)
@@ -116,10 +131,10 @@ def test_one_local_training_matches_the_sequential_path(name, overrides, monkeyp
         results.append(algorithm.train_clients(1, selected))
         monkeypatch.setattr(base, "train_phases", lambda *args: pytest.fail("trained client by client"))
     for s, b in zip(*results):
-        _close(s.params, b.params)
+        _close(s.params, b.params, atol=atol)
         assert b.num_samples == s.num_samples
         assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
-    _same_state(sequential.state(), batched.state())
+    _same_state(sequential.state(), batched.state(), atol=atol)
     assert torch.equal(sequential.fed.generator.get_state(), batched.fed.generator.get_state())
     assert sequential.fed.channel.take_round() == batched.fed.channel.take_round()
 

@@ -453,6 +453,8 @@ class Plan:
         if self.train_device == "cuda:auto":
             words += ["--jobs-per-gpu", str(config["jobs_per_gpu"])]
         words += ["--threads", str(threads)]
+        if config.get("checkpoint_every") is not None:
+            words += ["--checkpoint-every", str(config["checkpoint_every"])]
         for key, value in sorted(run.options.items()):
             words += ["--set", f"{key}={set_text(value)}"]
         for folder in config["stores"]:

@@ -44,20 +44,31 @@ fi
 # 3. train until the budget is nearly spent: SIGTERM then stops every job at once, each keeping its
 #    last checkpoint (every 5 rounds); runs whose data is not here yet fail and are tried next call
 snakemake all_runs --configfile "$config" --unlock >/dev/null 2>&1
+name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
+finished() { find "results/$name/runs" -name run.json 2>/dev/null | wc -l; }
+before=$(finished)
 left=$((budget - (SECONDS - start) - 45))
 echo "training for at most ${left}s: snakemake all_runs --configfile $config --resources gpu=$jobs, jobs_per_gpu=$jobs"
+t0=$SECONDS
 timeout -s TERM -k 30 "$left" snakemake all_runs --cores $((jobs + 2)) --configfile "$config" --resources gpu="$jobs" \
     --config jobs_per_gpu="$jobs" mirror="$keep/mirror" --rerun-incomplete --keep-going > "$out/snakemake.log" 2>&1
 status=$?
+trained=$((SECONDS - t0))
+echo "trained for ${trained}s: $(( $(finished) - before )) runs finished in this call, $(finished) in all"
 case $status in
     0) echo "snakemake: every run of $config is done" ;;
     124) echo "snakemake: stopped at the budget; the next call goes on (log: \$OUT/snakemake.log)" ;;
     *) echo "snakemake: exit status $status (some jobs failed; log: \$OUT/snakemake.log):"; tail -n 15 "$out/snakemake.log" ;;
 esac
 
+# the end of the log of every training job that failed (none: no file)
+find "logs/$name/train" -name '*.log' 2>/dev/null | while read -r log; do
+    grep -q -e Traceback -e 'Error' "$log" && { echo "== $log"; tail -n 12 "$log"; }
+done > "$out/failed.log"
+[ -s "$out/failed.log" ] && echo "failed training jobs: $(grep -c '^== ' "$out/failed.log") (their logs' ends: \$OUT/failed.log)" || rm -f "$out/failed.log"
+
 # 4. the finished runs' records (run.json, which a run writes last, and its CSVs; no checkpoints) for
 #    the way back, with their paths below results/<name>/runs, as `fedgmh store merge` takes them
-name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
 if [ -d "results/$name/runs" ]; then
     (cd "results/$name" && find runs -name run.json | while read -r record; do
         find "${record%/run.json}" -maxdepth 1 -type f \( -name run.json -o -name '*.csv' \) ! -name '.*'
