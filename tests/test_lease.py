@@ -42,9 +42,9 @@ def _carry(root: Path, parts: dict[str, bytes]) -> None:
         (root / ".lease" / "cifar100" / name).write_bytes(data)
 
 
-def _chunk(root: Path, out: Path, budget: int) -> str:
+def _chunk(root: Path, out: Path, budget: int, jobs: int = 2) -> str:
     out.mkdir()
-    env = dict(os.environ, LEASE_CONFIG="config/lease.yaml", LEASE_JOBS="2", OUT=str(out),
+    env = dict(os.environ, LEASE_CONFIG="config/lease.yaml", LEASE_JOBS=str(jobs), OUT=str(out),
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     done = subprocess.run(["bash", "tools/lease/chunk.sh", str(budget)], cwd=root, env=env, capture_output=True, text=True, timeout=budget + 120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -86,3 +86,31 @@ def test_chunks_join_the_data_parts_resume_and_send_back_every_finished_record(t
     assert merged.returncode == 0 and "4 added, 0 already present, 0 conflict(s)" in merged.stdout, merged.stdout + merged.stderr
     third = _chunk(root, tmp_path / "out3", 120)  # nothing left: nothing trains, the same records come back
     assert "every run of config/lease.yaml is done" in third and "records: 4 finished runs" in third
+
+
+def _first_trained(log: str, count: int) -> list[str]:
+    """The (algorithm, seed) of the first `count` training jobs Snakemake started, as its log names them."""
+    started = [line.split("algorithm=")[1].replace(", seed=", "/seed").strip()
+               for line in log.splitlines() if "wildcards: experiment=table2" in line]
+    return started[:count]
+
+
+def test_a_call_starts_the_runs_with_a_checkpoint_first(tmp_path: Path) -> None:
+    """Runs cut off by the last call go before any fresh run. Their checkpoints here are not
+    loadable, so those two jobs stop with an error, which is all the check needs: which jobs
+    started first."""
+    root = _checkout(tmp_path)
+    config = yaml.safe_load((root / "config" / "lease.yaml").read_text())
+    config["experiments"]["table2"]["seeds"] = [0, 1, 2, 3]
+    config["threads_per_job"] = 3  # all of chunk.sh's --cores (jobs + 2): one training job at a time on a CPU
+    (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
+    cut_off = ["fedgmh/seed3", "fedavg/seed2"]
+    for run in cut_off:
+        folder = root / "results" / "lease" / "runs" / "table2" / "digits_c2_a0.5" / run
+        folder.mkdir(parents=True)
+        (folder / "checkpoint.pt").write_bytes(b"cut off by the last call")
+    said = _chunk(root, tmp_path / "out", 240, jobs=1)
+    assert "resuming first: 2 runs with a checkpoint" in said
+    log = (tmp_path / "out" / "snakemake.log").read_text()
+    assert sorted(_first_trained(log, 2)) == sorted(cut_off), log
+    assert len(_first_trained(log, 8)) == 8  # and then every other run

@@ -42,22 +42,30 @@ if [ ! -f "$keep/mirror/cifar100.npz" ] && [ -f "$keep/parts/SHA256SUMS" ]; then
 fi
 
 # 3. train until the budget is nearly spent: SIGTERM then stops every job at once, each keeping its
-#    last checkpoint (every 5 rounds); runs whose data is not here yet fail and are tried next call
+#    last checkpoint (every `checkpoint_every` rounds); runs whose data is not here yet fail and are
+#    tried next call. Runs with a checkpoint go first (--prioritize): left to itself Snakemake picks
+#    other jobs, and the work a cut-off run did would wait, or be lost with the machine
 snakemake all_runs --configfile "$config" --unlock >/dev/null 2>&1
 name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
 finished() { find "results/$name/runs" -name run.json 2>/dev/null | wc -l; }
 before=$(finished)
+resumable=()
+while read -r snapshot; do resumable+=("${snapshot%checkpoint.pt}run.json"); done \
+    < <(find "results/$name/runs" -name checkpoint.pt 2>/dev/null | sort)
+prioritize=()
+[ ${#resumable[@]} -gt 0 ] && prioritize=(--prioritize "${resumable[@]}") && echo "resuming first: ${#resumable[@]} runs with a checkpoint"
 left=$((budget - (SECONDS - start) - 45))
 echo "training for at most ${left}s: snakemake all_runs --configfile $config --resources gpu=$jobs, jobs_per_gpu=$jobs"
 t0=$SECONDS
 timeout -s TERM -k 30 "$left" snakemake all_runs --cores $((jobs + 2)) --configfile "$config" --resources gpu="$jobs" \
-    --config jobs_per_gpu="$jobs" mirror="$keep/mirror" --rerun-incomplete --keep-going > "$out/snakemake.log" 2>&1
+    --config jobs_per_gpu="$jobs" mirror="$keep/mirror" --rerun-incomplete --keep-going "${prioritize[@]}" > "$out/snakemake.log" 2>&1
 status=$?
 trained=$((SECONDS - t0))
 echo "trained for ${trained}s: $(( $(finished) - before )) runs finished in this call, $(finished) in all"
 case $status in
     0) echo "snakemake: every run of $config is done" ;;
     124) echo "snakemake: stopped at the budget; the next call goes on (log: \$OUT/snakemake.log)" ;;
+    137) echo "snakemake: stopped at the budget (its jobs ended on SIGTERM, snakemake itself only on SIGKILL 30 s later); the next call goes on" ;;
     *) echo "snakemake: exit status $status (some jobs failed; log: \$OUT/snakemake.log):"; tail -n 15 "$out/snakemake.log" ;;
 esac
 
@@ -77,3 +85,5 @@ if [ -d "results/$name/runs" ]; then
     echo "records: $(grep -c '/run.json$' "$keep/records.list") finished runs of $name in \$OUT/records.tar.gz"
     echo "unfinished runs with a checkpoint (kept here): $(find "results/$name/runs" -name checkpoint.pt | wc -l)"
 fi
+# every training job's log (progress lines with each round's time), for the way back
+[ -d "logs/$name/train" ] && tar czf "$out/train_logs.tar.gz" "logs/$name/train"
