@@ -57,3 +57,23 @@ def test_summarise_prints_the_per_method_time_only_when_all_twelve_were_measured
     twelve = table([_bench(m, s, rates[m]) for m in PAPER_ALGORITHMS for s in ("mnist", "cifar100")])
     expected = table2_hours_per_method({m: {"mnist": r, "cifar100": r} for m, r in rates.items()})
     assert len(twelve) == 1 and f"{expected:.3g}" in twelve[0].split("|")[6]
+
+
+def test_summarise_reads_the_measurements_kept_one_per_line(tmp_path, monkeypatch):
+    """What FEDGMH_BENCH_PARTIAL keeps (bench_support.keep_partial) gives the same table as the JSON."""
+    benchmarks = [_bench(m, s, 3.0) for m in ("fedavg", "fedgmh") for s in ("mnist", "cifar100")]
+    whole = tmp_path / "bench.json"
+    whole.write_text(json.dumps({"machine_info": {"cpu": {}}, "datetime": "2026-11-23T00:00:00", "benchmarks": benchmarks}))
+    partial = tmp_path / "partial.jsonl"
+    monkeypatch.setenv("FEDGMH_BENCH_PARTIAL", str(partial))
+    from bench_support import keep_partial
+
+    for bench in benchmarks:
+        keep_partial(bench["name"], bench["params"], bench["stats"]["mean"], bench["extra_info"])
+
+    def rows(path):
+        out = subprocess.run([sys.executable, str(BENCH / "summarise.py"), str(path)], capture_output=True, text=True, check=True, cwd=BENCH).stdout
+        return [line for line in out.splitlines() if line.startswith("|")]
+
+    assert len(partial.read_text().splitlines()) == 4
+    assert rows(partial) == rows(whole) and any(line.startswith("| 4 |") for line in rows(partial))

@@ -15,6 +15,7 @@ FEDGMH_BENCH_DEVICE (default cpu; `cuda` on a GPU machine) with FEDGMH_BENCH_THR
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
@@ -238,6 +239,15 @@ def bench_algorithms() -> list[str]:
 def bench_rounds_per_call() -> int:
     """FEDGMH_BENCH_ROUNDS: rounds each run plays per timed call (default 10 on CUDA, 1 on CPU)."""
     return int(os.environ.get("FEDGMH_BENCH_ROUNDS") or (10 if bench_device().type == "cuda" else 1))
+
+
+def keep_partial(name: str, params: dict, mean_s: float, extra_info: dict) -> None:
+    """Append one measurement, as an entry of pytest-benchmark's JSON, to FEDGMH_BENCH_PARTIAL (if
+    set) at once, so that what was measured survives a session that is cut short."""
+    path = os.environ.get("FEDGMH_BENCH_PARTIAL")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"name": name, "params": params, "stats": {"mean": mean_s}, "extra_info": extra_info}) + "\n")
 
 
 def run_worker(conn, algorithm: str, shape: str, seed: int) -> None:

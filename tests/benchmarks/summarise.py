@@ -1,6 +1,7 @@
 """Markdown tables of a pytest-benchmark JSON file (as in BENCHMARKS.md).
 
     python tests/benchmarks/summarise.py bench.json
+    python tests/benchmarks/summarise.py partial.jsonl      # FEDGMH_BENCH_PARTIAL's lines (test_throughput.py)
 
 With results of test_throughput.py, also the time Table 2's offline runs and the paper config
 (without CIFAR-10) would take at the measured rates, per number of runs sharing the device.
@@ -18,10 +19,14 @@ from bench_support import extrapolate, table2_hours_per_method
 
 
 def main(path: str) -> None:
-    data = json.load(open(path))
-    machine = data["machine_info"]
-    cpu = machine.get("cpu", {})
-    print(f"machine: {cpu.get('brand_raw', '?')}, {cpu.get('count', '?')} cores, Python {machine.get('python_version')}; {data['datetime'][:16]} UTC")
+    if path.endswith(".jsonl"):  # one benchmark entry per line, no machine information
+        data = {"benchmarks": [json.loads(line) for line in open(path) if line.strip()]}
+        print(f"{len(data['benchmarks'])} measurements kept as they were taken ({path})")
+    else:
+        data = json.load(open(path))
+        machine = data["machine_info"]
+        cpu = machine.get("cpu", {})
+        print(f"machine: {cpu.get('brand_raw', '?')}, {cpu.get('count', '?')} cores, Python {machine.get('python_version')}; {data['datetime'][:16]} UTC")
     print("\n| benchmark | mean (s) | measured |\n| --- | ---: | --- |")
     for bench in data["benchmarks"]:
         info = ", ".join(f"{k} {v}" for k, v in bench["extra_info"].items())

@@ -12,13 +12,17 @@ training at once on the device, each in its own process as `jobs_per_gpu` runs s
 workflow. extra_info: rounds/s of all runs together, seconds per round of one run, the share of a
 round spent evaluating, minutes per run at the paper's 200 / 300 rounds, runs per hour, and the
 hours the 120 Table 2 runs of that dataset would take if every method cost like this one.
+
+pytest-benchmark writes its JSON only when the whole session ends, so a session cut short (a device
+call's time limit) keeps nothing: with FEDGMH_BENCH_PARTIAL=FILE each measurement is also appended
+to FILE as one JSON line the moment it is taken, and `summarise.py FILE` reads those lines.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from bench_support import RunWorkers, bench_algorithms, bench_jobs, bench_rounds_per_call, threads_and_precision  # noqa: F401 - fixture
+from bench_support import RunWorkers, bench_algorithms, bench_jobs, bench_rounds_per_call, keep_partial, threads_and_precision  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.benchmark
 
@@ -30,3 +34,5 @@ def test_table2_runs_per_hour(benchmark, algorithm, shape, jobs):
     with RunWorkers(algorithm, shape, jobs, bench_rounds_per_call()) as workers:
         benchmark.pedantic(workers, rounds=1, warmup_rounds=1)  # the warm-up call fills the evaluation cache
         benchmark.extra_info.update(workers.summary(benchmark.stats.stats.mean, shape))
+    keep_partial(f"test_table2_runs_per_hour[{algorithm}-{shape}-{jobs}]", {"algorithm": algorithm, "shape": shape, "jobs": jobs},
+                 benchmark.stats.stats.mean, benchmark.extra_info)
