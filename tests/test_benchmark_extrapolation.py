@@ -77,3 +77,20 @@ def test_summarise_reads_the_measurements_kept_one_per_line(tmp_path, monkeypatc
 
     assert len(partial.read_text().splitlines()) == 4
     assert rows(partial) == rows(whole) and any(line.startswith("| 4 |") for line in rows(partial))
+
+
+def test_summarise_extrapolates_each_labelled_setting_on_its_own(tmp_path):
+    """levers.sh's settings share one file; each gets its own row, from its own rates only."""
+    benchmarks = []
+    for label, rate in (("fp32", 2.0), ("tf32", 4.0)):
+        for bench in [_bench(m, s, rate) for m in ("fedavg", "fedgmh") for s in ("mnist", "cifar100")]:
+            bench["extra_info"]["label"] = label
+            benchmarks.append(bench)
+    path = tmp_path / "levers.jsonl"
+    path.write_text("".join(json.dumps(bench) + "\n" for bench in benchmarks))
+    out = subprocess.run([sys.executable, str(BENCH / "summarise.py"), str(path)], capture_output=True, text=True, check=True, cwd=BENCH).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| 4 |")]
+    assert "Setting `fp32`" in out and "Setting `tf32`" in out and len(rows) == 2
+    hours = {rate: extrapolate({"mnist": rate, "cifar100": rate}, {"mnist": 0.2, "cifar100": 0.2})["table2_offline_hours"] for rate in (2.0, 4.0)}
+    assert [row.split("|")[3].strip() for row in rows] == ["2", "4"]  # MNIST rounds/s of each setting alone
+    assert f"{hours[2.0]:.3g}" in rows[0] and f"{hours[4.0]:.3g}" in rows[1]

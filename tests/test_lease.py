@@ -105,12 +105,15 @@ def test_a_call_starts_the_runs_with_a_checkpoint_first(tmp_path: Path) -> None:
     config["threads_per_job"] = 3  # all of chunk.sh's --cores (jobs + 2): one training job at a time on a CPU
     (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
     cut_off = ["fedgmh/seed3", "fedavg/seed2"]
-    for run in cut_off:
-        folder = root / "results" / "lease" / "runs" / "table2" / "digits_c2_a0.5" / run
-        folder.mkdir(parents=True)
+    runs = root / "results" / "lease" / "runs"
+    for folder in [runs / "table2" / "digits_c2_a0.5" / run for run in cut_off] + [runs / "table9" / "other" / "fedavg" / "seed0"]:
+        folder.mkdir(parents=True)  # the last: another config's run (same name), which this one cannot build
         (folder / "checkpoint.pt").write_bytes(b"cut off by the last call")
     said = _chunk(root, tmp_path / "out", 240, jobs=1)
     assert "resuming first: 2 runs with a checkpoint" in said
     log = (tmp_path / "out" / "snakemake.log").read_text()
     assert sorted(_first_trained(log, 2)) == sorted(cut_off), log
     assert len(_first_trained(log, 8)) == 8  # and then every other run
+    failed = (tmp_path / "out" / "failed.log").read_text()  # the two unloadable checkpoints, reported
+    assert sorted(line.split("/", 5)[5].removesuffix(".log") for line in failed.splitlines() if line.startswith("== ")) == sorted(cut_off)
+    assert "failed training jobs: 2" in said

@@ -463,6 +463,22 @@ class Plan:
         return words + (["--variant", run.variant] if run.variant else [])
 
 
+def planned_run_dirs(config_path: Path | str, basedir: Path | str = ".") -> list[str]:
+    """The run folders a config file trains, for scripts outside Snakemake (tools/lease/chunk.sh).
+    The schema's defaults are filled in as the workflow fills them; nothing else is checked here
+    beyond what `Plan` checks (the workflow reports a config's problems itself)."""
+    import copy
+
+    import yaml
+
+    config = yaml.safe_load(Path(config_path).read_text())
+    schema = yaml.safe_load((Path(basedir) / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    for key, spec in schema["properties"].items():
+        if "default" in spec:
+            config.setdefault(key, copy.deepcopy(spec["default"]))
+    return sorted(Plan(config, basedir=basedir).train_jobs)
+
+
 def check_finite(value: Any, key: str = "config") -> None:
     """NaN or infinity anywhere in the config (YAML's .nan, .inf) would train nonsense: refuse it."""
     if isinstance(value, dict):

@@ -31,7 +31,11 @@ def main(path: str) -> None:
     for bench in data["benchmarks"]:
         info = ", ".join(f"{k} {v}" for k, v in bench["extra_info"].items())
         print(f"| `{bench['name'].removeprefix('test_')}` | {bench['stats']['mean']:.4g} | {info} |")
-    throughput(data["benchmarks"])
+    labels = sorted({bench["extra_info"].get("label", "") for bench in data["benchmarks"]})
+    for label in labels:  # settings measured under FEDGMH_BENCH_LABEL are extrapolated each on its own
+        if label:
+            print(f"\nSetting `{label}`:")
+        throughput([bench for bench in data["benchmarks"] if bench["extra_info"].get("label", "") == label])
 
 
 def _hours(hours: float) -> str:

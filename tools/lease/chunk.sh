@@ -49,9 +49,13 @@ snakemake all_runs --configfile "$config" --unlock >/dev/null 2>&1
 name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
 finished() { find "results/$name/runs" -name run.json 2>/dev/null | wc -l; }
 before=$(finished)
+# only runs this config trains: a checkpoint of another config of the same name (config.yaml and
+# table2_full.yaml are both `paper`) would be a target Snakemake cannot build, and stop the call
+planned=$(python3 -c "import sys; from fedgmh.plan import planned_run_dirs; print(*planned_run_dirs(sys.argv[1]), sep='\n')" "$config" 2>/dev/null)
 resumable=()
-while read -r snapshot; do resumable+=("${snapshot%checkpoint.pt}run.json"); done \
-    < <(find "results/$name/runs" -name checkpoint.pt 2>/dev/null | sort)
+while read -r snapshot; do
+    grep -qxF "${snapshot%/checkpoint.pt}" <<< "$planned" && resumable+=("${snapshot%checkpoint.pt}run.json")
+done < <(find "results/$name/runs" -name checkpoint.pt 2>/dev/null | sort)
 prioritize=()
 [ ${#resumable[@]} -gt 0 ] && prioritize=(--prioritize "${resumable[@]}") && echo "resuming first: ${#resumable[@]} runs with a checkpoint"
 left=$((budget - (SECONDS - start) - 45))
@@ -71,7 +75,7 @@ esac
 
 # the end of the log of every training job that failed (none: no file)
 find "logs/$name/train" -name '*.log' 2>/dev/null | while read -r log; do
-    grep -q -e Traceback -e 'Error' "$log" && { echo "== $log"; tail -n 12 "$log"; }
+    grep -q -e Traceback -e 'Error' -e ': error:' "$log" && { echo "== $log"; tail -n 12 "$log"; }
 done > "$out/failed.log"
 [ -s "$out/failed.log" ] && echo "failed training jobs: $(grep -c '^== ' "$out/failed.log") (their logs' ends: \$OUT/failed.log)" || rm -f "$out/failed.log"
 
@@ -86,4 +90,5 @@ if [ -d "results/$name/runs" ]; then
     echo "unfinished runs with a checkpoint (kept here): $(find "results/$name/runs" -name checkpoint.pt | wc -l)"
 fi
 # every training job's log (progress lines with each round's time), for the way back
-[ -d "logs/$name/train" ] && tar czf "$out/train_logs.tar.gz" "logs/$name/train"
+if [ -d "logs/$name/train" ]; then tar czf "$out/train_logs.tar.gz" "logs/$name/train"; fi
+exit 0

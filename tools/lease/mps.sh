@@ -4,7 +4,8 @@
 # its own process) without the daemon, then with it, and leaves the daemon running only when it gave
 # more rounds per second. Results: $OUT/bench_mps_off.json and $OUT/bench_mps_on.json (pytest-benchmark
 # JSON; summarise.py reads them). Where MPS cannot be started, or CUDA does not work under it, the
-# daemon is stopped again and the runs share the GPU by time-slicing, as they would anyway.
+# daemon is stopped again and the runs share the GPU by time-slicing, as they would anyway. The
+# benchmarks' output goes to $OUT/mps.log (three files in all: the device tool brings back eight).
 #
 #   bash tools/lease/mps.sh [J]        (default 12; env: OUT, the device tool sets it)
 set -uo pipefail
@@ -16,13 +17,14 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 bench() {  # $1: the JSON to write
     FEDGMH_BENCH_DEVICE=cuda FEDGMH_BENCH_JOBS=$jobs FEDGMH_BENCH_ALGORITHMS=fedavg timeout 240 \
         python3 -m pytest -q -p no:cacheprovider tests/benchmarks/test_throughput.py -o addopts="" -m benchmark \
-        -k mnist --benchmark-json "$1" > "$1.log" 2>&1
+        -k mnist --benchmark-json "$1" >> "$out/mps.log" 2>&1
 }
 rate() {  # rounds per second of all J runs together, 0 when the benchmark did not finish
     python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['benchmarks'][0]['extra_info']['rounds_per_s'])" "$1" 2>/dev/null || echo 0
 }
 stop_mps() { echo quit | nvidia-cuda-mps-control >/dev/null 2>&1; sleep 2; }
 
+stop_mps  # a daemon left running by an earlier call would make the "off" measurement one with MPS
 bench "$out/bench_mps_off.json"
 off=$(rate "$out/bench_mps_off.json")
 echo "MPS off: $off rounds/s ($jobs FedAvg runs, MNIST-shaped)"
