@@ -33,7 +33,7 @@ def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config_file", ["mini.yaml", "table2_mnist.yaml"])
+@pytest.mark.parametrize("config_file", ["mini.yaml", "table2_mnist.yaml", "table2_full.yaml"])
 def test_every_committed_record_is_found_by_its_training_job(config_file: str, shared_data: Path, tmp_path: Path) -> None:
     """Each record committed for a config is reused by one of the config's training jobs (same run
     key), so a fresh clone does not train it again; and a job whose folder holds a committed record
