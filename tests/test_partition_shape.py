@@ -3,7 +3,6 @@ the plan's per-setting `clients` / `assignment`, partition and setting ids, and 
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import yaml
 from fedgmh import plan
 from fedgmh.cli import main
 from fedgmh.partition import PartitionError, chain_holders, exdir, load_partition
-from fedgmh.plan import ConfigError, Plan
+from fedgmh.plan import ConfigError, Plan, with_defaults
 from fedgmh.report.settings import assign_setting_ids, partition_id, setting_extra, setting_label
 from fedgmh.report.tables import column_label
 
@@ -116,11 +115,7 @@ def test_labels_of_chain_and_other_clients() -> None:
 # ----------------------------------------------------------------------------- the plan
 
 def load(name: str) -> dict:
-    config = yaml.safe_load((REPO / "config" / name).read_text())
-    for key, spec in SCHEMA["properties"].items():
-        if "default" in spec:
-            config.setdefault(key, copy.deepcopy(spec["default"]))
-    return config
+    return with_defaults(yaml.safe_load((REPO / "config" / name).read_text()), SCHEMA)
 
 
 def shape_config() -> dict:

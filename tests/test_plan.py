@@ -24,9 +24,7 @@ def load(name: str, **changes: Any) -> dict[str, Any]:
     """A shipped config with the schema's defaults filled in, as the workflow validates it."""
     config = yaml.safe_load((REPO / "config" / name).read_text())
     config.update(changes)
-    for key, spec in SCHEMA["properties"].items():
-        if "default" in spec:
-            config.setdefault(key, copy.deepcopy(spec["default"]))
+    plan.with_defaults(config, SCHEMA)
     assert plan.schema_problems(config, SCHEMA) == []
     return config
 

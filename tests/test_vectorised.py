@@ -233,9 +233,7 @@ def test_on_cuda_auto_vectorises_and_matches_the_sequential_path(monkeypatch):
     clients = [0, 2, 3, 4]
     feds = []
     for _ in range(2):
-        fed = make_federation(CLIENTS, batch_size=3, local_epochs=2, lr=0.2)
-        fed.images, fed.labels, fed.model = fed.images.cuda(), fed.labels.cuda(), fed.model.cuda()
-        fed.train_idx = [i.cuda() for i in fed.train_idx]
+        fed = make_federation(CLIENTS, batch_size=3, local_epochs=2, lr=0.2, device="cuda")
         fed.participations[:] = [0, 1, 3, 2, 0]
         feds.append(fed)
     assert feds[0].vectorised  # vectorise=auto on CUDA

@@ -463,20 +463,25 @@ class Plan:
         return words + (["--variant", run.variant] if run.variant else [])
 
 
-def planned_run_dirs(config_path: Path | str, basedir: Path | str = ".") -> list[str]:
-    """The run folders a config file trains, for scripts outside Snakemake (tools/lease/chunk.sh).
-    The schema's defaults are filled in as the workflow fills them; nothing else is checked here
-    beyond what `Plan` checks (the workflow reports a config's problems itself)."""
+def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the schema's top-level defaults filled in where a key is missing, as the
+    workflow's validation fills them (for code that builds a Plan outside Snakemake)."""
     import copy
 
+    for key, spec in schema["properties"].items():
+        if "default" in spec:
+            config.setdefault(key, copy.deepcopy(spec["default"]))
+    return config
+
+
+def planned_run_dirs(config_path: Path | str, basedir: Path | str = ".") -> list[str]:
+    """The run folders a config file trains, for scripts outside Snakemake (tools/lease/chunk.sh).
+    Nothing is checked here beyond what `Plan` checks (the workflow reports a config's problems itself)."""
     import yaml
 
     config = yaml.safe_load(Path(config_path).read_text())
     schema = yaml.safe_load((Path(basedir) / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    for key, spec in schema["properties"].items():
-        if "default" in spec:
-            config.setdefault(key, copy.deepcopy(spec["default"]))
-    return sorted(Plan(config, basedir=basedir).train_jobs)
+    return sorted(Plan(with_defaults(config, schema), basedir=basedir).train_jobs)
 
 
 def check_finite(value: Any, key: str = "config") -> None:
