@@ -117,3 +117,34 @@ def test_a_call_starts_the_runs_with_a_checkpoint_first(tmp_path: Path) -> None:
     failed = (tmp_path / "out" / "failed.log").read_text()  # the two unloadable checkpoints, reported
     assert sorted(line.split("/", 5)[5].removesuffix(".log") for line in failed.splitlines() if line.startswith("== ")) == sorted(cut_off)
     assert "failed training jobs: 2" in said
+
+
+def _train_logs(out: Path) -> dict[str, str]:
+    """The training jobs' logs a call sent back, by run ('fedavg/seed0')."""
+    with tarfile.open(out / "train_logs.tar.gz") as archive:
+        return {"/".join(Path(m.name).parts[-2:]).removesuffix(".log"): archive.extractfile(m).read().decode()
+                for m in archive.getmembers() if m.isfile()}
+
+
+def test_a_run_cut_at_the_budget_finishes_its_round_and_the_next_call_resumes_from_the_next(tmp_path: Path) -> None:
+    """No periodic snapshot (checkpoint_every is past the run's end): what the next call resumes
+    from is the snapshot the run took when chunk.sh's SIGTERM came."""
+    import re
+
+    root = _checkout(tmp_path)
+    config = yaml.safe_load((root / "config" / "lease.yaml").read_text())
+    config.update(rounds=100000, checkpoint_every=1000000)
+    config["experiments"]["table2"] = {**config["experiments"]["table2"], "algorithms": ["fedavg"], "seeds": [0]}
+    (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
+    first = _chunk(root, tmp_path / "out1", 75, jobs=1)
+    assert "snakemake: stopped at the budget" in first, first
+    log = _train_logs(tmp_path / "out1")["fedavg/seed0"]
+    assert "SIGTERM: stopping at the end of this round, with a snapshot" in log, log
+    stopped = re.search(r"fedgmh train: stopped by SIGTERM after round (\d+); the same command resumes from the checkpoint", log)
+    assert stopped, log
+    last_played = max(int(r) for r in re.findall(r"\[fedavg\] round (\d+)/", log))
+    assert int(stopped.group(1)) == last_played  # the round the signal came in was finished, and no other begun
+    second = _chunk(root, tmp_path / "out2", 70, jobs=1)
+    assert "resuming first: 1 runs with a checkpoint" in second, second
+    resumed = _train_logs(tmp_path / "out2")["fedavg/seed0"]
+    assert f"at round {last_played + 1}\n" in resumed, resumed

@@ -387,6 +387,73 @@ def test_interrupted_round_loop_says_where_it_stopped_and_where_it_resumes(tmp_p
     assert stopped.value.details == {"round": 2, "resume_round": None}
 
 
+def _sigterm_at(rounds_to_signal, log=None):
+    """An on_round callback that sends this process SIGTERM after each round of `rounds_to_signal`."""
+    def on_round(row):
+        if log is not None:
+            log.append(row["round"])
+        for _ in range(rounds_to_signal.count(row["round"])):
+            os.kill(os.getpid(), signal.SIGTERM)
+    return on_round
+
+
+def _metrics(rows):
+    return [{k: v for k, v in row.items() if k not in ("seconds", "client_acc")} for row in rows]
+
+
+def test_sigterm_finishes_the_round_snapshots_it_and_the_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    from fedgmh.errors import Interrupted
+
+    fed, algo = fresh("fedgmh")
+    whole = run_rounds(fed, algo, 6, 0.5, seed=3)
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=100, identity={"run": 1})  # no periodic snapshot before the end
+    fed, algo = fresh("fedgmh")
+    played = []
+    with pytest.raises(Interrupted, match="stopped by SIGTERM after round 2") as stopped:
+        run_rounds(fed, algo, 6, 0.5, seed=3, on_round=_sigterm_at([2], played), checkpoint=checkpoint)
+    assert stopped.value.signum == signal.SIGTERM and stopped.value.details == {"round": 2, "resume_round": 3}
+    assert played == [0, 1, 2]  # round 3 never started
+    assert checkpoint.load()["next_round"] == 3
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler before the loop is back
+    fed, algo = fresh("fedgmh")
+    resumed = run_rounds(fed, algo, 6, 0.5, seed=3, checkpoint=checkpoint)
+    assert _metrics(resumed) == _metrics(whole)
+
+
+def test_a_second_sigterm_stops_at_once_and_without_snapshots_sigterm_is_not_deferred(tmp_path):
+    from fedgmh.errors import Interrupted
+
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=2, identity={"run": 1})
+    fed, algo = fresh("fedavg")
+    with pytest.raises(Interrupted, match="interrupted at round 2") as stopped:
+        run_rounds(fed, algo, 6, 0.5, seed=0, on_round=_sigterm_at([2, 2]), checkpoint=checkpoint)
+    # stopped inside round 2's bookkeeping, before its snapshot: the last one is round 1's
+    assert stopped.value.details == {"round": 2, "resume_round": 2} and checkpoint.load()["next_round"] == 2
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupted)  # as the CLI's handler: SIGTERM raises
+    try:
+        for off in (None, Checkpoint(tmp_path / "off.pt", every=0, identity={"run": 1})):
+            fed, algo = fresh("fedavg")
+            with pytest.raises(Interrupted, match="interrupted at round 1") as stopped:
+                run_rounds(fed, algo, 6, 0.5, seed=0, on_round=_sigterm_at([1]), checkpoint=off)
+            assert stopped.value.details == {"round": 1, "resume_round": None}
+            assert signal.getsignal(signal.SIGTERM) is interrupted
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_in_the_last_round_lets_the_run_finish(tmp_path):
+    fed, algo = fresh("fedavg")
+    whole = run_rounds(fed, algo, 3, 0.5, seed=0)
+    fed, algo = fresh("fedavg")
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=100, identity={"run": 1})
+    finished = run_rounds(fed, algo, 3, 0.5, seed=0, on_round=_sigterm_at([3]), checkpoint=checkpoint)
+    assert _metrics(finished) == _metrics(whole) and not checkpoint.path.exists()
+
+
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_mid_run_prints_one_line_exits_128_plus_signal_and_the_run_resumes(setup, tmp_path, signum, status):
     out = tmp_path / "run"
@@ -400,13 +467,20 @@ def test_signal_mid_run_prints_one_line_exits_128_plus_signal_and_the_run_resume
     process.send_signal(signum)
     _, err = process.communicate(timeout=300)
     assert process.returncode == status, err
-    assert re.fullmatch(r"fedgmh train: interrupted at round \d+; the same command resumes from the checkpoint\n", err), err
+    if signum == signal.SIGINT:  # at once, from the last periodic snapshot
+        assert re.fullmatch(r"fedgmh train: interrupted at round \d+; the same command resumes from the checkpoint\n", err), err
+    else:  # the round it arrived in is finished and snapshotted first
+        stopped = re.fullmatch(r"SIGTERM: stopping at the end of this round, with a snapshot \(a second SIGTERM stops at once\)\n"
+                               r"fedgmh train: stopped by SIGTERM after round (\d+); the same command resumes from the checkpoint\n", err)
+        assert stopped, err
     assert not (out / "run.json").exists() and not (out / "metrics.csv").exists() and (out / "checkpoint.pt").exists()
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     record = json.loads((out / "run.json").read_text())
     assert record["resumed_from_round"] >= 1 and record["evaluated_rounds"] == 9
+    if signum == signal.SIGTERM:
+        assert record["resumed_from_round"] == int(stopped.group(1)) + 1
     assert not (out / "checkpoint.pt").exists()
 
 

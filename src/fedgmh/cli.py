@@ -11,7 +11,8 @@ weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
 --version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2;
-Ctrl-C and SIGTERM as one line with exit status 130 and 143.
+Ctrl-C and SIGTERM as one line with exit status 130 and 143 (a training run with checkpoints
+finishes and snapshots its round on SIGTERM first, saying so on a line of its own: fedgmh.stopping).
 """
 
 from __future__ import annotations

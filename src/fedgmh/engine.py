@@ -28,6 +28,7 @@ from torch.func import functional_call
 from fedgmh.config import EngineOptions
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.model import FedAvgCNN
+from fedgmh.stopping import sigterm_at_round_end
 
 Params = dict[str, torch.Tensor]
 #: a client's own tensors that its loss and gradient hook read (a dict of tensors or of dicts of tensors)
@@ -725,6 +726,9 @@ def run_rounds(
     Stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt), it raises `errors.Interrupted` with the
     round it stopped at and `resume_round`, the round its last checkpoint resumes from (None: no
     checkpoint was written). A checkpoint being written at that moment is left as it was (atomic).
+    With a `checkpoint` that snapshots (every > 0), SIGTERM instead stops at the end of the round it
+    arrives in, after snapshotting that round (`stopping`), and `resume_round` is the next round:
+    a scheduler's stop loses no training. A second SIGTERM stops at once.
 
     Every round draws its `proposed` clients from the RandomState(seed) (`select_clients`), then
     plays the round with the algorithm's `choose_clients(rnd, proposed)` (by default `proposed`):
@@ -741,26 +745,32 @@ def run_rounds(
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]
     rnd, resume_round = first, first if snapshot is not None else None
+    snapshots = checkpoint is not None and checkpoint.every > 0
     try:
-        for rnd in range(first, rounds + 1):
-            proposed = select_clients(rng, fed.num_clients, join_ratio)
-            selected = chosen_clients(algorithm, rnd, proposed, fed.num_clients)
-            # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
-            row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options), train=rnd < rounds, cache=cache)
-            if row is not None:
-                rows.append(row)
-                if on_round is not None:
-                    on_round(row)
-            if checkpoint is not None and checkpoint.due(rnd, rounds):
-                checkpoint.save({
-                    "next_round": rnd + 1,
-                    "rows": rows,
-                    "rng": rng.get_state(),
-                    "generator": fed.generator.get_state(),
-                    "participations": fed.participations.copy(),
-                    "algorithm": algorithm.state(),
-                })
-                resume_round = rnd + 1
+        with sigterm_at_round_end(enabled=snapshots) as stop_request:
+            for rnd in range(first, rounds + 1):
+                proposed = select_clients(rng, fed.num_clients, join_ratio)
+                selected = chosen_clients(algorithm, rnd, proposed, fed.num_clients)
+                # the last iteration only evaluates: PFLlib trains once more, but nothing could evaluate it
+                row = play_round(fed, algorithm, rnd, selected, evaluate=should_evaluate(rnd, rounds, fed.options),
+                                 train=rnd < rounds, cache=cache)
+                if row is not None:
+                    rows.append(row)
+                    if on_round is not None:
+                        on_round(row)
+                stopping = stop_request.signum is not None and rnd < rounds  # the last round: finish the run
+                if snapshots and (checkpoint.due(rnd, rounds) or stopping):
+                    checkpoint.save({
+                        "next_round": rnd + 1,
+                        "rows": rows,
+                        "rng": rng.get_state(),
+                        "generator": fed.generator.get_state(),
+                        "participations": fed.participations.copy(),
+                        "algorithm": algorithm.state(),
+                    })
+                    resume_round = rnd + 1
+                if stopping:
+                    break
     except Diverged:
         if checkpoint is not None:
             checkpoint.remove()  # resuming would only diverge again at the same round
@@ -768,4 +778,6 @@ def run_rounds(
     except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's SIGTERM handler (errors.Interrupted)
         raise Interrupted(getattr(stop, "signum", signal.SIGINT), f"interrupted at round {rnd}", round=rnd,
                           resume_round=resume_round) from None
+    if stop_request.signum is not None and rnd < rounds:
+        raise Interrupted(stop_request.signum, f"stopped by SIGTERM after round {rnd}", round=rnd, resume_round=resume_round)
     return rows

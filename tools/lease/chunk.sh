@@ -41,8 +41,9 @@ if [ ! -f "$keep/mirror/cifar100.npz" ] && [ -f "$keep/parts/SHA256SUMS" ]; then
     fi
 fi
 
-# 3. train until the budget is nearly spent: SIGTERM then stops every job at once, each keeping its
-#    last checkpoint (every `checkpoint_every` rounds); runs whose data is not here yet fail and are
+# 3. train until the budget is nearly spent: SIGTERM then makes every job finish the round it is
+#    playing, snapshot it and stop (a round takes seconds here, well inside the 30 s before
+#    SIGKILL; Snakemake itself waits for its jobs on SIGTERM); runs whose data is not here yet fail and are
 #    tried next call. Runs with a checkpoint go first (--prioritize): left to itself Snakemake picks
 #    other jobs, and the work a cut-off run did would wait, or be lost with the machine
 snakemake all_runs --configfile "$config" --unlock >/dev/null 2>&1

@@ -1,0 +1,50 @@
+"""SIGTERM as a request to stop at the end of the round, so the stop loses no training.
+
+A scheduler ends a job with SIGTERM and, some seconds later (SLURM's KillWait, `timeout -k`: 30 s),
+SIGKILL. A run stopped at once keeps only its last periodic snapshot, and loses the rounds since.
+While `sigterm_at_round_end()` is active the first SIGTERM is only noted: the round loop finishes
+the round it is playing, snapshots it and stops (`engine.run_rounds`). A second SIGTERM stops at
+once, as outside the block. Ctrl-C (SIGINT) always stops at once: a person at a terminal is waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from typing import Iterator
+
+from fedgmh.errors import Interrupted
+
+
+class StopRequest:
+    """Whether a stop was asked for (`signum`: the signal, or None)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+
+@contextlib.contextmanager
+def sigterm_at_round_end(enabled: bool = True) -> Iterator[StopRequest]:
+    """While the block runs, the first SIGTERM sets the request's `signum` (and says so on stderr);
+    the second raises `Interrupted`. Off (a request that stays None) when not `enabled`, outside the
+    main thread (only it receives signals) and where SIGTERM is ignored."""
+    request = StopRequest()
+    if not enabled or threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield request
+        return
+
+    def note(signum, frame):
+        if request.signum is not None:
+            raise Interrupted(signum)
+        request.signum = signum
+        # os.write, not print: a handler may run while the main thread is inside a print
+        os.write(2, b"SIGTERM: stopping at the end of this round, with a snapshot (a second SIGTERM stops at once)\n")
+
+    previous = signal.signal(signal.SIGTERM, note)
+    try:
+        yield request
+    finally:
+        signal.signal(signal.SIGTERM, previous)
