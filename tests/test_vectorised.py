@@ -243,3 +243,94 @@ def test_on_cuda_auto_vectorises_and_matches_the_sequential_path(monkeypatch):
     for s, b in zip(sequential, batched):
         _close(s.params, b.params, atol=1e-4)
         assert b.num_samples == s.num_samples
+
+
+# --- conv=unfold: convolutions as im2col + one matrix product (a batched GEMM under vmap) -------------
+
+
+@pytest.mark.parametrize("shape", [dict(kernel_size=5), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=(3, 2), dilation=2, bias=False)])
+def test_an_unfolded_convolution_computes_what_conv2d_does(shape):
+    from fedgmh.model import UnfoldConv2d
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, **shape)
+    unfolded = UnfoldConv2d(4, 6, **shape)
+    unfolded.load_state_dict(conv.state_dict())
+    x = torch.randn(3, 4, 11, 9, requires_grad=True)
+    outs = [layer(x) for layer in (conv, unfolded)]
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    grads = [torch.autograd.grad(out.square().sum(), [x, *layer.parameters()]) for out, layer in zip(outs, (conv, unfolded))]
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+
+
+def test_unfolding_keeps_the_models_parameters_and_refuses_what_it_cannot_compute():
+    from fedgmh.model import FedAvgCNN, UnfoldConv2d, use_unfold_convolutions
+
+    model = FedAvgCNN(3, 10, 32)
+    before = dict(model.named_parameters())
+    use_unfold_convolutions(model)
+    assert dict(model.named_parameters()) == before  # the same names and the very same tensors
+    assert [type(m) for m in model.body if isinstance(m, torch.nn.Conv2d)] == [UnfoldConv2d, UnfoldConv2d]
+    assert type(make_federation(CLIENTS, conv="unfold").model.body[3]) is UnfoldConv2d
+    assert type(make_federation(CLIENTS).model.body[3]) is torch.nn.Conv2d  # the default: torch's conv2d
+    with pytest.raises(ValueError, match="without groups"):
+        use_unfold_convolutions(torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, groups=2)))
+    with pytest.raises(UserError, match="conv='gemm': choose one of direct, unfold"):
+        resolve_options("fedavg", {"conv": "gemm"})
+
+
+UNFOLD_CASES = [("fedavg", {}), ("fedgmh", {}), ("fedprox", STRONG["fedprox"]), ("fedcp", {}), ("fedrep", STRONG["fedrep"])]
+
+
+@pytest.mark.parametrize(("name", "overrides"), UNFOLD_CASES, ids=[n for n, _ in UNFOLD_CASES])
+def test_batched_training_with_unfolded_convolutions_matches_client_by_client_training(name, overrides, monkeypatch):
+    """conv=unfold on the batched path against torch's conv2d client by client: parameters within 1e-5."""
+    from fedgmh.model import use_unfold_convolutions
+
+    sequential, batched = _twins(name, overrides)
+    for algorithm in (sequential, batched):
+        play_round(algorithm.fed, algorithm, 0, [0, 1, 2, 4], evaluate=False)
+    _vectorise(batched)
+    use_unfold_convolutions(batched.fed.model)
+    results = []
+    for algorithm in (sequential, batched):
+        algorithm.send(1, [4, 0, 3, 2])
+        results.append(algorithm.train_clients(1, [4, 0, 3, 2]))
+        monkeypatch.setattr(torch.nn.functional, "conv2d", lambda *a, **k: pytest.fail("torch's conv2d used"))
+    for s, b in zip(*results):
+        _close(s.params, b.params)
+        assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
+    _same_state(sequential.state(), batched.state())
+
+
+def test_a_run_with_unfolded_convolutions_gives_the_metrics_of_torchs_conv2d(float64):
+    runs = []
+    for engine in ({"vectorise": "off"}, {"vectorise": "on", "conv": "unfold"}):
+        options, _ = resolve_options("fedgmh", {})
+        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, **engine)
+        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm("fedgmh")(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
+    pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=False, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("name", "overrides"), UNFOLD_CASES, ids=[n for n, _ in UNFOLD_CASES])
+def test_on_cuda_batched_training_with_unfolded_convolutions_matches_client_by_client_training(name, overrides, monkeypatch):
+    """As the CPU test, on a GPU in plain fp32, to 1e-4; without deterministic cuDNN, whose algorithm
+    for the sequential path's first weight gradient is less precise (see above)."""
+    from fedgmh.model import use_unfold_convolutions
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    sequential, batched = _twins(name, overrides, device="cuda")
+    for algorithm in (sequential, batched):
+        play_round(algorithm.fed, algorithm, 0, [0, 1, 2, 4], evaluate=False)
+    _vectorise(batched)
+    use_unfold_convolutions(batched.fed.model)
+    results = []
+    for algorithm in (sequential, batched):
+        algorithm.send(1, [4, 0, 3, 2])
+        results.append(algorithm.train_clients(1, [4, 0, 3, 2]))
+    for s, b in zip(*results):
+        _close(s.params, b.params, atol=1e-4)

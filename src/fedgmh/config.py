@@ -62,6 +62,12 @@ class EngineOptions:
         help="layout of the images in memory; channels_last is faster for CIFAR-shaped data on CPU but not "
         "bit-identical, so it is opt-in (BENCHMARKS.md)",
     )
+    conv: str = choice(
+        "direct", "unfold",
+        help="how convolutions are computed: direct = torch's conv2d (cuDNN on a GPU; under vmap a grouped "
+        "convolution), unfold = im2col + one matrix product (one batched GEMM under vmap); the same results "
+        "to float tolerance, not bit-identical, so opt-in (BENCHMARKS.md)",
+    )
 
     def __post_init__(self) -> None:
         if not 0 < self.lr_decay <= 1:

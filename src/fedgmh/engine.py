@@ -27,7 +27,7 @@ from torch.func import functional_call
 
 from fedgmh.config import EngineOptions
 from fedgmh.errors import Interrupted, UserError
-from fedgmh.model import FedAvgCNN
+from fedgmh.model import FedAvgCNN, use_unfold_convolutions
 from fedgmh.stopping import sigterm_at_round_end
 
 Params = dict[str, torch.Tensor]
@@ -138,6 +138,8 @@ class Federation:
     def __post_init__(self) -> None:
         if self.options.memory_format == "channels_last" and self.images.dim() == 4:
             self.images = self.images.contiguous(memory_format=torch.channels_last)  # batches keep the layout
+        if self.options.conv == "unfold":
+            use_unfold_convolutions(self.model)
         self.generator = torch.Generator().manual_seed(self.seed)
         self.participations = np.zeros(self.num_clients, dtype=np.int64)
         self.channel = Channel()

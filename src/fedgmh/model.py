@@ -6,6 +6,7 @@ Parameter names start with `body.` or `head.`, so algorithms select what they sh
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 FEATURE_DIM = 512
@@ -32,6 +33,36 @@ class FedAvgCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))
+
+
+class UnfoldConv2d(nn.Conv2d):
+    """nn.Conv2d computed as im2col (`F.unfold`) and one matrix product: the same parameters and,
+    to float tolerance, the same results. Under `torch.func.vmap` over clients' models the product
+    is one batched GEMM, where torch's conv2d becomes a grouped convolution (engine option `conv`)."""
+
+    def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        n, _, h, w = input.shape
+        (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self.padding, self.dilation
+        cols = F.unfold(input, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # [n, c*kh*kw, L]
+        out = weight.flatten(1) @ cols  # [n, out_channels, L]
+        if bias is not None:
+            out = out + bias[:, None]
+        return out.view(n, -1, (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1)
+
+
+def use_unfold_convolutions(model: nn.Module) -> nn.Module:
+    """Replace every nn.Conv2d of `model` by an `UnfoldConv2d` holding the very same parameters."""
+    for parent in list(model.modules()):
+        for name, conv in list(parent.named_children()):
+            if type(conv) is nn.Conv2d:
+                if conv.groups != 1 or conv.padding_mode != "zeros" or isinstance(conv.padding, str):
+                    raise ValueError(f"{name}: only zero-padded convolutions without groups can be unfolded")
+                unfolded = UnfoldConv2d(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                                        padding=conv.padding, dilation=conv.dilation, bias=conv.bias is not None,
+                                        device="meta")
+                unfolded.weight, unfolded.bias = conv.weight, conv.bias
+                setattr(parent, name, unfolded)
+    return model
 
 
 def is_head(name: str) -> bool:

@@ -3,10 +3,12 @@ needed), reference loops, FLOP counts, and the fixtures the benchmark modules im
 
 (Not named conftest.py: tests/conftest.py is imported under that module name by the other tests.)
 
-FEDGMH_BENCH_TF32=1 allows TensorFloat-32 on CUDA (off by default, as in `fedgmh train`). In the
-runs-per-hour benchmark (`RunWorkers`) also: FEDGMH_BENCH_DETERMINISTIC=0, cuDNN's benchmark mode
-instead of its deterministic algorithms; FEDGMH_BENCH_MEMORY_FORMAT=channels_last (the engine
-option). Each changes results in the last digits, so each is a measurement of a lever, not a default.
+FEDGMH_BENCH_TF32=1 allows TensorFloat-32 on CUDA (off by default, as in `fedgmh train`);
+FEDGMH_BENCH_DETERMINISTIC=0 uses cuDNN's benchmark mode instead of the deterministic algorithms
+`fedgmh train` uses (before 2026-11-25 the in-process benchmarks ran with neither: cuDNN's
+heuristics). In the runs-per-hour benchmark (`RunWorkers`) also: FEDGMH_BENCH_MEMORY_FORMAT=channels_last
+and FEDGMH_BENCH_CONV=unfold (the engine options). Each changes results in the last digits, so each
+is a measurement of a lever, not a default.
 `Rounds` plays full-scale rounds of one algorithm; `RunWorkers` plays them in several processes at
 once (the runs-per-GPU-hour benchmark, with the workload of Table 2 and of the paper config below).
 
@@ -59,6 +61,8 @@ def threads_and_precision():
     torch.set_num_threads(int(os.environ.get("FEDGMH_BENCH_THREADS", "1")))
     # as `fedgmh train` by default (engine option tf32=false); FEDGMH_BENCH_TF32=1 measures TF32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = os.environ.get("FEDGMH_BENCH_TF32") == "1"
+    deterministic = os.environ.get("FEDGMH_BENCH_DETERMINISTIC", "1") != "0"
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
 
 
 def synchronize() -> None:
@@ -264,7 +268,8 @@ def run_worker(conn, algorithm: str, shape: str, seed: int) -> None:
         # `fedgmh train` never uses: runs would no longer repeat bit for bit
         deterministic = os.environ.get("FEDGMH_BENCH_DETERMINISTIC", "1") != "0"
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
-        rounds = Rounds(algorithm, shape, seed=seed, memory_format=os.environ.get("FEDGMH_BENCH_MEMORY_FORMAT", "contiguous"))
+        rounds = Rounds(algorithm, shape, seed=seed, memory_format=os.environ.get("FEDGMH_BENCH_MEMORY_FORMAT", "contiguous"),
+                        conv=os.environ.get("FEDGMH_BENCH_CONV", "direct"))
         spent = {"eval": 0.0}
         evaluate = fedgmh_engine.evaluate_clients
 

@@ -28,6 +28,7 @@ from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_pr
     train_flops_per_sample,
 )
 from fedgmh.engine import evaluate_clients, local_train
+from fedgmh.vectorised import local_train_many
 
 pytestmark = pytest.mark.benchmark
 
@@ -66,6 +67,23 @@ def test_engine_local_training(benchmark, shape, memory_format):
 
     benchmark.pedantic(run, rounds=3, warmup_rounds=1)
     _record(benchmark, 2000, train_flops_per_sample(SHAPES[shape]))
+
+
+@pytest.mark.parametrize("conv", ["direct", "unfold"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_batched_local_training(benchmark, shape, conv):
+    """A round's local training of 20 clients in one vmap step (E = 2, batch 100), no evaluation:
+    the kernels of a batched round, with torch's conv2d (a grouped convolution under vmap) or the
+    engine option conv=unfold (one batched GEMM)."""
+    fed = synthetic_federation(SHAPES[shape], vectorise="on", conv=conv)
+    clients, start = list(range(20)), fed.initial_params()
+
+    def train():
+        local_train_many(fed, [start] * len(clients), clients)
+        synchronize()
+
+    benchmark.pedantic(train, rounds=3, warmup_rounds=1)
+    _record(benchmark, fed.local_epochs * sum(len(fed.train_idx[c]) for c in clients), train_flops_per_sample(SHAPES[shape]))
 
 
 @pytest.mark.parametrize("memory_format", ["contiguous", "channels_last"])
