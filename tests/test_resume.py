@@ -68,6 +68,25 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
         Checkpoint(tmp_path / "bad.pt", every=1, identity={}).load()
 
 
+def test_a_snapshot_written_before_an_option_existed_resumes_at_its_default_only(tmp_path):
+    import dataclasses
+
+    def identity(algorithm="fedgmh", **overrides):
+        options, engine = resolve_options(algorithm, overrides)
+        return {"config": {"algorithm": algorithm, "lr": 0.01}, "algorithm_options": dataclasses.asdict(options),
+                "engine_options": dataclasses.asdict(engine), "fedgmh": "0.1.0"}
+
+    older = identity()
+    del older["engine_options"]["conv"], older["algorithm_options"]["gmh_o_zeroing"]  # options this code added since
+    Checkpoint(tmp_path / "ck.pt", every=1, identity=older).save({"next_round": 3})
+    assert Checkpoint(tmp_path / "ck.pt", every=1, identity=identity()).load() == {"next_round": 3}
+    newer = identity()
+    newer["algorithm_options"]["gmh_o_zeroing"] = True  # not its default (which needs head_alias=client0 to resolve)
+    for other in (identity(conv="unfold"), newer, identity(beta=0.3), {**identity(), "config": {"algorithm": "fedgmh", "lr": 0.02}}):
+        with pytest.raises(UserError, match="other settings"):
+            Checkpoint(tmp_path / "ck.pt", every=1, identity=other).load()
+
+
 def test_killed_training_process_resumes_and_matches_an_uninterrupted_run(tmp_path, digits_root):
     from fedgmh.cli import main
 

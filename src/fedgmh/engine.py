@@ -496,6 +496,21 @@ def _identity_text(identity) -> str:
     return identity if isinstance(identity, str) else json.dumps(identity, sort_keys=True, default=str)
 
 
+def _same_identity(stored, identity) -> bool:
+    """Whether a snapshot's identity is `identity`, options added since it was written counting at
+    their defaults (`store.with_option_defaults`), so that a new option does not orphan the
+    snapshots of runs under way."""
+    if _identity_text(stored) == _identity_text(identity):
+        return True
+    from fedgmh.store import with_option_defaults
+
+    try:
+        filled = [with_option_defaults(json.loads(_identity_text(x))) for x in (stored, identity)]
+    except (ValueError, KeyError, TypeError, AttributeError, UserError):  # not a run's identity: only equal text matches
+        return False
+    return _identity_text(filled[0]) == _identity_text(filled[1])
+
+
 class Checkpoint:
     """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
 
@@ -550,7 +565,7 @@ class Checkpoint:
             raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
         if not isinstance(snapshot, dict) or "identity" not in snapshot:
             raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
-        if _identity_text(snapshot["identity"]) != _identity_text(self.identity):  # checked before anything is used
+        if not _same_identity(snapshot["identity"], self.identity):  # checked before anything is used
             raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
         try:
             return _unpack({k: v for k, v in snapshot.items() if k != "identity"})

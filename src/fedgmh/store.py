@@ -69,13 +69,20 @@ def _option_defaults(options_class: type) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(options_class) if f.default is not dataclasses.MISSING}
 
 
+def with_option_defaults(record: dict[str, Any]) -> dict[str, Any]:
+    """The record (or run identity) with every option it predates added at its default: a record
+    written before an option existed ran as the option's default runs."""
+    algorithm_options = {**_option_defaults(option_set(record["config"]["algorithm"]).Options), **record["algorithm_options"]}
+    return {**record, "algorithm_options": algorithm_options,
+            "engine_options": {**_option_defaults(EngineOptions), **record["engine_options"]}}
+
+
 def run_key(record: dict[str, Any]) -> dict[str, Any]:
     """The results-deciding part of a run record (or of the identity of a run about to start)."""
     try:
         config = record["config"]
-        algorithm = config["algorithm"]
-        algorithm_options = {**_option_defaults(option_set(algorithm).Options), **record["algorithm_options"]}
-        engine_options = {**_option_defaults(EngineOptions), **record["engine_options"]}
+        filled = with_option_defaults(record)
+        algorithm_options, engine_options = filled["algorithm_options"], filled["engine_options"]
         partition = record["partition"]
         return {
             "results_version": record.get("results_version"),
