@@ -9,6 +9,9 @@ mirror, the run key of every training job of the configs whose records are commi
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,16 @@ def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
         labels.update({"variant": setting.split("@")[1]} if "@" in setting else {})
         assert json.loads(path.read_text())["workflow"] == labels, path
         assert {p.name for p in path.parent.iterdir()} == {"run.json", "metrics.csv", *store.optional_files(path.parent)}, path
+
+
+def test_the_committed_comparison_so_far_is_what_the_committed_records_give(tmp_path: Path) -> None:
+    """paper_artifacts/paper/so_far/ is regenerated whenever a full-protocol record is committed."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", "tools/comparison_so_far.sh", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    for name in ("table2_results.csv", "comparison.md", "comparison.csv"):
+        assert (tmp_path / name).read_text() == (ARTIFACTS / "paper" / "so_far" / name).read_text(), \
+            f"{name} is out of date: run `bash tools/comparison_so_far.sh` and commit paper_artifacts/paper/so_far/"
 
 
 @pytest.mark.slow
