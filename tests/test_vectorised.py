@@ -283,12 +283,12 @@ def test_unfolding_keeps_the_models_parameters_and_refuses_what_it_cannot_comput
 UNFOLD_CASES = [("fedavg", {}), ("fedgmh", {}), ("fedprox", STRONG["fedprox"]), ("fedcp", {}), ("fedrep", STRONG["fedrep"])]
 
 
-@pytest.mark.parametrize(("name", "overrides"), UNFOLD_CASES, ids=[n for n, _ in UNFOLD_CASES])
-def test_batched_training_with_unfolded_convolutions_matches_client_by_client_training(name, overrides, monkeypatch):
-    """conv=unfold on the batched path against torch's conv2d client by client: parameters within 1e-5."""
+def _compare_unfolded_batched_training(name, overrides, monkeypatch, atol=1e-5, **fed_kwargs):
+    """One round's local training of four clients: client by client with torch's conv2d, and batched
+    with conv=unfold (which must not call conv2d); parameters, losses and state within `atol`."""
     from fedgmh.model import use_unfold_convolutions
 
-    sequential, batched = _twins(name, overrides)
+    sequential, batched = _twins(name, overrides, **fed_kwargs)
     for algorithm in (sequential, batched):
         play_round(algorithm.fed, algorithm, 0, [0, 1, 2, 4], evaluate=False)
     _vectorise(batched)
@@ -299,9 +299,14 @@ def test_batched_training_with_unfolded_convolutions_matches_client_by_client_tr
         results.append(algorithm.train_clients(1, [4, 0, 3, 2]))
         monkeypatch.setattr(torch.nn.functional, "conv2d", lambda *a, **k: pytest.fail("torch's conv2d used"))
     for s, b in zip(*results):
-        _close(s.params, b.params)
+        _close(s.params, b.params, atol=atol)
         assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
-    _same_state(sequential.state(), batched.state())
+    _same_state(sequential.state(), batched.state(), atol=atol)
+
+
+@pytest.mark.parametrize(("name", "overrides"), UNFOLD_CASES, ids=[n for n, _ in UNFOLD_CASES])
+def test_batched_training_with_unfolded_convolutions_matches_client_by_client_training(name, overrides, monkeypatch):
+    _compare_unfolded_batched_training(name, overrides, monkeypatch)
 
 
 def test_a_run_with_unfolded_convolutions_gives_the_metrics_of_torchs_conv2d(float64):
@@ -318,19 +323,7 @@ def test_a_run_with_unfolded_convolutions_gives_the_metrics_of_torchs_conv2d(flo
 def test_on_cuda_batched_training_with_unfolded_convolutions_matches_client_by_client_training(name, overrides, monkeypatch):
     """As the CPU test, on a GPU in plain fp32, to 1e-4; without deterministic cuDNN, whose algorithm
     for the sequential path's first weight gradient is less precise (see above)."""
-    from fedgmh.model import use_unfold_convolutions
-
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
-    sequential, batched = _twins(name, overrides, device="cuda")
-    for algorithm in (sequential, batched):
-        play_round(algorithm.fed, algorithm, 0, [0, 1, 2, 4], evaluate=False)
-    _vectorise(batched)
-    use_unfold_convolutions(batched.fed.model)
-    results = []
-    for algorithm in (sequential, batched):
-        algorithm.send(1, [4, 0, 3, 2])
-        results.append(algorithm.train_clients(1, [4, 0, 3, 2]))
-    for s, b in zip(*results):
-        _close(s.params, b.params, atol=1e-4)
+    _compare_unfolded_batched_training(name, overrides, monkeypatch, atol=1e-4, device="cuda")
