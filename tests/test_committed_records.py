@@ -45,6 +45,21 @@ def test_the_committed_comparison_so_far_is_what_the_committed_records_give(tmp_
             f"{name} is out of date: run `bash tools/comparison_so_far.sh` and commit paper_artifacts/paper/so_far/"
 
 
+def test_the_comparison_so_far_takes_a_run_held_by_both_configs_once_from_paper(tmp_path: Path) -> None:
+    import shutil
+
+    record = ARTIFACTS / "table2_mnist" / "runs" / "table2" / "mnist_c2_a0.5" / "fedavg" / "seed0"
+    for config in ("paper", "table2_mnist"):
+        shutil.copytree(record, tmp_path / "paper_artifacts" / config / "runs" / record.relative_to(ARTIFACTS / "table2_mnist" / "runs"))
+    shutil.copytree(REPO / "tools", tmp_path / "tools")
+    shutil.copytree(REPO / "reference", tmp_path / "reference")
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", "tools/comparison_so_far.sh", "out"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = (tmp_path / "out" / "table2_results.csv").read_text().splitlines()[1:]
+    assert len(rows) == 1 and rows[0].endswith("paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedavg/seed0")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config_file", ["mini.yaml", "table2_mnist.yaml", "table2_full.yaml"])
 def test_every_committed_record_is_found_by_its_training_job(config_file: str, shared_data: Path, tmp_path: Path) -> None:

@@ -445,13 +445,35 @@ def test_a_second_sigterm_stops_at_once_and_without_snapshots_sigterm_is_not_def
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_sigterm_in_the_last_round_lets_the_run_finish(tmp_path):
+@pytest.mark.parametrize("last", [2, 3])  # the last training round, the final evaluation
+def test_sigterm_in_the_last_training_round_or_after_it_lets_the_run_finish(tmp_path, last):
     fed, algo = fresh("fedavg")
     whole = run_rounds(fed, algo, 3, 0.5, seed=0)
     fed, algo = fresh("fedavg")
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=100, identity={"run": 1})
-    finished = run_rounds(fed, algo, 3, 0.5, seed=0, on_round=_sigterm_at([3]), checkpoint=checkpoint)
-    assert _metrics(finished) == _metrics(whole) and not checkpoint.path.exists()
+    finished = run_rounds(fed, algo, 3, 0.5, seed=0, on_round=_sigterm_at([last]), checkpoint=checkpoint)
+    assert _metrics(finished) == _metrics(whole)
+    assert not checkpoint.path.exists()  # a stop would have snapshotted
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_sigterm_during_a_periodic_snapshot_stops_after_that_round_without_a_second_one(tmp_path):
+    from fedgmh.errors import Interrupted
+
+    class SignalledWhileSaving(Checkpoint):
+        saved: list[int] = []
+
+        def save(self, snapshot):
+            self.saved.append(snapshot["next_round"])
+            if len(self.saved) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            super().save(snapshot)
+
+    checkpoint = SignalledWhileSaving(tmp_path / "ck.pt", every=2, identity={"run": 1})
+    fed, algo = fresh("fedavg")
+    with pytest.raises(Interrupted, match="stopped by SIGTERM after round 1") as stopped:
+        run_rounds(fed, algo, 6, 0.5, seed=0, checkpoint=checkpoint)
+    assert stopped.value.details == {"round": 1, "resume_round": 2} and checkpoint.saved == [2]
 
 
 @pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -470,8 +492,9 @@ def test_signal_mid_run_prints_one_line_exits_128_plus_signal_and_the_run_resume
     if signum == signal.SIGINT:  # at once, from the last periodic snapshot
         assert re.fullmatch(r"fedgmh train: interrupted at round \d+; the same command resumes from the checkpoint\n", err), err
     else:  # the round it arrived in is finished and snapshotted first
-        stopped = re.fullmatch(r"SIGTERM: stopping at the end of this round, with a snapshot \(a second SIGTERM stops at once\)\n"
-                               r"fedgmh train: stopped by SIGTERM after round (\d+); the same command resumes from the checkpoint\n", err)
+        from fedgmh.stopping import NOTICE
+
+        stopped = re.fullmatch(re.escape(NOTICE) + r"fedgmh train: stopped by SIGTERM after round (\d+); the same command resumes from the checkpoint\n", err)
         assert stopped, err
     assert not (out / "run.json").exists() and not (out / "metrics.csv").exists() and (out / "checkpoint.pt").exists()
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left

@@ -327,3 +327,18 @@ def test_on_cuda_batched_training_with_unfolded_convolutions_matches_client_by_c
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
     _compare_unfolded_batched_training(name, overrides, monkeypatch, atol=1e-4, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_run_with_unfolded_convolutions_repeats_bit_for_bit(monkeypatch):
+    """conv=unfold is a candidate for the GPU default only if it keeps run-to-run identity (as
+    `fedgmh train` sets it up: deterministic cuDNN, TF32 off)."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    runs = []
+    for _ in range(2):
+        options, _ = resolve_options("fedgmh", {})
+        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, device="cuda", conv="unfold")
+        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm("fedgmh")(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
+    pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=True)

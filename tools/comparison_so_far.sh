@@ -9,8 +9,10 @@
 #   bash tools/comparison_so_far.sh [OUT]       (default paper_artifacts/paper/so_far)
 set -euo pipefail
 out=${1:-paper_artifacts/paper/so_far}
-mapfile -t runs < <(find paper_artifacts/paper/runs/table2 paper_artifacts/table2_mnist/runs/table2 -name run.json 2>/dev/null \
-    | sed 's#/run.json$##' | sort)
+# one record per run: where both configs hold a run (same folder below runs/), paper/'s
+mapfile -t runs < <(for config in paper table2_mnist; do
+        find "paper_artifacts/$config/runs/table2" -name run.json 2>/dev/null | sed "s#^paper_artifacts/$config/runs/##; s#/run.json\$# $config#"
+    done | LC_ALL=C sort -u -k1,1 | awk '{print "paper_artifacts/" $2 "/runs/" $1}')
 [ ${#runs[@]} -gt 0 ] || { echo "no full-protocol record of Table 2 is committed" >&2; exit 1; }
 mkdir -p "$out"
 fedgmh aggregate --runs "${runs[@]}" --experiment table2 --out "$out/table2_results.csv"

@@ -502,7 +502,7 @@ def _same_identity(stored, identity) -> bool:
     snapshots of runs under way."""
     if _identity_text(stored) == _identity_text(identity):
         return True
-    from fedgmh.store import with_option_defaults
+    from fedgmh.store import with_option_defaults  # here: the store imports the algorithms, which import the engine
 
     try:
         filled = [with_option_defaults(json.loads(_identity_text(x))) for x in (stored, identity)]
@@ -745,7 +745,8 @@ def run_rounds(
     checkpoint was written). A checkpoint being written at that moment is left as it was (atomic).
     With a `checkpoint` that snapshots (every > 0), SIGTERM instead stops at the end of the round it
     arrives in, after snapshotting that round (`stopping`), and `resume_round` is the next round:
-    a scheduler's stop loses no training. A second SIGTERM stops at once.
+    a scheduler's stop loses no training. Arriving in the last training round or in the final
+    evaluation, it lets the run finish. A second SIGTERM stops at once.
 
     Every round draws its `proposed` clients from the RandomState(seed) (`select_clients`), then
     plays the round with the algorithm's `choose_clients(rnd, proposed)` (by default `proposed`):
@@ -762,7 +763,7 @@ def run_rounds(
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]
     rnd, resume_round = first, first if snapshot is not None else None
-    snapshots = checkpoint is not None and checkpoint.every > 0
+    snapshots, stopped = checkpoint is not None and checkpoint.every > 0, False
     try:
         with sigterm_at_round_end(enabled=snapshots) as stop_request:
             for rnd in range(first, rounds + 1):
@@ -775,18 +776,14 @@ def run_rounds(
                     rows.append(row)
                     if on_round is not None:
                         on_round(row)
-                stopping = stop_request.signum is not None and rnd < rounds  # the last round: finish the run
-                if snapshots and (checkpoint.due(rnd, rounds) or stopping):
-                    checkpoint.save({
-                        "next_round": rnd + 1,
-                        "rows": rows,
-                        "rng": rng.get_state(),
-                        "generator": fed.generator.get_state(),
-                        "participations": fed.participations.copy(),
-                        "algorithm": algorithm.state(),
-                    })
-                    resume_round = rnd + 1
-                if stopping:
+                if snapshots and checkpoint.due(rnd, rounds):
+                    resume_round = _snapshot(checkpoint, fed, algorithm, rng, rows, rnd)
+                # read after the periodic snapshot, so that a SIGTERM during it counts for this round;
+                # in the last training round, finishing the run (one evaluation) beats a resume
+                stopped = stop_request.signum is not None and rnd < rounds - 1
+                if stopped:
+                    if resume_round != rnd + 1:
+                        resume_round = _snapshot(checkpoint, fed, algorithm, rng, rows, rnd)
                     break
     except Diverged:
         if checkpoint is not None:
@@ -795,6 +792,19 @@ def run_rounds(
     except KeyboardInterrupt as stop:  # Ctrl-C, or the CLI's SIGTERM handler (errors.Interrupted)
         raise Interrupted(getattr(stop, "signum", signal.SIGINT), f"interrupted at round {rnd}", round=rnd,
                           resume_round=resume_round) from None
-    if stop_request.signum is not None and rnd < rounds:
+    if stopped:
         raise Interrupted(stop_request.signum, f"stopped by SIGTERM after round {rnd}", round=rnd, resume_round=resume_round)
     return rows
+
+
+def _snapshot(checkpoint: Checkpoint, fed: Federation, algorithm, rng: np.random.RandomState, rows: list[dict], rnd: int) -> int:
+    """Snapshot the run after round `rnd`; returns the round it resumes from."""
+    checkpoint.save({
+        "next_round": rnd + 1,
+        "rows": rows,
+        "rng": rng.get_state(),
+        "generator": fed.generator.get_state(),
+        "participations": fed.participations.copy(),
+        "algorithm": algorithm.state(),
+    })
+    return rnd + 1

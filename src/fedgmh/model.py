@@ -36,18 +36,22 @@ class FedAvgCNN(nn.Module):
 
 
 class UnfoldConv2d(nn.Conv2d):
-    """nn.Conv2d computed as im2col (`F.unfold`) and one matrix product: the same parameters and,
-    to float tolerance, the same results. Under `torch.func.vmap` over clients' models the product
-    is one batched GEMM, where torch's conv2d becomes a grouped convolution (engine option `conv`)."""
+    """nn.Conv2d computed as im2col (`F.unfold`) and one matrix product over all samples' positions:
+    the same parameters and, to float tolerance, the same results. Under `torch.func.vmap` over
+    clients' models the product is one batched GEMM, [clients, out, in x kernel] times
+    [clients, in x kernel, samples x positions], where torch's conv2d becomes a grouped convolution
+    (engine option `conv`). Batched 4-D input only; the output is contiguous (NCHW) whatever the
+    input's memory format."""
 
     def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         n, _, h, w = input.shape
         (kh, kw), (sh, sw), (ph, pw), (dh, dw) = self.kernel_size, self.stride, self.padding, self.dilation
-        cols = F.unfold(input, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # [n, c*kh*kw, L]
-        out = weight.flatten(1) @ cols  # [n, out_channels, L]
+        cols = F.unfold(input, (kh, kw), dilation=(dh, dw), padding=(ph, pw), stride=(sh, sw))  # [n, in*kh*kw, L]
+        # samples and positions on one side of the product: one GEMM, not one per sample
+        out = torch.einsum("ok,nkl->nol", weight.flatten(1), cols)
         if bias is not None:
             out = out + bias[:, None]
-        return out.view(n, -1, (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1)
+        return out.reshape(n, -1, (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1)
 
 
 def use_unfold_convolutions(model: nn.Module) -> nn.Module:
@@ -61,6 +65,7 @@ def use_unfold_convolutions(model: nn.Module) -> nn.Module:
                                         padding=conv.padding, dilation=conv.dilation, bias=conv.bias is not None,
                                         device="meta")
                 unfolded.weight, unfolded.bias = conv.weight, conv.bias
+                unfolded.train(conv.training)
                 setattr(parent, name, unfolded)
     return model
 

@@ -3,8 +3,8 @@
 A scheduler ends a job with SIGTERM and, some seconds later (SLURM's KillWait, `timeout -k`: 30 s),
 SIGKILL. A run stopped at once keeps only its last periodic snapshot, and loses the rounds since.
 While `sigterm_at_round_end()` is active the first SIGTERM is only noted: the round loop finishes
-the round it is playing, snapshots it and stops (`engine.run_rounds`). A second SIGTERM stops at
-once, as outside the block. Ctrl-C (SIGINT) always stops at once: a person at a terminal is waiting.
+the round it is playing, snapshots it and stops (`engine.run_rounds`; in the run's last training
+round it finishes the run instead). A second SIGTERM stops at once, as outside the block. Ctrl-C (SIGINT) always stops at once: a person at a terminal is waiting.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ import threading
 from typing import Iterator
 
 from fedgmh.errors import Interrupted
+
+
+#: what a run says when the first SIGTERM arrives
+NOTICE = ("SIGTERM: stopping at the end of this round, with a snapshot, or at the end of the run when this is its "
+          "last training round (a second SIGTERM stops at once)\n")
 
 
 class StopRequest:
@@ -38,10 +43,10 @@ def sigterm_at_round_end(enabled: bool = True) -> Iterator[StopRequest]:
 
     def note(signum, frame):
         if request.signum is not None:
+            signal.signal(signal.SIGTERM, previous)  # a third one is the caller's again
             raise Interrupted(signum)
         request.signum = signum
-        # os.write, not print: a handler may run while the main thread is inside a print
-        os.write(2, b"SIGTERM: stopping at the end of this round, with a snapshot (a second SIGTERM stops at once)\n")
+        os.write(2, NOTICE.encode())  # not print: a handler may run while the main thread is inside a print
 
     previous = signal.signal(signal.SIGTERM, note)
     try:

@@ -71,7 +71,8 @@ def _option_defaults(options_class: type) -> dict[str, Any]:
 
 def with_option_defaults(record: dict[str, Any]) -> dict[str, Any]:
     """The record (or run identity) with every option it predates added at its default: a record
-    written before an option existed ran as the option's default runs."""
+    written before an option existed ran as the option's default runs. (The dataclass default:
+    an option a preset or variant sets otherwise counts as a difference, the safe side.)"""
     algorithm_options = {**_option_defaults(option_set(record["config"]["algorithm"]).Options), **record["algorithm_options"]}
     return {**record, "algorithm_options": algorithm_options,
             "engine_options": {**_option_defaults(EngineOptions), **record["engine_options"]}}

@@ -56,13 +56,20 @@ def bench_device() -> torch.device:
     return torch.device(os.environ.get("FEDGMH_BENCH_DEVICE", "cpu"))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def threads_and_precision():
+def set_threads_and_numerics() -> None:
+    """Threads and numerics as `fedgmh train` sets them (1 thread, TF32 off, deterministic cuDNN),
+    unless FEDGMH_BENCH_THREADS / _TF32=1 / _DETERMINISTIC=0 measure otherwise. cuDNN's benchmark
+    mode, which _DETERMINISTIC=0 selects, is never used by `fedgmh train`: runs would no longer
+    repeat bit for bit."""
     torch.set_num_threads(int(os.environ.get("FEDGMH_BENCH_THREADS", "1")))
-    # as `fedgmh train` by default (engine option tf32=false); FEDGMH_BENCH_TF32=1 measures TF32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = os.environ.get("FEDGMH_BENCH_TF32") == "1"
     deterministic = os.environ.get("FEDGMH_BENCH_DETERMINISTIC", "1") != "0"
     torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
+
+
+@pytest.fixture(scope="session", autouse=True)
+def threads_and_precision():
+    set_threads_and_numerics()
 
 
 def synchronize() -> None:
@@ -262,12 +269,7 @@ def run_worker(conn, algorithm: str, shape: str, seed: int) -> None:
     deterministic cuDNN); plays the number of rounds it is sent and answers (seconds, seconds of
     evaluation) until it is sent None."""
     try:
-        torch.set_num_threads(int(os.environ.get("FEDGMH_BENCH_THREADS", "1")))
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = os.environ.get("FEDGMH_BENCH_TF32") == "1"
-        # FEDGMH_BENCH_DETERMINISTIC=0 measures cuDNN's fastest algorithms (benchmark mode), which
-        # `fedgmh train` never uses: runs would no longer repeat bit for bit
-        deterministic = os.environ.get("FEDGMH_BENCH_DETERMINISTIC", "1") != "0"
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = deterministic, not deterministic
+        set_threads_and_numerics()
         rounds = Rounds(algorithm, shape, seed=seed, memory_format=os.environ.get("FEDGMH_BENCH_MEMORY_FORMAT", "contiguous"),
                         conv=os.environ.get("FEDGMH_BENCH_CONV", "direct"))
         spent = {"eval": 0.0}
