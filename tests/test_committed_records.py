@@ -35,10 +35,14 @@ def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
         assert {p.name for p in path.parent.iterdir()} == {"run.json", "metrics.csv", *store.optional_files(path.parent)}, path
 
 
+def _with_fedgmh_on_path() -> dict[str, str]:
+    """The environment with this interpreter's scripts (fedgmh) first on PATH, for the tools' scripts."""
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def test_the_committed_comparison_so_far_is_what_the_committed_records_give(tmp_path: Path) -> None:
     """paper_artifacts/paper/so_far/ is regenerated whenever a full-protocol record is committed."""
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["bash", "tools/comparison_so_far.sh", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True)
+    done = subprocess.run(["bash", "tools/comparison_so_far.sh", str(tmp_path)], cwd=REPO, env=_with_fedgmh_on_path(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     for name in ("table2_results.csv", "comparison.md", "comparison.csv"):
         assert (tmp_path / name).read_text() == (ARTIFACTS / "paper" / "so_far" / name).read_text(), \
@@ -53,8 +57,7 @@ def test_the_comparison_so_far_takes_a_run_held_by_both_configs_once_from_paper(
         shutil.copytree(record, tmp_path / "paper_artifacts" / config / "runs" / record.relative_to(ARTIFACTS / "table2_mnist" / "runs"))
     shutil.copytree(REPO / "tools", tmp_path / "tools")
     shutil.copytree(REPO / "reference", tmp_path / "reference")
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(["bash", "tools/comparison_so_far.sh", "out"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run(["bash", "tools/comparison_so_far.sh", "out"], cwd=tmp_path, env=_with_fedgmh_on_path(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = (tmp_path / "out" / "table2_results.csv").read_text().splitlines()[1:]
     assert len(rows) == 1 and rows[0].endswith("paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedavg/seed0")
