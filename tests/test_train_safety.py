@@ -22,7 +22,7 @@ from conftest import make_federation
 
 from fedgmh.algorithms import REGISTRY
 from fedgmh.engine import Checkpoint, run_rounds
-from fedgmh.errors import UserError
+from fedgmh.errors import Interrupted, UserError
 from fedgmh.train import resolve_options
 
 CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [0, 2, 2, 0, 1], [2, 2, 1, 1], [0, 0, 1, 1, 2], [2, 1, 0, 0]]
@@ -531,3 +531,37 @@ def test_interrupt_before_the_first_checkpoint_says_the_run_starts_again(setup, 
                                        "the same command starts again\n")
     assert main(train_args(setup, tmp_path / "c", "--checkpoint-every", "0", rounds=3)) == 130
     assert "checkpoints are off (--checkpoint-every 0)" in capsys.readouterr().err
+
+
+def test_a_stop_while_the_checkpoint_loads_says_the_run_resumes_and_the_snapshot_is_read_once(setup, tmp_path, capsys, monkeypatch):
+    from fedgmh.cli import main
+
+    out = tmp_path / "run"
+    real_play_round = __import__("fedgmh.engine", fromlist=["play_round"]).play_round
+
+    def stop_in_round_2(fed, algorithm, rnd, *args, **kwargs):
+        if rnd == 2:
+            raise KeyboardInterrupt
+        return real_play_round(fed, algorithm, rnd, *args, **kwargs)
+
+    monkeypatch.setattr("fedgmh.engine.play_round", stop_in_round_2)
+    assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 130
+    monkeypatch.undo()
+    capsys.readouterr()
+    saved = (out / "checkpoint.pt").read_bytes()
+
+    def stopped_while_loading(self):
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(Checkpoint, "load", stopped_while_loading)
+    assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 143
+    assert capsys.readouterr().err == "fedgmh train: interrupted; the same command resumes from the checkpoint\n"
+    assert (out / "checkpoint.pt").read_bytes() == saved
+    monkeypatch.undo()
+
+    loads = []
+    real_load = Checkpoint.load
+    monkeypatch.setattr(Checkpoint, "load", lambda self: loads.append(self.path) or real_load(self))
+    assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 0
+    assert len(loads) == 1  # train passes what it read to the round loop
+    assert json.loads((out / "run.json").read_text())["resumed_from_round"] == 2

@@ -737,6 +737,7 @@ def run_rounds(
     seed: int,
     on_round: Callable[[dict], None] | None = None,
     checkpoint: Checkpoint | None = None,
+    snapshot: dict | None = None,
 ) -> list[dict]:
     """The round loop shared by all algorithms; returns one metrics row per evaluated round.
 
@@ -751,14 +752,17 @@ def run_rounds(
     Every round draws its `proposed` clients from the RandomState(seed) (`select_clients`), then
     plays the round with the algorithm's `choose_clients(rnd, proposed)` (by default `proposed`):
     the draws, and so the checkpoints, are the same whatever an algorithm chooses.
-    `fed.total_rounds` is set to `rounds` before the first round (on every start, resume included)."""
+    `fed.total_rounds` is set to `rounds` before the first round (on every start, resume included).
+    `snapshot`: the checkpoint's contents when the caller has loaded them already (read once, not
+    twice: a 100-client snapshot is hundreds of MB); otherwise the checkpoint is loaded here."""
     check_vectorise(fed, algorithm)
     fed.total_rounds = rounds
     rng = np.random.RandomState(seed)
     rows: list[dict] = []
     first = 0
     cache = make_eval_cache(fed, algorithm)
-    snapshot = checkpoint.load() if checkpoint else None
+    if snapshot is None and checkpoint is not None:
+        snapshot = checkpoint.load()
     if snapshot is not None:
         _restore(fed, algorithm, snapshot, rng)
         rows, first = snapshot["rows"], snapshot["next_round"]

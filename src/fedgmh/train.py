@@ -257,16 +257,19 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
     for name in ("*.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries (of every table)
         remove_leftovers(out_dir / name)
-    resumed = checkpoint.load()
-    started = dt.datetime.now(dt.timezone.utc)
-    wall = time.perf_counter()
-    log = ProgressLog(config.algorithm, config.rounds, resumed["next_round"] if resumed else 0) if progress else None
-    if resumed is not None and progress:
-        print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
+    # a stop while the snapshot loads (seconds, for a 100-client state) keeps it: the run resumes from it
+    had_checkpoint, resumed = checkpoint.path.exists(), None
     try:
-        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint)
+        resumed = checkpoint.load()
+        started = dt.datetime.now(dt.timezone.utc)
+        wall = time.perf_counter()
+        log = ProgressLog(config.algorithm, config.rounds, resumed["next_round"] if resumed else 0) if progress else None
+        if resumed is not None and progress:
+            print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
+        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint, snapshot=resumed)
     except Interrupted as stop:
-        if stop.details.get("resume_round") is not None:
+        in_round_loop = "resume_round" in stop.details
+        if stop.details.get("resume_round") is not None or (not in_round_loop and had_checkpoint):
             stop.message += "; the same command resumes from the checkpoint"
         elif checkpoint_every > 0:
             stop.message += f"; no checkpoint yet (one every {checkpoint_every} rounds): the same command starts again"
