@@ -67,7 +67,7 @@ def test_run_key_covers_what_decides_results_and_nothing_else(stored) -> None:
     assert key["partition"]["digest"] and key["partition"]["dataset_fingerprint"] and key["results_version"] == 1
     same = copy.deepcopy(record)
     same["config"].update(device="cuda:0", threads=8, root="/elsewhere", partition="/elsewhere/p.npz")
-    same["engine_options"].update(vectorise="on", eval_cache=False, eval_batch_size=17, memory_format="channels_last", conv="unfold")
+    same["engine_options"].update(vectorise="on", eval_cache=False, eval_batch_size=17, memory_format="channels_last", conv="unfold", eval_batched=True)
     same["host"] = "gpu-box"
     del same["engine_options"]["tf32"]  # an option the record predates is compared at its default
     assert store.run_key(same) == key

@@ -43,6 +43,11 @@ class EngineOptions:
     eval_last: int = option(0, "evaluate only the last k rounds (0 = all; the official FedGMH code uses 20)")
     eval_batch_size: int = option(1000, "batch size of evaluation passes (does not change results)")
     eval_cache: bool = option(True, "reuse a client's last evaluation while its model is unchanged (same numbers, less work)")
+    eval_batched: bool = option(
+        False,
+        "evaluate the clients in a few vmap passes instead of one pass each (the same sums to float tolerance, "
+        "not bit-identical; for GPUs, where 100 small passes wait on kernel launches; slower on CPU: BENCHMARKS.md)",
+    )
     vectorise: str = choice(
         "auto", "on", "off",
         help="train the selected clients in one vmap step, every algorithm (same results to float "

@@ -397,17 +397,21 @@ class EvalCache:
         self.entries[client] = (self._signature(params) if signature is None else signature, result)
 
 
-def with_label_prior(fed: Federation, client: int, forward: Forward | None) -> Forward:
-    """`forward` with the client's mask prior added (engine option eval_prior=mask)."""
+def _label_prior(fed: Federation, client: int) -> torch.Tensor:
     from fedgmh.priors import label_prior
 
-    forward = forward or fed.forward
-    prior = label_prior(fed.labels[fed.train_idx[client]], fed.num_classes, fed.options.eval_prior).to(fed.device)
+    return label_prior(fed.labels[fed.train_idx[client]], fed.num_classes, fed.options.eval_prior).to(fed.device)
+
+
+def with_label_prior(fed: Federation, client: int, forward: Forward | None) -> Forward:
+    """`forward` with the client's mask prior added (engine option eval_prior=mask)."""
+    forward, prior = forward or fed.forward, _label_prior(fed, client)
     return lambda params, x: forward(params, x) + prior
 
 
 def evaluate_clients(
-    fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None, cache: EvalCache | None = None
+    fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None, cache: EvalCache | None = None,
+    batched: bool = False,
 ) -> dict[str, float]:
     """Evaluate each client's model on its own test split: pooled accuracy, mean / std over clients,
     loss, and `client_acc`, the array of each client's accuracy.
@@ -415,25 +419,24 @@ def evaluate_clients(
     One pass per client, also when clients share a model: a sample's logits then never depend on
     which other clients happen to be in the same batch, so a cached result is bit-identical to a
     fresh one (and on CPU batches of a client's ~150-200 samples run as fast as batches of 1000).
-    Each client's counts are summed on the device and all of them read in one transfer at the end
-    (one host sync per call, not two per client); the sums are the same as read one by one.
+    `batched` (engine option eval_batched, for an evaluation that draws nothing at random): the clients
+    to evaluate go through a few vmap passes instead (`vectorised.evaluate_many`; the same sums to float
+    tolerance), where their models can be stacked. Each client's counts are summed on the device and
+    all of them read in one transfer at the end (one host sync per call, not two per client).
     """
     correct = np.zeros(fed.num_clients)
     losses = np.zeros(fed.num_clients)
     total = np.array([len(idx) for idx in fed.test_idx], dtype=float)
-    fresh = []  # (client, params, their signature now, [hits, loss sum] on the device)
+    fresh = []  # (client, params, their signature now)
     for client in range(fed.num_clients):
         params = params_of(client)
         cached = cache.get(client, params) if cache is not None else None
         if cached is None:
-            client_forward = forward if fed.options.eval_prior == "none" else with_label_prior(fed, client, forward)
-            hits, sample_losses = predict(fed, params, fed.test_idx[client], client_forward)
-            signature = EvalCache._signature(params) if cache is not None else None
-            fresh.append((client, params, signature, torch.stack([hits.sum().double(), sample_losses.double().sum()])))
+            fresh.append((client, params, EvalCache._signature(params) if cache is not None else None))
         else:
             correct[client], losses[client] = cached
-    read = torch.stack([sums for *_, sums in fresh]).tolist() if fresh else []
-    for (client, params, signature, _), (hits, loss) in zip(fresh, read):
+    read = _evaluation_sums(fed, [c for c, *_ in fresh], [p for _, p, _ in fresh], forward, batched).tolist() if fresh else []
+    for (client, params, signature), (hits, loss) in zip(fresh, read):
         correct[client], losses[client] = hits, loss
         if cache is not None:
             cache.put(client, params, (hits, loss), signature)
@@ -446,6 +449,21 @@ def evaluate_clients(
         "test_loss": float(loss_sum / total.sum()),
         "client_acc": accs,  # per client, for the run's clients.csv (not a metrics.csv column)
     }
+
+
+def _evaluation_sums(fed: Federation, clients: list[int], models: list[Params], forward: Forward | None, batched: bool) -> torch.Tensor:
+    """[correct, loss sum] of each client's model on its test split, as one float64 tensor on the device."""
+    from fedgmh import vectorised
+
+    forward, masked = forward or fed.forward, fed.options.eval_prior != "none"
+    if batched and vectorised.can_evaluate_together(models):
+        priors = [_label_prior(fed, c) for c in clients] if masked else None
+        return vectorised.evaluate_many(fed, models, [fed.test_idx[c] for c in clients], forward, priors)
+    sums = []
+    for client, params in zip(clients, models):
+        hits, sample_losses = predict(fed, params, fed.test_idx[client], with_label_prior(fed, client, forward) if masked else forward)
+        sums.append(torch.stack([hits.sum().double(), sample_losses.double().sum()]))
+    return torch.stack(sums)
 
 
 def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
@@ -671,7 +689,8 @@ def play_round(
     fed.current_round = rnd
     algorithm.extra_uploads = 0
     algorithm.send(rnd, selected)
-    metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache) if evaluate else None
+    metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache, batched=evaluates_batched(fed, algorithm)) \
+        if evaluate else None
     if metrics is not None and math.isnan(metrics["test_loss"]):
         raise Diverged(f"round {rnd}: the test loss is nan (the models diverged; try a smaller --lr); "
                        "the run is stopped and nothing is written")
@@ -702,6 +721,12 @@ def check_vectorise(fed: Federation, algorithm) -> None:
     if reason:
         raise UserError(f"vectorise=on: {algorithm.name} cannot train its clients in one batched step ({reason}); "
                         "use vectorise=auto or off")
+
+
+def evaluates_batched(fed: Federation, algorithm) -> bool:
+    """Whether the round's evaluation goes through vmap passes (engine option eval_batched), which an
+    algorithm whose evaluation draws at random does not (its draws follow the client-by-client order)."""
+    return fed.options.eval_batched and getattr(algorithm, "deterministic_eval", True)
 
 
 def make_eval_cache(fed: Federation, algorithm) -> EvalCache | None:

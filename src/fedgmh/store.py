@@ -39,7 +39,7 @@ from fedgmh.io import atomic_path, write_json
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
 
 #: engine options that choose how a run is computed, not what: never part of the key
-EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "vectorise", "memory_format", "conv"})
+EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "eval_batched", "vectorise", "memory_format", "conv"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
 PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "num_classes", "num_clients",
                   "classes_per_client", "alpha", "train_ratio", "seed", "digest")

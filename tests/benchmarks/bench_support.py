@@ -7,7 +7,7 @@ FEDGMH_BENCH_TF32=1 allows TensorFloat-32 on CUDA (off by default, as in `fedgmh
 FEDGMH_BENCH_DETERMINISTIC=0 uses cuDNN's benchmark mode instead of the deterministic algorithms
 `fedgmh train` uses (before 2026-11-25 the in-process benchmarks ran with neither: cuDNN's
 heuristics). In the runs-per-hour benchmark (`RunWorkers`) also: FEDGMH_BENCH_MEMORY_FORMAT=channels_last
-and FEDGMH_BENCH_CONV=unfold (the engine options). Each changes results in the last digits, so each
+FEDGMH_BENCH_CONV=unfold and FEDGMH_BENCH_EVAL_BATCHED=1 (the engine options). Each changes results in the last digits, so each
 is a measurement of a lever, not a default.
 `Rounds` plays full-scale rounds of one algorithm; `RunWorkers` plays them in several processes at
 once (the runs-per-GPU-hour benchmark, with the workload of Table 2 and of the paper config below).
@@ -271,7 +271,8 @@ def run_worker(conn, algorithm: str, shape: str, seed: int) -> None:
     try:
         set_threads_and_numerics()
         rounds = Rounds(algorithm, shape, seed=seed, memory_format=os.environ.get("FEDGMH_BENCH_MEMORY_FORMAT", "contiguous"),
-                        conv=os.environ.get("FEDGMH_BENCH_CONV", "direct"))
+                        conv=os.environ.get("FEDGMH_BENCH_CONV", "direct"),
+                        eval_batched=os.environ.get("FEDGMH_BENCH_EVAL_BATCHED") == "1")
         spent = {"eval": 0.0}
         evaluate = fedgmh_engine.evaluate_clients
 

@@ -111,6 +111,24 @@ def test_engine_evaluation_of_all_clients(benchmark, shape, memory_format):
     _record(benchmark, sum(len(i) for i in fed.test_idx), inference_flops_per_sample(SHAPES[shape]))
 
 
+@pytest.mark.parametrize("models", ["personal", "shared"])
+@pytest.mark.parametrize("batched", [False, True], ids=["one_pass_per_client", "vmap_passes"])
+@pytest.mark.parametrize("shape", SHAPE_NAMES)
+def test_evaluation_in_vmap_passes(benchmark, shape, batched, models):
+    """All 100 clients' evaluation, one pass per client or in vmap passes (`vectorised.evaluate_many`,
+    the vectorised path's): 100 personalised models, or one model every client holds (FedAvg's)."""
+    fed = synthetic_federation(SHAPES[shape])
+    shared = fed.initial_params()
+    own = [fed.initial_params() for _ in range(fed.num_clients)] if models == "personal" else [shared] * fed.num_clients
+
+    def run():
+        evaluate_clients(fed, lambda c: own[c], batched=batched)
+        synchronize()
+
+    benchmark.pedantic(run, rounds=3, warmup_rounds=1)
+    _record(benchmark, sum(len(i) for i in fed.test_idx), inference_flops_per_sample(SHAPES[shape]))
+
+
 @pytest.mark.parametrize("shape", SHAPE_NAMES)
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])
 def test_round_efficiency(benchmark, bare_rates, algorithm, shape):

@@ -1,0 +1,116 @@
+"""Many clients' evaluation in a few vmap passes (`vectorised.evaluate_many`, engine option
+eval_batched) against one pass per client (`engine.predict`)."""
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import make_federation
+from fedgmh import engine, vectorised
+from fedgmh.algorithms import REGISTRY, get_algorithm
+from fedgmh.engine import evaluate_clients, play_round, run_rounds
+from fedgmh.train import resolve_options
+
+# unequal test splits (3, 3, 3, 1, 3 samples): padding and masking are exercised
+CLIENTS = [[0, 1, 0, 1, 2, 2, 1, 0, 1], [1, 2, 2], [0, 2, 2, 1, 0, 0, 1], [2], [0, 0, 2, 1, 1]]
+
+
+def _trained(name, overrides=None, **engine_options):
+    """An algorithm after one round in which clients 0, 2 and 3 trained: clients' models differ."""
+    options, _ = resolve_options(name, overrides or {})
+    fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, vectorise="off", **engine_options)
+    algorithm = get_algorithm(name)(fed, options)
+    play_round(fed, algorithm, 0, [0, 2, 3], evaluate=False)
+    return fed, algorithm
+
+
+def _same_evaluation(a, b):
+    assert list(a["client_acc"]) == list(b["client_acc"])  # counts: exactly
+    assert a["test_acc"] == b["test_acc"]
+    assert math.isclose(a["test_loss"], b["test_loss"], rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, float64, monkeypatch):
+    fed, algorithm = _trained(name)
+    one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
+    passes = []
+    monkeypatch.setattr(engine, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
+    monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(len(a[1])) or f(*a))
+    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
+    assert passes == [fed.num_clients]
+    _same_evaluation(one_by_one, together)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedgmh"])
+def test_batched_evaluation_with_the_label_prior_mask(name, float64):
+    fed, algorithm = _trained(name, eval_prior="mask")
+    one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
+    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
+    _same_evaluation(one_by_one, together)
+    fed.options = dataclasses.replace(fed.options, eval_prior="none")
+    unmasked = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
+    assert unmasked["test_loss"] > together["test_loss"]  # the mask took part: absent labels' logits removed
+
+def test_passes_hold_at_most_their_share_of_clients_and_of_each_clients_samples(float64, monkeypatch):
+    fed, algorithm = _trained("fedgmh")
+    one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
+    fed.options = dataclasses.replace(fed.options, eval_batch_size=2)  # each client's 3 samples: 2 + 1
+    monkeypatch.setattr(vectorised, "EVAL_SAMPLES_PER_PASS", 4)  # 2 clients of 2 samples per pass
+    calls = []
+
+    def counted(params, x):
+        calls.append(x.shape[0])
+        return algorithm.forward(params, x)
+
+    together = evaluate_clients(fed, algorithm.eval_params, counted, batched=True)
+    # clients [0, 1], [2, 3], [4]; within each, samples 0-1 then 2: six traced calls of 2 or 1 samples
+    assert calls == [2, 1, 2, 1, 2, 1]
+    _same_evaluation(one_by_one, together)
+
+
+def test_a_padded_copy_of_a_sample_with_an_infinite_loss_adds_nothing(float64):
+    fed = make_federation(CLIENTS, num_classes=3)
+    logits = torch.tensor([-math.inf, 0.0, 0.0])  # every label-0 sample has an infinite loss
+    forward = lambda params, x: params["logits"].expand(len(x), -1)  # noqa: E731
+    # client 3's one test sample (label 2) is padded with dataset sample 0 (label 0)
+    assert fed.labels[0] == 0 and len(fed.test_idx[3]) == 1
+    sums = vectorised.evaluate_many(fed, [{"logits": logits}] * 2, [fed.test_idx[0], fed.test_idx[3]], forward)
+    assert sums[1, 1] == pytest.approx(math.log(2))
+    assert sums[0, 1] == math.inf
+
+
+def test_models_that_cannot_be_stacked_are_evaluated_one_by_one(float64, monkeypatch):
+    fed, algorithm = _trained("fedavg")
+    widened = {**algorithm.global_params, "head.bias": torch.zeros(3)}
+    models = {0: widened, 1: {k: v for k, v in reversed(widened.items())}}
+    assert not vectorised.can_evaluate_together([models[0], models[1]])
+    called = []
+    monkeypatch.setattr(vectorised, "evaluate_many", lambda *a, **k: called.append(1))
+    evaluate_clients(fed, lambda c: models.get(c, widened), algorithm.forward, batched=True)
+    assert not called
+
+
+def test_the_round_loop_evaluates_in_passes_with_eval_batched_unless_evaluation_draws_at_random(float64, monkeypatch):
+    passes = []
+    monkeypatch.setattr(vectorised, "evaluate_many", lambda *a, f=vectorised.evaluate_many: passes.append(1) or f(*a))
+    for name, overrides, batched, expected in [("fedavg", {}, True, True), ("fedavg", {}, False, False),
+                                               ("fedcp", {"policy": "gumbel"}, True, False), ("fedcp", {}, True, True)]:
+        options, _ = resolve_options(name, overrides)
+        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, eval_batched=batched)
+        passes.clear()
+        run_rounds(fed, get_algorithm(name)(fed, options), rounds=2, join_ratio=0.6, seed=0)
+        assert bool(passes) == expected, (name, overrides, batched)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedgmh", "fedrod", "ditto"])
+def test_a_run_evaluated_in_passes_gives_the_metrics_of_one_pass_per_client(name, float64):
+    runs = []
+    for batched in (False, True):
+        options, _ = resolve_options(name, {})
+        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, eval_batched=batched)
+        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm(name)(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
+    pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=False, rtol=1e-9)
