@@ -507,6 +507,18 @@ def test_signal_mid_run_prints_one_line_exits_128_plus_signal_and_the_run_resume
     assert not (out / "checkpoint.pt").exists()
 
 
+def _ctrl_c_in_round(stop_round):
+    """engine.play_round, but Ctrl-C arrives when round `stop_round` starts."""
+    from fedgmh.engine import play_round
+
+    def play(fed, algorithm, rnd, *args, **kwargs):
+        if rnd == stop_round:
+            raise KeyboardInterrupt
+        return play_round(fed, algorithm, rnd, *args, **kwargs)
+
+    return play
+
+
 def test_interrupt_before_the_first_checkpoint_says_the_run_starts_again(setup, tmp_path, capsys, monkeypatch):
     from fedgmh import train
     from fedgmh.cli import main
@@ -518,14 +530,7 @@ def test_interrupt_before_the_first_checkpoint_says_the_run_starts_again(setup, 
     assert main(train_args(setup, tmp_path / "a")) == 130
     assert capsys.readouterr().err == "fedgmh train: interrupted\n"
     monkeypatch.undo()
-    real_play_round = __import__("fedgmh.engine", fromlist=["play_round"]).play_round
-
-    def stop_in_round_1(fed, algorithm, rnd, *args, **kwargs):
-        if rnd == 1:
-            raise KeyboardInterrupt
-        return real_play_round(fed, algorithm, rnd, *args, **kwargs)
-
-    monkeypatch.setattr("fedgmh.engine.play_round", stop_in_round_1)
+    monkeypatch.setattr("fedgmh.engine.play_round", _ctrl_c_in_round(1))
     assert main(train_args(setup, tmp_path / "b", "--checkpoint-every", "5", rounds=3)) == 130
     assert capsys.readouterr().err == ("fedgmh train: interrupted at round 1; no checkpoint yet (one every 5 rounds): "
                                        "the same command starts again\n")
@@ -537,14 +542,7 @@ def test_a_stop_while_the_checkpoint_loads_says_the_run_resumes_and_the_snapshot
     from fedgmh.cli import main
 
     out = tmp_path / "run"
-    real_play_round = __import__("fedgmh.engine", fromlist=["play_round"]).play_round
-
-    def stop_in_round_2(fed, algorithm, rnd, *args, **kwargs):
-        if rnd == 2:
-            raise KeyboardInterrupt
-        return real_play_round(fed, algorithm, rnd, *args, **kwargs)
-
-    monkeypatch.setattr("fedgmh.engine.play_round", stop_in_round_2)
+    monkeypatch.setattr("fedgmh.engine.play_round", _ctrl_c_in_round(2))
     assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 130
     monkeypatch.undo()
     capsys.readouterr()
