@@ -11,7 +11,7 @@ import torch
 from conftest import make_federation
 from fedgmh import engine, vectorised
 from fedgmh.algorithms import REGISTRY, get_algorithm
-from fedgmh.engine import evaluate_clients, play_round, run_rounds
+from fedgmh.engine import Checkpoint, evaluate_clients, play_round, run_rounds
 from fedgmh.train import resolve_options
 
 # unequal test splits (3, 3, 3, 1, 3 samples): padding and masking are exercised
@@ -39,7 +39,7 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
     passes = []
     monkeypatch.setattr(engine, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
-    monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(len(a[1])) or f(*a))
+    monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
     together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
     assert passes == [fed.num_clients]
     _same_evaluation(one_by_one, together)
@@ -78,19 +78,24 @@ def test_a_padded_copy_of_a_sample_with_an_infinite_loss_adds_nothing(float64):
     forward = lambda params, x: params["logits"].expand(len(x), -1)  # noqa: E731
     # client 3's one test sample (label 2) is padded with dataset sample 0 (label 0)
     assert fed.labels[0] == 0 and len(fed.test_idx[3]) == 1
-    sums = vectorised.evaluate_many(fed, [{"logits": logits}] * 2, [fed.test_idx[0], fed.test_idx[3]], forward)
+    sums = vectorised.evaluate_many(fed, [{"logits": logits}] * 2, [0, 3], forward)
     assert sums[1, 1] == pytest.approx(math.log(2))
     assert sums[0, 1] == math.inf
 
 
 def test_models_that_cannot_be_stacked_are_evaluated_one_by_one(float64, monkeypatch):
     fed, algorithm = _trained("fedavg")
-    widened = {**algorithm.global_params, "head.bias": torch.zeros(3)}
-    models = {0: widened, 1: {k: v for k, v in reversed(widened.items())}}
-    assert not vectorised.can_evaluate_together([models[0], models[1]])
+    model = algorithm.global_params
+    reordered = dict(reversed(model.items()))
+    wider = {**model, "head.bias": torch.zeros(4)}
+    other_dtype = {**model, "head.bias": model["head.bias"].float()}
+    for odd in (reordered, wider, other_dtype):
+        assert not vectorised.can_evaluate_together([model, odd])
+    assert vectorised.can_evaluate_together([model, {k: v.clone() for k, v in model.items()}])
     called = []
     monkeypatch.setattr(vectorised, "evaluate_many", lambda *a, **k: called.append(1))
-    evaluate_clients(fed, lambda c: models.get(c, widened), algorithm.forward, batched=True)
+    with pytest.raises(RuntimeError):  # client 1's wider head reaches the one-by-one pass, which cannot use it
+        evaluate_clients(fed, lambda c: wider if c == 1 else model, algorithm.forward, batched=True)
     assert not called
 
 
@@ -114,3 +119,33 @@ def test_a_run_evaluated_in_passes_gives_the_metrics_of_one_pass_per_client(name
         fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, eval_batched=batched)
         runs.append(pd.DataFrame(run_rounds(fed, get_algorithm(name)(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
     pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=False, rtol=1e-9)
+
+
+def test_a_clients_sums_do_not_depend_on_the_clients_it_is_evaluated_with():
+    """float32, as runs train: the same bits alone, with others, and at another place in a pass."""
+    fed, algorithm = _trained("ditto")
+    models = [algorithm.eval_params(c) for c in range(fed.num_clients)]
+    alone = vectorised.evaluate_many(fed, [models[2]], [2], algorithm.forward)
+    for clients in ([0, 1, 2, 3, 4], [2, 4], [4, 3, 2]):
+        together = vectorised.evaluate_many(fed, [models[c] for c in clients], clients, algorithm.forward)
+        assert torch.equal(together[clients.index(2)], alone[0]), clients
+
+
+@pytest.mark.parametrize("name", ["ditto", "fedamp", "fedcp", "fedgmh"])
+def test_a_resumed_run_evaluated_in_passes_ends_with_the_metrics_of_an_uninterrupted_one(name, tmp_path):
+    """float32; the evaluation cache is not in the snapshot, so a resumed run evaluates other clients afresh."""
+
+    def run(checkpoint=None, on_round=None):
+        options, _ = resolve_options(name, {})
+        fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, eval_batched=True)
+        rows = run_rounds(fed, get_algorithm(name)(fed, options), rounds=6, join_ratio=0.4, seed=3, on_round=on_round, checkpoint=checkpoint)
+        return pd.DataFrame(rows).drop(columns=["seconds", "client_acc"], errors="ignore")
+
+    def stop_after_round_2(row):
+        if row["round"] == 2:
+            raise KeyboardInterrupt
+
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
+    with pytest.raises(KeyboardInterrupt):
+        run(checkpoint, stop_after_round_2)
+    pd.testing.assert_frame_equal(run(checkpoint), run(), check_exact=True)

@@ -11,6 +11,7 @@ last iteration only evaluates, because training after the last evaluation cannot
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import pickle
@@ -147,6 +148,18 @@ class Federation:
     @property
     def num_clients(self) -> int:
         return len(self.train_idx)
+
+    @functools.cached_property
+    def padded_test_idx(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every client's test samples padded to the longest split ([clients, longest], padded with
+        sample 0) and the mask of its real ones: built once (test splits are fixed during a run), so a
+        batched evaluation pass gathers its rows in one indexing instead of writes per client."""
+        longest = max((len(idx) for idx in self.test_idx), default=0)
+        index = torch.zeros(self.num_clients, longest, dtype=torch.long, device=self.device)
+        for client, idx in enumerate(self.test_idx):
+            index[client, : len(idx)] = idx
+        lengths = torch.tensor([len(idx) for idx in self.test_idx], device=self.device)
+        return index, torch.arange(longest, device=self.device) < lengths[:, None]
 
     @property
     def device(self) -> torch.device:
@@ -458,7 +471,7 @@ def _evaluation_sums(fed: Federation, clients: list[int], models: list[Params], 
     forward, masked = forward or fed.forward, fed.options.eval_prior != "none"
     if batched and vectorised.can_evaluate_together(models):
         priors = [_label_prior(fed, c) for c in clients] if masked else None
-        return vectorised.evaluate_many(fed, models, [fed.test_idx[c] for c in clients], forward, priors)
+        return vectorised.evaluate_many(fed, models, clients, forward, priors)
     sums = []
     for client, params in zip(clients, models):
         hits, sample_losses = predict(fed, params, fed.test_idx[client], with_label_prior(fed, client, forward) if masked else forward)

@@ -197,40 +197,44 @@ EVAL_SAMPLES_PER_PASS = 4096
 
 
 def can_evaluate_together(models: list[Params]) -> bool:
-    """Whether the models can be stacked: the same parameter names, shapes and dtypes."""
+    """Whether the models can be stacked: the same parameter names (in the same order), shapes and dtypes."""
     first = models[0]
     return all(list(m) == list(first) and all(m[k].shape == v.shape and m[k].dtype == v.dtype for k, v in first.items())
                for m in models[1:])
 
 
-def evaluate_many(fed: Federation, models: list[Params], samples: list[torch.Tensor], forward: Forward,
+def evaluate_many(fed: Federation, models: list[Params], clients: list[int], forward: Forward,
                   priors: list[torch.Tensor] | None = None) -> torch.Tensor:
-    """`engine.predict`'s sums for each model i on its samples `samples[i]`: a [models, 2] float64
+    """`engine.predict`'s sums for models[i] on the test split of clients[i]: a [models, 2] float64
     tensor (correct predictions, summed cross-entropy) on the device, to float tolerance, from vmap
-    passes over the stacked models (a tensor every model holds is passed once, not stacked), each
-    client's samples padded to the longest and masked. `priors[i]` is added to model i's logits
-    (eval_prior). At most `eval_batch_size` samples per client and `EVAL_SAMPLES_PER_PASS` in all
-    per pass."""
-    width = min(max((len(idx) for idx in samples), default=0), fed.options.eval_batch_size)
-    per_pass = max(1, EVAL_SAMPLES_PER_PASS // max(width, 1))
-    sums = [_evaluate_pass(fed, models[start:start + per_pass], samples[start:start + per_pass], forward,
-                           None if priors is None else priors[start:start + per_pass])
-            for start in range(0, len(models), per_pass)]
+    passes over the stacked models. `priors[i]` is added to model i's logits (eval_prior).
+
+    Every pass has the same shapes whoever is in it: the same number of models (the last pass is
+    filled up with copies of its first model, which evaluate nothing), each with the federation's
+    longest test split (padded and masked), in chunks of `eval_batch_size` samples. So a client's
+    sums do not depend on which clients it is evaluated with, and a result the evaluation cache kept
+    equals a new one bit for bit, also after a resume. At most `EVAL_SAMPLES_PER_PASS` samples per pass."""
+    index, mask = fed.padded_test_idx
+    width = max(1, min(index.shape[1], fed.options.eval_batch_size))
+    per_pass = max(1, min(fed.num_clients, EVAL_SAMPLES_PER_PASS // width))
+    sums = []
+    for start in range(0, len(models), per_pass):
+        part = slice(start, start + per_pass)
+        filler = per_pass - len(models[part])
+        stacked = {k: torch.stack([m[k] for m in models[part]] + [models[start][k]] * filler) for k in models[start]}
+        rows = torch.tensor(clients[part] + [clients[start]] * filler, device=fed.device)
+        real = mask[rows] & (torch.arange(per_pass, device=fed.device) < per_pass - filler)[:, None]
+        prior = None if priors is None else torch.stack(priors[part] + [priors[start]] * filler)
+        sums.append(_evaluate_pass(fed, stacked, index[rows], real, forward, prior)[: per_pass - filler])
     return torch.cat(sums) if sums else torch.zeros(0, 2, dtype=torch.float64, device=fed.device)
 
 
-def _evaluate_pass(fed: Federation, models: list[Params], samples: list[torch.Tensor], forward: Forward,
-                   priors: list[torch.Tensor] | None) -> torch.Tensor:
-    leaves, dims, spec = _stack_extras(models)
-    longest = max(len(idx) for idx in samples)
-    index = torch.zeros(len(samples), longest, dtype=torch.long, device=fed.device)
-    mask = torch.zeros(len(samples), longest, dtype=torch.bool, device=fed.device)
-    for i, idx in enumerate(samples):
-        index[i, : len(idx)], mask[i, : len(idx)] = idx, True
-    prior = None if priors is None else torch.stack(priors)
+def _evaluate_pass(fed: Federation, stacked: Params, index: torch.Tensor, real: torch.Tensor, forward: Forward,
+                   prior: torch.Tensor | None) -> torch.Tensor:
+    """[correct, loss sum] of each stacked model on its samples `index` where `real`."""
 
-    def one_model(leaves, x, y, real, prior):
-        logits = forward(tree_unflatten(leaves, spec), x)
+    def one_model(params, x, y, real, prior):
+        logits = forward(params, x)
         if prior is not None:
             logits = logits + prior
         hits = (logits.argmax(dim=1) == y) & real
@@ -238,11 +242,11 @@ def _evaluate_pass(fed: Federation, models: list[Params], samples: list[torch.Te
         losses = torch.where(real, F.cross_entropy(logits, y, reduction="none").double(), 0.0)
         return torch.stack([hits.double().sum(), losses.sum()])
 
-    evaluate = vmap(one_model, in_dims=(dims, 0, 0, 0, None if prior is None else 0))
-    total = torch.zeros(len(models), 2, dtype=torch.float64, device=fed.device)
+    evaluate = vmap(one_model, in_dims=(0, 0, 0, 0, None if prior is None else 0))
+    total = torch.zeros(index.shape[0], 2, dtype=torch.float64, device=fed.device)
     with torch.no_grad():
-        for start in range(0, longest, fed.options.eval_batch_size):
+        for start in range(0, index.shape[1], fed.options.eval_batch_size):
             cols = slice(start, start + fed.options.eval_batch_size)
             batch = index[:, cols]
-            total += evaluate(leaves, fed.images[batch], fed.labels[batch], mask[:, cols], prior)
+            total += evaluate(stacked, fed.images[batch], fed.labels[batch], real[:, cols], prior)
     return total

@@ -4,7 +4,8 @@
 # others), both shapes, as `fedgmh train` runs them (fp32, deterministic cuDNN), then with the
 # convolutions unfolded into batched GEMMs (engine option conv=unfold: cuBLAS GEMMs and im2col, no
 # cuDNN convolution, so a candidate for a deterministic GPU default if it pays and repeats bit for bit), that with TF32, TF32 alone,
-# the evaluation in vmap passes (eval_batched), cuDNN's benchmark mode, channels_last, and the last three together; the most likely winners first, as a call may be cut. Every measurement is appended to
+# the evaluation in vmap passes (eval_batched), cuDNN's benchmark mode, channels_last, and TF32 + benchmark mode +
+# channels_last together; the most likely winners first, as a call may be cut. Every measurement is appended to
 # $OUT/levers.jsonl as it is taken (FEDGMH_BENCH_PARTIAL), labelled with its setting
 # (FEDGMH_BENCH_LABEL), so a call cut off at its limit keeps what it measured; the output is two files
 # (levers.jsonl, levers.log). Read it with `python tests/benchmarks/summarise.py levers.jsonl`
