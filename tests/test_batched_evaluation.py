@@ -123,7 +123,18 @@ def test_a_run_evaluated_in_passes_gives_the_metrics_of_one_pass_per_client(name
 
 def test_a_clients_sums_do_not_depend_on_the_clients_it_is_evaluated_with():
     """float32, as runs train: the same bits alone, with others, and at another place in a pass."""
-    fed, algorithm = _trained("ditto")
+    _same_bits_whatever_the_pass_mates(*_trained("ditto"))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_a_clients_sums_do_not_depend_on_the_clients_it_is_evaluated_with(monkeypatch):
+    """As `fedgmh train` runs on CUDA: deterministic cuDNN, no TF32."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    _same_bits_whatever_the_pass_mates(*_trained("ditto", device="cuda"))
+
+
+def _same_bits_whatever_the_pass_mates(fed, algorithm):
     models = [algorithm.eval_params(c) for c in range(fed.num_clients)]
     alone = vectorised.evaluate_many(fed, [models[2]], [2], algorithm.forward)
     for clients in ([0, 1, 2, 3, 4], [2, 4], [4, 3, 2]):
