@@ -136,3 +136,37 @@ def test_progress_eta_of_a_resumed_run_counts_only_the_rounds_it_ran(monkeypatch
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].endswith("10s elapsed, ETA 1000s")
     assert lines[1].endswith("20s elapsed, ETA 990s")
+
+
+def test_progress_goes_on_through_rounds_that_are_not_evaluated(monkeypatch, capsys):
+    """eval_last (the official FedGMH code's 20) leaves most rounds unevaluated: one line every 10."""
+    from fedgmh import train
+
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr(train.time, "perf_counter", lambda: next(clock))
+    log = train.ProgressLog("fedgmh", rounds=30)
+    for rnd in range(31):
+        if rnd >= 28:
+            log({"round": rnd, "test_acc": 0.5, "train_loss": 1.0})
+        log.played(rnd)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" |")[0] for line in lines] == [
+        "[fedgmh] round 9/30 not evaluated", "[fedgmh] round 19/30 not evaluated",
+        "[fedgmh] round 28/30 acc 0.5000 best 0.5000 train_loss 1.0000", "[fedgmh] round 29/30 acc 0.5000 best 0.5000 train_loss 1.0000",
+        "[fedgmh] round 30/30 acc 0.5000 best 0.5000 train_loss 1.0000"]
+    assert lines[0].endswith("1s elapsed, ETA 2s")  # 1 s for 10 rounds, 21 left
+
+
+def test_fedgmh_train_reports_progress_while_no_round_is_evaluated(tmp_path, capsys):
+    from fedgmh import data
+    from fedgmh.cli import main
+
+    data.download("digits", tmp_path / "data")
+    assert main(["partition", "--dataset", "digits", "--root", str(tmp_path / "data"), "--clients", "4",
+                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(tmp_path / "p.npz")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--dataset", "digits", "--root", str(tmp_path / "data"), "--partition", str(tmp_path / "p.npz"),
+                 "--algorithm", "fedavg", "--rounds", "12", "--local-epochs", "1", "--join-ratio", "0.5", "--threads", "1",
+                 "--set", "eval_last=2", "--out", str(tmp_path / "run")]) == 0
+    rounds = [line.split(" |")[0] for line in capsys.readouterr().err.splitlines() if line.startswith("[fedavg] round")]
+    assert rounds[0] == "[fedavg] round 9/12 not evaluated" and [r.split()[2] for r in rounds] == ["9/12", "11/12", "12/12"]

@@ -776,6 +776,7 @@ def run_rounds(
     on_round: Callable[[dict], None] | None = None,
     checkpoint: Checkpoint | None = None,
     snapshot: dict | None = None,
+    on_played: Callable[[int], None] | None = None,
 ) -> list[dict]:
     """The round loop shared by all algorithms; returns one metrics row per evaluated round.
 
@@ -792,7 +793,8 @@ def run_rounds(
     the draws, and so the checkpoints, are the same whatever an algorithm chooses.
     `fed.total_rounds` is set to `rounds` before the first round (on every start, resume included).
     `snapshot`: the checkpoint's contents when the caller has loaded them already (read once, not
-    twice: a 100-client snapshot is hundreds of MB); otherwise the checkpoint is loaded here."""
+    twice: a 100-client snapshot is hundreds of MB); otherwise the checkpoint is loaded here.
+    `on_round(row)` is called for every evaluated round, `on_played(rnd)` after every round (progress)."""
     check_vectorise(fed, algorithm)
     fed.total_rounds = rounds
     rng = np.random.RandomState(seed)
@@ -818,6 +820,8 @@ def run_rounds(
                     rows.append(row)
                     if on_round is not None:
                         on_round(row)
+                if on_played is not None:
+                    on_played(rnd)
                 if snapshots and checkpoint.due(rnd, rounds):
                     resume_round = _snapshot(checkpoint, fed, algorithm, rng, rows, rnd)
                 # read after the periodic snapshot, so that a SIGTERM during it counts for this round;

@@ -147,23 +147,32 @@ def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
 
 
 class ProgressLog:
-    """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA."""
+    """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA; and, in a
+    stretch of rounds that are not evaluated (eval_every, eval_last), one line every
+    `QUIET_EVERY` rounds with the speed alone, so a long run never goes silent."""
+
+    QUIET_EVERY = 10
 
     def __init__(self, algorithm: str, rounds: int, first_round: int = 0) -> None:
         self.algorithm, self.rounds, self.start, self.best = algorithm, rounds, time.perf_counter(), 0.0
         self.first_round = first_round  # a resumed run starts past round 0: its speed is from here
+        self.last_evaluated: int | None = None
 
     def __call__(self, row: dict) -> None:
         self.best = max(self.best, row["test_acc"])
-        done_here = row["round"] + 1 - self.first_round  # rounds this process ran
+        self.last_evaluated = row["round"]
+        self._line(row["round"], f"acc {row['test_acc']:.4f} best {self.best:.4f} train_loss {row['train_loss']:.4f}")
+
+    def played(self, rnd: int) -> None:
+        """After every round played, evaluated or not (`engine.run_rounds`' `on_played`)."""
+        if rnd != self.last_evaluated and (rnd + 1) % self.QUIET_EVERY == 0:
+            self._line(rnd, "not evaluated")
+
+    def _line(self, rnd: int, what: str) -> None:
+        done_here = rnd + 1 - self.first_round  # rounds this process ran
         elapsed = time.perf_counter() - self.start
-        eta = elapsed / done_here * (self.rounds - row["round"])
-        print(
-            f"[{self.algorithm}] round {row['round']}/{self.rounds} acc {row['test_acc']:.4f} best {self.best:.4f} "
-            f"train_loss {row['train_loss']:.4f} | {elapsed:.0f}s elapsed, ETA {eta:.0f}s",
-            file=sys.stderr,
-            flush=True,
-        )
+        eta = elapsed / done_here * (self.rounds - rnd)
+        print(f"[{self.algorithm}] round {rnd}/{self.rounds} {what} | {elapsed:.0f}s elapsed, ETA {eta:.0f}s", file=sys.stderr, flush=True)
 
 
 def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None:
@@ -266,7 +275,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         log = ProgressLog(config.algorithm, config.rounds, resumed["next_round"] if resumed else 0) if progress else None
         if resumed is not None and progress:
             print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
-        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint, snapshot=resumed)
+        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint, snapshot=resumed,
+                          on_played=log.played if log else None)
     except Interrupted as stop:
         in_round_loop = "resume_round" in stop.details
         if stop.details.get("resume_round") is not None or (not in_round_loop and had_checkpoint):
