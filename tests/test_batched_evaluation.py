@@ -40,7 +40,7 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
     passes = []
     monkeypatch.setattr(engine, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
     monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
-    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
+    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
     assert passes == [fed.num_clients]
     _same_evaluation(one_by_one, together)
 
@@ -49,10 +49,10 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
 def test_batched_evaluation_with_the_label_prior_mask(name, float64):
     fed, algorithm = _trained(name, eval_prior="mask")
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
-    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
+    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
     _same_evaluation(one_by_one, together)
     fed.options = dataclasses.replace(fed.options, eval_prior="none")
-    unmasked = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, batched=True)
+    unmasked = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
     assert unmasked["test_loss"] > together["test_loss"]  # the mask took part: absent labels' logits removed
 
 def test_passes_hold_at_most_their_share_of_clients_and_of_each_clients_samples(float64, monkeypatch):
@@ -66,7 +66,7 @@ def test_passes_hold_at_most_their_share_of_clients_and_of_each_clients_samples(
         calls.append(x.shape[0])
         return algorithm.forward(params, x)
 
-    together = evaluate_clients(fed, algorithm.eval_params, counted, batched=True)
+    together = evaluate_clients(fed, algorithm.eval_params, counted, many=vectorised.evaluate_many)
     # clients [0, 1], [2, 3], [4]; within each, samples 0-1 then 2: six traced calls of 2 or 1 samples
     assert calls == [2, 1, 2, 1, 2, 1]
     _same_evaluation(one_by_one, together)
@@ -83,19 +83,18 @@ def test_a_padded_copy_of_a_sample_with_an_infinite_loss_adds_nothing(float64):
     assert sums[0, 1] == math.inf
 
 
-def test_models_that_cannot_be_stacked_are_evaluated_one_by_one(float64, monkeypatch):
+def test_models_that_cannot_be_stacked_are_evaluated_one_by_one(float64):
     fed, algorithm = _trained("fedavg")
     model = algorithm.global_params
     reordered = dict(reversed(model.items()))
     wider = {**model, "head.bias": torch.zeros(4)}
     other_dtype = {**model, "head.bias": model["head.bias"].float()}
     for odd in (reordered, wider, other_dtype):
-        assert not vectorised.can_evaluate_together([model, odd])
-    assert vectorised.can_evaluate_together([model, {k: v.clone() for k, v in model.items()}])
+        assert not engine.can_stack([model, odd])
+    assert engine.can_stack([model, {k: v.clone() for k, v in model.items()}])
     called = []
-    monkeypatch.setattr(vectorised, "evaluate_many", lambda *a, **k: called.append(1))
     with pytest.raises(RuntimeError):  # client 1's wider head reaches the one-by-one pass, which cannot use it
-        evaluate_clients(fed, lambda c: wider if c == 1 else model, algorithm.forward, batched=True)
+        evaluate_clients(fed, lambda c: wider if c == 1 else model, algorithm.forward, many=lambda *a: called.append(1))
     assert not called
 
 

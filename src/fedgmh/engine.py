@@ -43,6 +43,9 @@ GradHook = Callable[[str, torch.Tensor, torch.Tensor, Extra], torch.Tensor]
 #: after the batch; the loss reads them as extra["noise"] (zero at padded samples of the batched path)
 Draw = Callable[[torch.Tensor], torch.Tensor]
 Forward = Callable[[Params, torch.Tensor], torch.Tensor]
+#: evaluates many clients' models at once: (fed, models, clients, forward, priors or None) -> their
+#: [correct, loss sum] rows (`vectorised.evaluate_many`)
+EvaluateMany = Callable[..., torch.Tensor]
 
 
 class LocalResult:
@@ -424,7 +427,7 @@ def with_label_prior(fed: Federation, client: int, forward: Forward | None) -> F
 
 def evaluate_clients(
     fed: Federation, params_of: Callable[[int], Params], forward: Forward | None = None, cache: EvalCache | None = None,
-    batched: bool = False,
+    many: EvaluateMany | None = None,
 ) -> dict[str, float]:
     """Evaluate each client's model on its own test split: pooled accuracy, mean / std over clients,
     loss, and `client_acc`, the array of each client's accuracy.
@@ -432,10 +435,11 @@ def evaluate_clients(
     One pass per client, also when clients share a model: a sample's logits then never depend on
     which other clients happen to be in the same batch, so a cached result is bit-identical to a
     fresh one (and on CPU batches of a client's ~150-200 samples run as fast as batches of 1000).
-    `batched` (engine option eval_batched, for an evaluation that draws nothing at random): the clients
-    to evaluate go through a few vmap passes instead (`vectorised.evaluate_many`; the same sums to float
-    tolerance), where their models can be stacked. Each client's counts are summed on the device and
-    all of them read in one transfer at the end (one host sync per call, not two per client).
+    With `many` (`Algorithm.evaluate_together`: `vectorised.evaluate_many` under engine option
+    eval_batched) the clients to evaluate go through a few vmap passes instead, where their models
+    can be stacked (the same sums to float tolerance, and as independent of the other clients). Each
+    client's counts are summed on the device and all of them read in one transfer at the end (one
+    host sync per call, not two per client).
     """
     correct = np.zeros(fed.num_clients)
     losses = np.zeros(fed.num_clients)
@@ -448,7 +452,7 @@ def evaluate_clients(
             fresh.append((client, params, EvalCache._signature(params) if cache is not None else None))
         else:
             correct[client], losses[client] = cached
-    read = _evaluation_sums(fed, [c for c, *_ in fresh], [p for _, p, _ in fresh], forward, batched).tolist() if fresh else []
+    read = _evaluation_sums(fed, [c for c, *_ in fresh], [p for _, p, _ in fresh], forward, many).tolist() if fresh else []
     for (client, params, signature), (hits, loss) in zip(fresh, read):
         correct[client], losses[client] = hits, loss
         if cache is not None:
@@ -464,19 +468,24 @@ def evaluate_clients(
     }
 
 
-def _evaluation_sums(fed: Federation, clients: list[int], models: list[Params], forward: Forward | None, batched: bool) -> torch.Tensor:
+def _evaluation_sums(fed: Federation, clients: list[int], models: list[Params], forward: Forward | None,
+                     many: EvaluateMany | None) -> torch.Tensor:
     """[correct, loss sum] of each client's model on its test split, as one float64 tensor on the device."""
-    from fedgmh import vectorised
-
     forward, masked = forward or fed.forward, fed.options.eval_prior != "none"
-    if batched and vectorised.can_evaluate_together(models):
-        priors = [_label_prior(fed, c) for c in clients] if masked else None
-        return vectorised.evaluate_many(fed, models, clients, forward, priors)
+    if many is not None and can_stack(models):
+        return many(fed, models, clients, forward, [_label_prior(fed, c) for c in clients] if masked else None)
     sums = []
     for client, params in zip(clients, models):
         hits, sample_losses = predict(fed, params, fed.test_idx[client], with_label_prior(fed, client, forward) if masked else forward)
         sums.append(torch.stack([hits.sum().double(), sample_losses.double().sum()]))
     return torch.stack(sums)
+
+
+def can_stack(models: list[Params]) -> bool:
+    """Whether the models can be stacked: the same parameter names (in the same order), shapes and dtypes."""
+    first = models[0]
+    return all(list(m) == list(first) and all(m[k].shape == v.shape and m[k].dtype == v.dtype for k, v in first.items())
+               for m in models[1:])
 
 
 def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
@@ -702,8 +711,8 @@ def play_round(
     fed.current_round = rnd
     algorithm.extra_uploads = 0
     algorithm.send(rnd, selected)
-    metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache, batched=evaluates_batched(fed, algorithm)) \
-        if evaluate else None
+    many = algorithm.evaluate_together() if hasattr(algorithm, "evaluate_together") else None
+    metrics = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, cache, many) if evaluate else None
     if metrics is not None and math.isnan(metrics["test_loss"]):
         raise Diverged(f"round {rnd}: the test loss is nan (the models diverged; try a smaller --lr); "
                        "the run is stopped and nothing is written")
@@ -734,12 +743,6 @@ def check_vectorise(fed: Federation, algorithm) -> None:
     if reason:
         raise UserError(f"vectorise=on: {algorithm.name} cannot train its clients in one batched step ({reason}); "
                         "use vectorise=auto or off")
-
-
-def evaluates_batched(fed: Federation, algorithm) -> bool:
-    """Whether the round's evaluation goes through vmap passes (engine option eval_batched), which an
-    algorithm whose evaluation draws at random does not (its draws follow the client-by-client order)."""
-    return fed.options.eval_batched and getattr(algorithm, "deterministic_eval", True)
 
 
 def make_eval_cache(fed: Federation, algorithm) -> EvalCache | None:

@@ -196,13 +196,6 @@ def local_train_many(
 EVAL_SAMPLES_PER_PASS = 4096
 
 
-def can_evaluate_together(models: list[Params]) -> bool:
-    """Whether the models can be stacked: the same parameter names (in the same order), shapes and dtypes."""
-    first = models[0]
-    return all(list(m) == list(first) and all(m[k].shape == v.shape and m[k].dtype == v.dtype for k, v in first.items())
-               for m in models[1:])
-
-
 def evaluate_many(fed: Federation, models: list[Params], clients: list[int], forward: Forward,
                   priors: list[torch.Tensor] | None = None) -> torch.Tensor:
     """`engine.predict`'s sums for models[i] on the test split of clients[i]: a [models, 2] float64

@@ -28,7 +28,7 @@ from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_pr
     train_flops_per_sample,
 )
 from fedgmh.engine import evaluate_clients, local_train
-from fedgmh.vectorised import local_train_many
+from fedgmh.vectorised import evaluate_many, local_train_many
 
 pytestmark = pytest.mark.benchmark
 
@@ -116,13 +116,13 @@ def test_engine_evaluation_of_all_clients(benchmark, shape, memory_format):
 @pytest.mark.parametrize("shape", SHAPE_NAMES)
 def test_evaluation_in_vmap_passes(benchmark, shape, batched, models):
     """All 100 clients' evaluation, one pass per client or in vmap passes (`vectorised.evaluate_many`,
-    the vectorised path's): 100 personalised models, or one model every client holds (FedAvg's)."""
+    engine option eval_batched): 100 personalised models, or one model every client holds (FedAvg's)."""
     fed = synthetic_federation(SHAPES[shape])
     shared = fed.initial_params()
     own = [fed.initial_params() for _ in range(fed.num_clients)] if models == "personal" else [shared] * fed.num_clients
 
     def run():
-        evaluate_clients(fed, lambda c: own[c], batched=batched)
+        evaluate_clients(fed, lambda c: own[c], many=evaluate_many if batched else None)
         synchronize()
 
     benchmark.pedantic(run, rounds=3, warmup_rounds=1)

@@ -119,6 +119,16 @@ class Algorithm:
         """Logits of a model at evaluation (an algorithm with extra heads combines them here)."""
         return self.fed.forward(params, x)
 
+    def evaluate_together(self):
+        """`vectorised.evaluate_many` when the clients are evaluated in vmap passes (engine option
+        eval_batched), else None: one pass per client, as always for an evaluation that draws at
+        random (its draws follow the client-by-client order)."""
+        if not (self.fed.options.eval_batched and self.deterministic_eval):
+            return None
+        from fedgmh.vectorised import evaluate_many
+
+        return evaluate_many
+
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         """The client's local training, as phases run one after the other."""
         raise NotImplementedError
