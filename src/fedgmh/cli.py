@@ -285,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace a finished run in OUT: one of other settings (refused without this flag), or one of the "
-        "same settings (without it: not trained again)",
+        help="replace the run in OUT: a finished run of other settings (refused without this flag) or of the same "
+        "settings (without it: not trained again), and a snapshot of other settings (without it: refused); a "
+        "snapshot of the same settings is resumed",
     )
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument(
@@ -304,12 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--variant", help="its variant, for experiments with `variants`")
     p.set_defaults(func=_cmd_train)
 
-    from fedgmh import cli_costs, cli_options, cli_report, cli_store
+    from fedgmh import cli_campaign, cli_costs, cli_options, cli_report, cli_store
 
     cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
+    cli_campaign.register(sub)
     return parser
 
 

@@ -12,6 +12,7 @@ last iteration only evaluates, because training after the last evaluation cannot
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import pickle
@@ -551,6 +552,26 @@ def _same_identity(stored, identity) -> bool:
     return _identity_text(filled[0]) == _identity_text(filled[1])
 
 
+def rows_digest(identity: dict | str, rows: list[dict]) -> str:
+    """A checksum of a snapshot's metric rows and the run they belong to (exact: floats by their hex
+    form, arrays by dtype, shape and bytes), so rows edited in a snapshot are not resumed into a record.
+    It catches edits and corruption, not a forger who recomputes it."""
+    digest = hashlib.sha256(_identity_text(identity).encode())
+    for row in rows:
+        for key in sorted(row):
+            value = row[key]
+            if isinstance(value, (np.ndarray, np.generic)):
+                array = np.ascontiguousarray(value)
+                text = f"{array.dtype.str}{array.shape}{hashlib.sha256(array.tobytes()).hexdigest()}"
+            elif isinstance(value, float):
+                text = value.hex()
+            else:
+                text = repr(value)
+            digest.update(f"{key}={text};".encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
 class Checkpoint:
     """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
 
@@ -575,7 +596,8 @@ class Checkpoint:
         from fedgmh.io import atomic_path
 
         with atomic_path(self.path) as tmp:
-            torch.save({"identity": _identity_text(self.identity), **_pack(snapshot)}, tmp)
+            torch.save({"identity": _identity_text(self.identity), "rows_digest": rows_digest(self.identity, snapshot.get("rows", [])),
+                        **_pack(snapshot)}, tmp)
 
     def _read(self) -> dict:
         """The file's contents, read without running code from it."""
@@ -608,9 +630,25 @@ class Checkpoint:
         if not _same_identity(snapshot["identity"], self.identity):  # checked before anything is used
             raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
         try:
-            return _unpack({k: v for k, v in snapshot.items() if k != "identity"})
+            unpacked = _unpack({k: v for k, v in snapshot.items() if k not in ("identity", "rows_digest")})
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from None
+        # snapshots written before the checksum existed have none: they are resumed as they are
+        if "rows_digest" in snapshot and snapshot["rows_digest"] != rows_digest(snapshot["identity"], unpacked.get("rows", [])):
+            raise UserError(f"checkpoint {self.path} holds metric rows that do not match its checksum (edited or corrupt), "
+                            "so it was not resumed; delete it to start the run afresh")
+        return unpacked
+
+    def holds_other_run(self) -> bool:
+        """Whether the snapshot file belongs to a run of other settings (False when there is none or it
+        cannot be read as one: `load` then says what is wrong)."""
+        if not self.path.is_file():
+            return False
+        try:
+            snapshot = self._read()
+        except Exception:  # noqa: BLE001 - unreadable: not known to be another run's
+            return False
+        return isinstance(snapshot, dict) and "identity" in snapshot and not _same_identity(snapshot["identity"], self.identity)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

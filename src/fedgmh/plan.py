@@ -28,7 +28,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +127,16 @@ class Run:
     partition: str
     run_dir: str
     owner: bool
+
+    #: the fields that decide a run's numbers (not where it is filed: experiment, variant, setting id, folder)
+    IDENTITY_FIELDS = ("dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "rounds",
+                       "local_epochs", "join_ratio", "batch_size", "lr", "options", "seed")
+
+    @property
+    def identity(self) -> str:
+        """What the run is, as one canonical text: runs with the same text are trained once, and the train
+        rule's params carry it, so editing any of it in the config makes Snakemake train the run again."""
+        return json.dumps({key: getattr(self, key) for key in self.IDENTITY_FIELDS}, sort_keys=True, default=str)
 
 
 class Plan:
@@ -372,15 +382,10 @@ class Plan:
                                                                 self.config["clients"], cell["assignment"]))
             for cell in cells:
                 for seed in exp.get("seeds", self.config["seeds"]):
-                    identity = json.dumps(
-                        {k: cell[k] for k in ("dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "rounds",
-                                              "local_epochs", "join_ratio", "batch_size", "lr", "options")} | {"seed": int(seed)},
-                        sort_keys=True,
-                        default=str,
-                    )
                     own_dir = self.run_dir(exp_name, cell["setting"], cell["algorithm"], seed)
-                    run_dir = owner.setdefault(identity, own_dir)
-                    runs.append(Run(**cell, seed=int(seed), run_dir=run_dir, owner=run_dir == own_dir))
+                    run = Run(**cell, seed=int(seed), run_dir=own_dir, owner=True)
+                    run_dir = owner.setdefault(run.identity, own_dir)
+                    runs.append(replace(run, run_dir=run_dir, owner=run_dir == own_dir))
         return runs
 
     # ----------------------------------------------------------------------------- what the rules ask
@@ -459,7 +464,10 @@ class Plan:
             words += ["--set", f"{key}={set_text(value)}"]
         for folder in config["stores"]:
             words += ["--store", folder]
-        words += ["--out", run.run_dir, "--config-name", self.name, "--experiment", run.experiment, "--setting", run.setting]
+        # --overwrite: Snakemake decided the folder's run must be made (its outputs are already removed); the
+        # run there is replaced, a stored record of this run is still reused (train rule, params.run)
+        words += ["--out", run.run_dir, "--overwrite", "--config-name", self.name, "--experiment", run.experiment,
+                  "--setting", run.setting]
         return words + (["--variant", run.variant] if run.variant else [])
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import platform
 import re
 import sys
@@ -146,6 +147,23 @@ def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
     return record if (out_dir / "metrics.csv").is_file() else None  # without its metrics: trained again
 
 
+def check_trained(rows: list[dict], rounds: int) -> None:
+    """Refuse to record a run in which no client took a training step in any evaluated training round
+    (every such round's train_loss is NaN): its accuracies would be the initial model's."""
+    trained_rounds = [row for row in rows if row["round"] < rounds]
+    if trained_rounds and all(math.isnan(row["train_loss"]) for row in trained_rounds):
+        raise UserError(f"no client took a training step in any of the {len(trained_rounds)} evaluated training rounds "
+                        "(e.g. drop_last with batches larger than the clients' splits), so no record was written")
+
+
+def clear_record(out_dir: Path) -> None:
+    """Remove the record files of a run folder (run.json and every CSV: the store takes every CSV of a
+    record folder as part of the record), before another run's record is trained or copied into it."""
+    for path in [out_dir / "run.json", *out_dir.glob("*.csv")]:
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+
+
 class ProgressLog:
     """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA; and, in a
     stretch of rounds that are not evaluated (eval_every, eval_last), one line every
@@ -252,6 +270,10 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     fed, partition_meta = build_federation(config, engine, device)
     if fed.num_clients * config.join_ratio < 1:
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
+    if engine.drop_last and fed.train_sizes().max() < config.batch_size:
+        raise UserError(f"with drop_last no client has a full batch of {config.batch_size} (the largest train split has "
+                        f"{fed.train_sizes().max()} samples), so nothing would train: use --batch-size <= "
+                        f"{fed.train_sizes().max()} or --set drop_last=false")
     algorithm = get_algorithm(config.algorithm)(fed, algo_options)
     identity = run_identity(config, algo_options, engine, partition_meta)
     finished = finished_run(out_dir, identity, overwrite)
@@ -259,15 +281,19 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
               "(--overwrite trains it again)", file=sys.stderr, flush=True)
         return label_record(out_dir, finished, workflow)
+    checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
+    if overwrite and checkpoint.holds_other_run():
+        checkpoint.remove()
+        print(f"[{config.algorithm}] removed {checkpoint.path}, a snapshot of a run with other settings (--overwrite)",
+              file=sys.stderr, flush=True)
+    clear_record(out_dir)  # what is left of another run's record must not join this run's
     if stores:
         reused = reuse_stored_record(identity, stores, out_dir, progress)
         if reused is not None:
             return label_record(out_dir, reused, workflow)
-    checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
     for name in ("*.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries (of every table)
         remove_leftovers(out_dir / name)
-    # a stop while the snapshot loads (seconds, for a 100-client state) keeps it: the run resumes from it
-    had_checkpoint, resumed = checkpoint.path.exists(), None
+    resumed = None  # a stop while the snapshot loads (seconds, for a 100-client state) keeps it: the run resumes from it
     try:
         resumed = checkpoint.load()
         started = dt.datetime.now(dt.timezone.utc)
@@ -278,8 +304,9 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint, snapshot=resumed,
                           on_played=log.played if log else None)
     except Interrupted as stop:
-        in_round_loop = "resume_round" in stop.details
-        if stop.details.get("resume_round") is not None or (not in_round_loop and had_checkpoint):
+        # a snapshot on disk now is this run's (another run's is refused when loading): also one written
+        # just before the stop arrived, in the instant before the round loop took note of it
+        if stop.details.get("resume_round") is not None or checkpoint.path.is_file():
             stop.message += "; the same command resumes from the checkpoint"
         elif checkpoint_every > 0:
             stop.message += f"; no checkpoint yet (one every {checkpoint_every} rounds): the same command starts again"
@@ -287,6 +314,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             stop.message += "; checkpoints are off (--checkpoint-every 0): the same command starts again"
         raise
     wall = time.perf_counter() - wall
+    check_trained(rows, config.rounds)
     metrics = pd.DataFrame([{k: v for k, v in row.items() if k != "client_acc"} for row in rows])
     best = metrics.loc[metrics["test_acc"].idxmax()]
     clients = client_table(rows[int(metrics["test_acc"].idxmax())], rows[-1], fed)

@@ -1,6 +1,12 @@
 # One federated training run per (experiment, setting, algorithm, seed): `fedgmh train` with the
 # arguments the plan gives (fedgmh.plan; runs shared by several experiments are trained once). Its
 # record, run.json, says which config, experiment, setting and variant it belongs to.
+#
+# Editing the config retrains: `params.run` is the run's identity (Plan's Run.identity: every setting
+# that decides its numbers), a function of the wildcards only, so Snakemake's params trigger sees it
+# (it ignores params derived from input, such as `arguments`). The job then replaces the folder's
+# run (`--overwrite`: its tables and a snapshot of other settings go; a snapshot of these settings
+# is resumed) unless a store holds this run's record, which is reused.
 
 
 rule train:
@@ -18,6 +24,7 @@ rule train:
         mem_mb=TRAIN_MEM_MB,
         runtime=lambda wildcards: PLAN.train_runtime(train_job(wildcards)),
     params:
+        run=lambda wildcards: train_job(wildcards).identity,
         arguments=lambda wildcards, input, threads: PLAN.train_arguments(train_job(wildcards), input.partition, threads),
     shell:
         "fedgmh train {params.arguments:q} > {log:q} 2>&1"

@@ -1,0 +1,223 @@
+"""A campaign: a committed priority list of full-protocol runs and the loop that trains the next ones.
+
+Each entry names one run of a workflow config (`experiment/setting/algorithm/seedN`, checked against
+the config's plan). An entry is *done* when its record is in the store (paper_artifacts/<name>/runs/,
+where the workflow's run_record rule puts it), *running* while a campaign process trains it,
+*cut off* when its run folder holds a snapshot (resumed before anything new is started), and *to do*
+otherwise. `run_campaign` keeps `jobs` runs going, each one Snakemake process that trains the run
+and stores its record; the workflow itself decides reuse and resumption, the campaign only chooses
+what to ask for next. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from fedgmh.errors import UserError
+from fedgmh.plan import Plan, Run, with_defaults
+
+#: where the campaign keeps its processes' logs and the pid files of the runs it is training
+CAMPAIGN_LOGS = Path("logs") / "campaign"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One run of the campaign: its config file, its plan's run, and the group it is listed under."""
+
+    group: str
+    config: str
+    run: Run
+    plan: Plan
+
+    @property
+    def name(self) -> str:
+        return os.path.relpath(self.run.run_dir, f"{self.plan.results}/runs")
+
+    @property
+    def record(self) -> Path:
+        return Path(self.plan.record_destination(self.run)) / "run.json"
+
+    @property
+    def snapshot(self) -> Path:
+        return Path(self.run.run_dir) / "checkpoint.pt"
+
+    @property
+    def target(self) -> str:
+        """The Snakemake target that trains the run (or reuses its record) and stores the record."""
+        return f"{self.plan.results}/stored/{self.name}.done"
+
+    @property
+    def partition(self) -> str:
+        return f"{self.plan.results}/partitions/{self.run.partition}.npz"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.plan.name}--{self.name.replace('/', '--')}"
+
+
+def _plan(config_path: str, base: Path, workflow_dir: Path, schema: dict) -> Plan:
+    path = base / config_path
+    if not path.is_file():
+        raise UserError(f"campaign: config {config_path} not found in {base}")
+    return Plan(with_defaults(yaml.safe_load(path.read_text()), schema), basedir=workflow_dir)
+
+
+def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | str = "Snakefile") -> list[Entry]:
+    """The campaign file's entries in priority order, each checked against its config's plan (config
+    paths are relative to `base`, the folder the workflow runs in)."""
+    base, path, workflow_dir = Path(base), Path(path), Path(snakefile).resolve().parent
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"campaign file {path} cannot be read: {err}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("groups"), list) or not spec["groups"]:
+        raise UserError(f"campaign file {path}: expected a mapping with a non-empty list `groups`")
+    schema = yaml.safe_load((workflow_dir / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    plans: dict[str, Plan] = {}
+    entries, seen = [], set()
+    for index, group in enumerate(spec["groups"]):
+        where = f"campaign file {path}: groups[{index}]"
+        if not isinstance(group, dict) or set(group) - {"title", "config", "runs"} or not {"config", "runs"} <= set(group):
+            raise UserError(f"{where} must have `config`, `runs` and optionally `title`")
+        if not isinstance(group["runs"], list) or not all(isinstance(run, str) for run in group["runs"]):
+            raise UserError(f"{where}.runs must be a list of experiment/setting/algorithm/seedN")
+        config = str(group["config"])
+        if config not in plans:
+            plans[config] = _plan(config, base, workflow_dir, schema)
+        plan = plans[config]
+        for name in group["runs"]:
+            parts = name.split("/")
+            if len(parts) != 4 or not parts[3].startswith("seed"):
+                raise UserError(f"{where}: {name!r} is not experiment/setting/algorithm/seedN")
+            run = plan.train_job(parts[0], parts[1], parts[2], parts[3][4:])  # ConfigError (a UserError) if not a run
+            if (plan.name, run.run_dir) in seen:
+                raise UserError(f"{where}: {name} is listed twice")
+            seen.add((plan.name, run.run_dir))
+            entries.append(Entry(str(group.get("title", config)), config, run, plan))
+    return entries
+
+
+def _running_pid(entry: Entry, base: Path) -> int | None:
+    pid_file = base / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid"
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def state(entry: Entry, base: Path | str = ".") -> str:
+    """done | running | cut off | to do."""
+    base = Path(base)
+    if (base / entry.record).is_file():
+        return "done"
+    if _running_pid(entry, base) is not None:
+        return "running"
+    return "cut off" if (base / entry.snapshot).is_file() else "to do"
+
+
+def next_runs(entries: list[Entry], base: Path | str = ".") -> list[Entry]:
+    """The entries still to train, in the order the campaign takes them: cut-off runs first (their
+    snapshots hold hours of work), then the rest in priority order."""
+    states = {entry.slug: state(entry, base) for entry in entries}
+    return [e for e in entries if states[e.slug] == "cut off"] + [e for e in entries if states[e.slug] == "to do"]
+
+
+def snakemake_command(targets: list[str], config: str, overrides: list[str], cores: int, snakefile: Path,
+                      base: Path, nolock: bool) -> list[str]:
+    command = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(snakefile), "--directory", str(base),
+               "--cores", str(cores), "--configfile", str(base / config), "--rerun-incomplete"]
+    if nolock:  # several processes, each making its own run's outputs (the shared inputs are made beforehand)
+        command.append("--nolock")
+    return command + (["--config", *overrides] if overrides else [])
+
+
+def _environment() -> dict[str, str]:
+    """The rules call `fedgmh`: the one of this interpreter's environment."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def prepare(entries: list[Entry], overrides: list[str], snakefile: Path, base: Path, say: Callable[[str], None]) -> None:
+    """Download the data and make the partitions of `entries` (one Snakemake call per config), so the
+    runs' own processes find their shared inputs made and never write them at the same time."""
+    by_config: dict[str, list[str]] = {}
+    for entry in entries:
+        by_config.setdefault(entry.config, []).append(entry.partition)
+    for config, partitions in by_config.items():
+        log = base / CAMPAIGN_LOGS / "prepare.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        say(f"campaign: data and partitions of {config} (log: {log})")
+        with open(log, "a") as out:
+            done = subprocess.run(snakemake_command(sorted(set(partitions)), config, overrides, 1, snakefile, base, False),
+                                  stdout=out, stderr=subprocess.STDOUT, env=_environment(), cwd=base)
+        if done.returncode != 0:
+            raise UserError(f"campaign: preparing the data of {config} failed (see {log})")
+
+
+def run_campaign(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path | str, base: Path | str = ".",
+                 max_runs: int | None = None, poll_s: float = 5.0, say: Callable[[str], None] = print) -> dict[str, list[str]]:
+    """Train the campaign's next runs, `jobs` at a time, until none is left (or `max_runs` were
+    started); each run is one Snakemake process (its log under logs/campaign/). SIGTERM or Ctrl-C
+    stops the runs in progress (they snapshot at the end of their round) and returns."""
+    base, snakefile = Path(base).resolve(), Path(snakefile).resolve()
+    (base / CAMPAIGN_LOGS / "running").mkdir(parents=True, exist_ok=True)
+    queue = next_runs(entries, base)[:max_runs]
+    outcome: dict[str, list[str]] = {"finished": [], "failed": []}
+    if not queue:
+        say("campaign: nothing to train (every run is done or running)")
+        return outcome
+    prepare(queue, overrides, snakefile, base, say)
+    running: dict[str, tuple[Entry, subprocess.Popen]] = {}
+    stop = {"signal": None}
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while (queue or running) and stop["signal"] is None:
+            while queue and len(running) < jobs:
+                entry = queue.pop(0)
+                how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
+                log = base / CAMPAIGN_LOGS / f"{entry.slug}.log"
+                with open(log, "w") as out:
+                    process = subprocess.Popen(snakemake_command([entry.target], entry.config, overrides, 1, snakefile, base, True),
+                                               stdout=out, stderr=subprocess.STDOUT, env=_environment(), cwd=base)
+                (base / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid").write_text(str(process.pid))
+                running[entry.slug] = (entry, process)
+                say(f"campaign: {entry.plan.name}/{entry.name} {how} (pid {process.pid}, log {log})")
+            time.sleep(poll_s)
+            for slug, (entry, process) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[slug]
+                (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
+                if process.returncode == 0 and (base / entry.record).is_file():
+                    outcome["finished"].append(entry.name)
+                    say(f"campaign: {entry.plan.name}/{entry.name} finished; its record: {entry.record}")
+                else:
+                    outcome["failed"].append(entry.name)
+                    say(f"campaign: {entry.plan.name}/{entry.name} failed (exit {process.returncode}; "
+                        f"log {base / CAMPAIGN_LOGS / (slug + '.log')})")
+    finally:
+        for slug, (entry, process) in running.items():  # asked to stop: the runs snapshot and stop
+            process.send_signal(signal.SIGTERM)
+        for slug, (entry, process) in running.items():
+            process.wait()
+            (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
+            say(f"campaign: {entry.plan.name}/{entry.name} stopped; the next `campaign run` resumes it from its snapshot")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return outcome

@@ -1,0 +1,77 @@
+"""`fedgmh campaign status | run`: the committed priority list of full-protocol runs (fedgmh.campaign)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULT_FILE = "config/campaign.yaml"
+
+
+def _entries(args: argparse.Namespace):
+    from fedgmh.campaign import load_campaign
+
+    return load_campaign(args.file, args.directory, args.snakefile)
+
+
+def _cmd_status(args: argparse.Namespace) -> None:
+    from fedgmh.campaign import state
+
+    entries = _entries(args)
+    counts: dict[str, int] = {}
+    group = None
+    for index, entry in enumerate(entries, 1):
+        if entry.group != group:
+            group = entry.group
+            print(f"# {group} ({entry.config})")
+        now = state(entry, args.directory)
+        counts[now] = counts.get(now, 0) + 1
+        where = f"  {entry.record}" if now == "done" else f"  {entry.snapshot}" if now == "cut off" else ""
+        print(f"{index:3d}. {entry.name:55s} {now}{where}")
+    print("campaign: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("done", "running", "cut off", "to do")))
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    from fedgmh.campaign import CAMPAIGN_LOGS, run_campaign
+    from fedgmh.errors import UserError
+
+    entries = _entries(args)  # checked before anything starts, also with --background
+    if args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: at least 1")
+    if args.background:
+        log = Path(args.directory) / CAMPAIGN_LOGS / "campaign.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        argv = ["campaign", "run", "--file", args.file, "--directory", args.directory, "--jobs", str(args.jobs),
+                "--snakefile", args.snakefile, *(["--max-runs", str(args.max_runs)] if args.max_runs is not None else []),
+                *(["--config", *args.config] if args.config else [])]
+        with open(log, "a") as out:
+            process = subprocess.Popen([sys.executable, "-m", "fedgmh.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+        print(f"campaign: running in the background (pid {process.pid}); progress: {log}; "
+              f"`fedgmh campaign status` shows each run; `kill {process.pid}` stops it (runs resume from their snapshots)")
+        return
+    outcome = run_campaign(entries, args.jobs, args.config, args.snakefile, args.directory, max_runs=args.max_runs,
+                           say=lambda line: print(line, flush=True))
+    print(f"campaign: {len(outcome['finished'])} finished, {len(outcome['failed'])} failed")
+    if outcome["failed"]:
+        raise UserError("some runs failed (their logs are named above)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("campaign", help="the full-protocol campaign: which runs are done, and train the next ones")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    for name, func, text in (("status", _cmd_status, "each run of the campaign: done, running, cut off (a snapshot) or to do"),
+                             ("run", _cmd_run, "train the next runs (cut-off ones first), --jobs at a time, until none is left")):
+        v = verbs.add_parser(name, help=text)
+        v.add_argument("--file", default=DEFAULT_FILE, help=f"the campaign's priority list (default {DEFAULT_FILE})")
+        v.add_argument("--directory", default=".", help="the repository root: where results/ and paper_artifacts/ are (default .)")
+        v.add_argument("--snakefile", default="Snakefile", help="the workflow (default Snakefile)")
+        v.set_defaults(func=func)
+        if name == "run":
+            v.add_argument("--jobs", type=int, default=2, help="runs at once (default 2: one per core of a 2-core CPU)")
+            v.add_argument("--max-runs", type=int, default=None, help="start at most this many runs, then stop when they end")
+            v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                           help="Snakemake --config overrides for every run, e.g. device=cpu mirror=../shared/data")
+            v.add_argument("--background", action="store_true", help="detach and return at once; progress goes to logs/campaign/campaign.log")

@@ -1,0 +1,118 @@
+"""The campaign: its priority list is checked against the configs, and `run_campaign` trains a tiny
+config's runs two at a time, the cut-off one first, resumed from its snapshot to the numbers of an
+uninterrupted run, each record put into the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from test_workflow import SMOKE
+
+from fedgmh import engine
+from fedgmh.campaign import load_campaign, next_runs, run_campaign, state
+from fedgmh.cli import main
+from fedgmh.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+
+
+def test_the_committed_campaign_names_runs_of_its_configs() -> None:
+    entries = load_campaign(REPO / "config" / "campaign.yaml", REPO, SNAKEFILE)
+    names = [entry.name for entry in entries]
+    assert names[:3] == ["table2/cifar100_c5_a0.5/fedgmh/seed0", "table2/cifar100_c5_a0.5/fedper/seed0",
+                         "table2/cifar100_c5_a0.5/fedamp/seed0"]
+    assert {entry.plan.name for entry in entries} == {"paper"}  # one tree of records: paper_artifacts/paper/runs
+    assert all(str(entry.record).startswith("paper_artifacts/paper/runs/") for entry in entries)
+
+
+def write(tmp_path: Path, groups: list) -> Path:
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    return path
+
+
+def tiny_config(tmp_path: Path) -> str:
+    config = yaml.safe_load(SMOKE.read_text())
+    config.update(name="camp", rounds=4, seeds=[0, 1], checkpoint_every=1, figures={}, reference_tables=None,
+                  experiments={"table2": {"algorithms": ["fedavg", "fedper"],
+                                          "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}]}})
+    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs"):
+        config.pop(key, None)
+    (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
+    return "camp.yaml"
+
+
+@pytest.mark.parametrize(("runs", "words"), [
+    (["table2/digits_c2_a0.5/fedavg"], "is not experiment/setting/algorithm/seedN"),
+    (["table2/digits_c2_a0.5/fedrod/seed0"], "is not a run of config 'camp'"),
+    (["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedavg/seed0"], "listed twice"),
+])
+def test_a_bad_entry_is_refused_in_one_line(tmp_path: Path, runs: list, words: str) -> None:
+    path = write(tmp_path, [{"config": tiny_config(tmp_path), "runs": runs}])
+    with pytest.raises(UserError, match=words):
+        load_campaign(path, tmp_path, SNAKEFILE)
+    with pytest.raises(UserError, match="`config`, `runs`"):
+        load_campaign(write(tmp_path, [{"runs": runs}]), tmp_path, SNAKEFILE)
+
+
+def test_the_campaign_trains_cut_off_runs_first_and_resumes_them_exactly(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the workflow's relative paths (data/, results/) are the campaign's folder's
+    config = tiny_config(tmp_path)
+    runs = ["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedper/seed0", "table2/digits_c2_a0.5/fedavg/seed1"]
+    path = write(tmp_path, [{"title": "tiny", "config": config, "runs": runs}])
+    entries = load_campaign(path, tmp_path, SNAKEFILE)
+    assert [state(entry, tmp_path) for entry in entries] == ["to do"] * 3
+
+    # the last entry was cut off after its snapshot of round 1 (as a killed session leaves it)
+    from fedgmh.campaign import prepare
+
+    prepare(entries, [], SNAKEFILE, tmp_path, say=lambda line: None)
+    cut = entries[2]
+    words = cut.plan.train_arguments(cut.run, cut.partition, 1)
+    real_save = engine.Checkpoint.save
+
+    def save_then_stop(self, snapshot):
+        real_save(self, snapshot)
+        raise KeyboardInterrupt
+
+    engine.Checkpoint.save = save_then_stop
+    try:
+        assert main(["train", *words, "--quiet"]) != 0
+    finally:
+        engine.Checkpoint.save = real_save
+    assert state(cut, tmp_path) == "cut off"
+    assert next_runs(entries, tmp_path) == [entries[2], entries[0], entries[1]]
+
+    lines: list[str] = []
+    outcome = run_campaign(entries, 2, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append)
+    assert outcome["failed"] == [] and sorted(outcome["finished"]) == sorted(runs)
+    started = [line for line in lines if " starts " in line or " resumes " in line]
+    assert "fedavg/seed1 resumes from its snapshot" in started[0] and len(started) == 3
+    assert [state(entry, tmp_path) for entry in entries] == ["done"] * 3
+
+    # the resumed run's record: resumed, and the numbers of an uninterrupted run of the same settings
+    record = json.loads((tmp_path / cut.record).read_text())
+    assert record["resumed_from_round"] == 1 and record["workflow"]["config_name"] == "camp"
+    fresh = tmp_path / "fresh"
+    words[words.index("--out") + 1] = str(fresh)
+    assert main(["train", *words, "--quiet", "--checkpoint-every", "0"]) == 0
+    ours, theirs = pd.read_csv(cut.record.parent / "metrics.csv"), pd.read_csv(fresh / "metrics.csv")
+    pd.testing.assert_frame_equal(ours.drop(columns="seconds"), theirs.drop(columns="seconds"))
+
+    # nothing left: a second call trains nothing
+    lines.clear()
+    assert run_campaign(entries, 2, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append) == {"finished": [], "failed": []}
+    assert lines == ["campaign: nothing to train (every run is done or running)"]
+
+
+def test_status_lists_every_run(tmp_path: Path, capsys) -> None:
+    config = tiny_config(tmp_path)
+    path = write(tmp_path, [{"title": "tiny", "config": config, "runs": ["table2/digits_c2_a0.5/fedper/seed1"]}])
+    assert main(["campaign", "status", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE)]) == 0
+    out = capsys.readouterr().out
+    assert "# tiny (camp.yaml)" in out and "table2/digits_c2_a0.5/fedper/seed1" in out and "0 done, 0 running, 0 cut off, 1 to do" in out
