@@ -133,6 +133,8 @@ def test_a_reference_row_without_numbers_and_a_duplicated_row(tmp_path: Path) ->
     assert comparison.loc["FedAvg", "our_mean"] == pytest.approx(88.9) and np.isnan(comparison.loc["FedAvg", "p_tost"])
     with pytest.raises(UserError, match=r"rows 1 and 2 below the header are the same cell \(table2 MNIST ExDir\(2, 0.5\) FedAvg\)"):
         compared(dirs, reference(FEDAVG, ("mnist", 2, 0.5, "FedAvg", 88.0, 0.5)))
+    with pytest.raises(UserError, match="has no rows"):
+        compared(dirs, reference())
     bad = tmp_path / "ref.csv"
     reference(FEDAVG).assign(std="about one").to_csv(bad, index=False)
     with pytest.raises(UserError, match="row 1 below the header .* has std 'about one'"):

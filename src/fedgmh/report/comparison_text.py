@@ -54,7 +54,7 @@ def how_to_read(margin: float, alpha: float, reading: str) -> str:
         f"{format_number(margin)} or −{format_number(margin)} (the difference is shown to exceed the margin), *inconclusive* "
         "otherwise. *Welch p* tests \"no difference\": a reproduced cell with a small Welch p is within the margin yet "
         "measurably off the paper's mean. Not judged: *reduced protocol* (fewer seeds than "
-        f"{MIN_SEEDS}, or fewer rounds, clients, epochs, another participation) and *other protocol* (batch size, lr, lr "
+        f"{MIN_SEEDS}, or another number of rounds, clients or local epochs, or another participation) and *other protocol* (batch size, lr, lr "
         "decay, evaluation or a method's options differ): the *protocol* column names each difference and the diff is "
         "for information only. *No reference*: the paper gives no number; *not run*: we have no such cell. The paper's "
         f"protocol is read as {READINGS[reading]}."

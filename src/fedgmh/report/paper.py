@@ -91,6 +91,8 @@ def check_reference(reference: pd.DataFrame, name: str = "reference table") -> N
     absent = set(REFERENCE_COLUMNS) - set(reference.columns)
     if absent:
         raise UserError(f"{name} lacks column(s) {', '.join(sorted(absent))}")
+    if reference.empty:
+        raise UserError(f"{name} has no rows; give one row per cell of the paper's tables (e.g. reference/fedgmh_paper_tables.csv)")
     for column in ("mean", "std"):
         values = pd.to_numeric(reference[column], errors="coerce")
         bad = reference[column].notna() & ~(values.ge(0) & values.lt(math.inf))

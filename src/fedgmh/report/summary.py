@@ -90,10 +90,10 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
             "column": base_setting(rec["setting"]),
             "_acc": {}, "_options": set(), **{field: set() for field, _ in PROTOCOL_FIELDS},
         })
-        seed, value = int(rec["seed"]), 100.0 * float(rec[value_column])
-        if cell["_acc"].setdefault(seed, value) != value:
+        seed, percent = int(rec["seed"]), 100.0 * float(rec[value_column])
+        if cell["_acc"].setdefault(seed, percent) != percent:
             raise UserError(f"experiment {experiment}, setting {rec['setting']}, {rec['algorithm']}: seed {seed} is in the results "
-                            f"twice with different accuracies ({cell['_acc'][seed]:.4f} and {value:.4f}); aggregate each run once")
+                            f"twice with different accuracies ({cell['_acc'][seed]:.4f} and {percent:.4f}); aggregate each run once")
         cell["_options"].add(json.dumps(rec["options"], sort_keys=True))
         for field, column in PROTOCOL_FIELDS:
             value = rec.get(column)
