@@ -223,7 +223,7 @@ def test_other_values_in_the_comparison(runs: list[Path], tmp_path: Path) -> Non
     paper_cells = len(pd.read_csv(REPO / "reference" / "fedgmh_paper_tables.csv"))
     assert len(pd.read_csv(csv)) == paper_cells  # the paper's comparison is unchanged
     text = md.read_text()
-    assert f"| **all** | {paper_cells} | 0 | 0 | 0 | {paper_cells} |" in text
+    assert f"| **all** | {paper_cells} | 0 | 0 | 0 | 0 | 0 | 0 | {paper_cells} |" in text
     assert "| 004 Table 1 | 12 | 6 | 6 |" in text and "| **all** | 13 | 6 | 7 |" in text
     assert len(pd.read_csv(other_csv)) == 13
     assert text.count(r"\begin{longtable}") == 0 and tex.read_text().count(r"\begin{longtable}") == 2

@@ -208,6 +208,21 @@ def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
     assert "gpu=" not in result.stdout + result.stderr
 
 
+def test_the_comparison_takes_the_configs_margin_and_alpha(tmp_path: Path) -> None:
+    """Config comparison_margin / comparison_alpha reach `fedgmh compare`; an alpha the verdicts
+    cannot use is refused by the dry run, naming the key."""
+    result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "1", "--configfile", str(SMOKE), "--config",
+                       "comparison_margin=0.25", "comparison_alpha=0.1", timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    command = next(line for line in out.splitlines() if "fedgmh compare" in line)
+    assert "--margin 0.25 --alpha 0.1" in command
+    result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(SMOKE), "--config", "comparison_alpha=0.5",
+                       timeout=120)
+    assert result.returncode != 0
+    assert "comparison_alpha: 0.5 is greater than or equal to the maximum of 0.5" in result.stdout + result.stderr
+
+
 def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     """`snakemake all` with the smoke config and the real CLI: every table, figure and report, then the HTML report."""
     result = snakemake(tmp_path, "all", "--cores", "2", "--configfile", str(SMOKE), timeout=2700)
@@ -268,7 +283,7 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     comparison = pd.read_csv(art / "comparison.csv")
     assert len(comparison) == 195 and (comparison["status"] == "not run").all()
     md = (art / "comparison.md").read_text()
-    assert "| **all** | 195 | 0 | 0 | 0 | 195 |" in md and "| table3 | 48 | 0 | 0 | 0 | 48 |" in md
+    assert "| **all** | 195 | 0 | 0 | 0 | 0 | 0 | 0 | 195 |" in md and "| table3 | 48 | 0 | 0 | 0 | 0 | 0 | 0 | 48 |" in md
     assert r"\begin{longtable}" in (art / "comparison.tex").read_text()
 
     results = pd.read_csv(tmp_path / "results" / "smoke" / "aggregate" / "table5.results.csv")

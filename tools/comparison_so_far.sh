@@ -2,12 +2,14 @@
 # The paper's Table 2 next to ours from the full-protocol records committed so far, without training
 # anything: every record of Table 2 under paper_artifacts/paper/runs/ (config/table2_full.yaml and the
 # paper config) and paper_artifacts/table2_mnist/runs/table2/ (the same runs of config/table2_mnist.yaml),
-# aggregated (`fedgmh aggregate`) and compared cell by cell (`fedgmh compare`; a cell with fewer than
-# 3 seeds is "reduced protocol"). The workflow writes the complete tables once every run is there;
-# until then this is the honest state.
+# aggregated (`fedgmh aggregate`) and compared cell by cell (`fedgmh compare`: a verdict by Welch's
+# interval and an equivalence test at the default margin, docs/verdicts.md; a cell with fewer than
+# 3 distinct seeds is "reduced protocol", not judged). The workflow writes the complete tables once
+# every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
 # preset=official, as the paper's authors ran them), when any such record is committed:
-# table2_pflib_results.csv and comparison_pflib.{md,csv}, the paper's numbers next to those runs.
+# table2_pflib_results.csv and comparison_pflib.{md,csv}, the paper's numbers next to those runs,
+# judged against the paper's protocol read as PFLlib's (`fedgmh compare --reading official`).
 #
 #   bash tools/comparison_so_far.sh [OUT]       (default paper_artifacts/paper/so_far)
 set -euo pipefail
@@ -27,9 +29,10 @@ mapfile -t official < <(find paper_artifacts/paper/runs/table2_pflib -path '*@of
 if [ ${#official[@]} -gt 0 ]; then
     fedgmh aggregate --runs "${official[@]}" --experiment table2 --out "$out/table2_pflib_results.csv"
     fedgmh compare --results "$out/table2_pflib_results.csv" --reference reference/fedgmh_paper_tables.csv \
-        --out "$out/comparison_pflib.md.tmp" --csv "$out/comparison_pflib.csv"
+        --reading official --out "$out/comparison_pflib.md.tmp" --csv "$out/comparison_pflib.csv"
     { echo "> **PFLlib's reading**: every \"ours\" below is a run with \`preset=official\` (PFLlib's code, as the"
-      echo "> paper's authors ran it: e.g. \`drop_last\`; docs/baselines.md), not Table 2's runs (comparison.md)."
+      echo "> paper's authors ran it: e.g. \`drop_last\`; docs/baselines.md), not Table 2's runs (comparison.md),"
+      echo "> judged against the paper's protocol read the same way (\`fedgmh compare --reading official\`)."
       echo
       cat "$out/comparison_pflib.md.tmp"; } > "$out/comparison_pflib.md"
     rm "$out/comparison_pflib.md.tmp"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from fedgmh.algorithms.options import PRESETS
+
 # `--accuracy` values are checked by fedgmh.report.summary (ACCURACIES), not here: importing it
 # would load pandas for every `fedgmh` command
 ACCURACY_HELP = ("each run's accuracy: best (over all evaluated rounds: the paper's, default), last (the last round) or "
@@ -54,12 +56,14 @@ def _cmd_rounds(args: argparse.Namespace) -> None:
 
 def _cmd_compare(args: argparse.Namespace) -> None:
     from fedgmh import report
+    from fedgmh.report.compare import STATUSES
 
-    comparison = report.write_comparison(args.results, args.reference, args.out, out_tex=args.tex, out_csv=args.csv, k=args.k,
-                                         other_paths=args.other, out_other_csv=args.other_csv)
+    tests = {name: value for name, value in (("margin", args.margin), ("alpha", args.alpha)) if value is not None}
+    comparison = report.write_comparison(args.results, args.reference, args.out, out_tex=args.tex, out_csv=args.csv, reading=args.reading,
+                                         other_paths=args.other, out_other_csv=args.other_csv, **tests)
     counts = comparison["status"].value_counts()
-    print(f"compare: {len(comparison)} paper cells: {counts.get('agree', 0)} agree, {counts.get('disagree', 0)} disagree, "
-          f"{counts.get('reduced protocol', 0)} reduced protocol (not comparable), {counts.get('not run', 0)} not run -> {args.out}"
+    tally = ", ".join(f"{counts.get(status, 0)} {status}" for status in STATUSES)
+    print(f"compare: {len(comparison)} paper cells ({args.reading} reading): {tally} -> {args.out}"
           + (f"; other documents' values from {', '.join(args.other)}" if args.other else ""))
 
 
@@ -180,7 +184,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="Markdown report (.md)")
     p.add_argument("--tex", help="LaTeX longtable (.tex)")
     p.add_argument("--csv", help="one row per paper cell (CSV)")
-    p.add_argument("--k", type=float, default=2.0, help="agree when |ours - paper| <= k*sqrt(std_paper^2 + std_ours^2) (default 2)")
+    p.add_argument("--margin", type=float, help="equivalence margin in accuracy points: a cell is reproduced when the "
+                   "(1 - 2 alpha) Welch interval of ours - paper lies within +-margin (default 0.5; docs/verdicts.md)")
+    p.add_argument("--alpha", type=float, help="level of the tests (TOST, and not reproduced), in (0, 0.5) (default 0.05)")
+    p.add_argument("--reading", choices=PRESETS, default="paper",
+                   help="the paper's protocol read as its text (every option's default) or as PFLlib / the official code "
+                   "(preset=official); runs with other options are 'other protocol' (default paper)")
     p.add_argument("--other", nargs="*", default=[], help="other documents' reference values (reference/cepfl_paper_table1.csv): "
                    "their own section and summary in the report")
     p.add_argument("--other-csv", help="with --other: one row per other document's value (CSV)")

@@ -184,6 +184,8 @@ rule layer_weights:
 
 
 rule compare:
+    """Every cell of the paper's tables next to ours, with a verdict: Welch's interval and an
+    equivalence test at config `comparison_margin` / `comparison_alpha` (docs/verdicts.md)."""
     input:
         results=expand(rules.aggregate.output.results, experiment=list(config["experiments"])),
         reference=[REFERENCE] if REFERENCE else [],
@@ -200,9 +202,11 @@ rule compare:
     localrule: True
     params:
         other=lambda wildcards, input, output: ["--other", *input.other, "--other-csv", output.other[0]] if input.other else [],
+        margin=format_number(config["comparison_margin"]),
+        alpha=format_number(config["comparison_alpha"]),
     shell:
         "fedgmh compare --results {input.results:q} --reference {input.reference:q} --out {output.md:q}"
-        " --tex {output.tex:q} --csv {output.csv:q} {params.other:q} > {log:q} 2>&1"
+        " --tex {output.tex:q} --csv {output.csv:q} --margin {params.margin:q} --alpha {params.alpha:q} {params.other:q} > {log:q} 2>&1"
 
 
 rule costs:

@@ -12,7 +12,10 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
   long format (`curves.csv`).
 - `summary`: `summarize` -> one cell per (setting, method): mean ± std over seeds of the best,
   the last-round or the mean of the last 10 rounds' accuracy.
-- `compare`: every cell of the paper's tables next to ours, with an agreement criterion.
+- `protocol`: how the runs of one of our cells differ from the paper's protocol.
+- `verdicts`: Welch's interval and the equivalence test (TOST) behind a cell's verdict.
+- `compare`: every cell of the paper's tables next to ours, with its verdict; `comparison_text`
+  writes it as Markdown and LaTeX.
 - `tables`: `make_table` -> rows = algorithms in the paper's order (or named variants), columns =
   settings; LaTeX (booktabs) + CSV, and the same beside the paper's values.
 - `rounds`: `rounds_to_target` -> first round at which an accuracy curve reaches each target.

@@ -3,6 +3,8 @@
 `summarize` is shared by the tables (`fedgmh.report.tables`) and the comparison with the paper
 (`fedgmh.report.compare`). The accuracy of a run is one of ACCURACIES (default: the best over all
 evaluated rounds, what the paper reports, section 3.1); the std is the population std (ddof=0).
+A cell counts each seed once: the same run listed twice is one seed, two different accuracies of
+one seed are an error.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ ACCURACIES: dict[str, tuple[str, str]] = {
     "last10": ("last10_test_acc", "mean test accuracy (%) of the last 10 evaluated rounds"),
 }
 DEFAULT_ACCURACY = PAPER_ACCURACY
-PROTOCOL_FIELDS = (("_rounds", "rounds"), ("_clients", "clients"), ("_join", "join_ratio"), ("_epochs", "local_epochs"))
+PROTOCOL_FIELDS = (("_rounds", "rounds"), ("_clients", "clients"), ("_join", "join_ratio"), ("_epochs", "local_epochs"),
+                   ("_batch", "batch_size"), ("_lr", "lr"))
 
 
 def accuracy_column(results: pd.DataFrame, accuracy: str) -> str:
@@ -55,7 +58,10 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
 
     Returns the cells frame (sorted in table order) and the swept dimensions. Each cell also says
     where it goes in the table: `row` / `row_name` (the algorithm, or the variant for runs of a
-    named variant, in order of appearance) and `column` (the setting id without `@<variant>`).
+    named variant, in order of appearance) and `column` (the setting id without `@<variant>`); and
+    how its runs ran: rounds, clients, join_ratio, local_epochs, batch_size, lr (where not swept:
+    the values of its runs joined by '/') and `options` (the distinct `--set` values of its runs, a
+    JSON list).
     """
     frame = results[results["experiment"] == experiment]
     if frame.empty:
@@ -82,22 +88,27 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
             "row": f"{rec['algorithm']}@{variant}" if variant else rec["algorithm"],
             "row_name": row_name(rec["algorithm"], variant, several_algorithms),
             "column": base_setting(rec["setting"]),
-            "_acc": [], "_seeds": [], **{field: set() for field, _ in PROTOCOL_FIELDS},
+            "_acc": {}, "_options": set(), **{field: set() for field, _ in PROTOCOL_FIELDS},
         })
-        cell["_acc"].append(100.0 * float(rec[value_column]))
-        cell["_seeds"].append(int(rec["seed"]))
+        seed, percent = int(rec["seed"]), 100.0 * float(rec[value_column])
+        if cell["_acc"].setdefault(seed, percent) != percent:
+            raise UserError(f"experiment {experiment}, setting {rec['setting']}, {rec['algorithm']}: seed {seed} is in the results "
+                            f"twice with different accuracies ({cell['_acc'][seed]:.4f} and {percent:.4f}); aggregate each run once")
+        cell["_options"].add(json.dumps(rec["options"], sort_keys=True))
         for field, column in PROTOCOL_FIELDS:
             value = rec.get(column)
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
                 cell[field].add(freeze(value))
     rows = []
     for cell in cells.values():
-        acc = np.array(cell.pop("_acc"))
+        by_seed = cell.pop("_acc")
+        acc = np.array(list(by_seed.values()))
         cell["accuracy"] = accuracy
         cell["mean"] = float(acc.mean())
         cell["std"] = float(acc.std(ddof=STD_DDOF)) if len(acc) > 1 else 0.0
         cell["n_seeds"] = len(acc)
-        cell["seeds"] = " ".join(str(s) for s in sorted(cell.pop("_seeds")))
+        cell["seeds"] = " ".join(str(s) for s in sorted(by_seed))
+        cell["options"] = json.dumps([json.loads(text) for text in sorted(cell.pop("_options"))])
         for field, column in PROTOCOL_FIELDS:
             values = sorted(cell.pop(field))
             if column not in dims:
