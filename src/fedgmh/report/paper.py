@@ -14,6 +14,9 @@ REFERENCE_COLUMNS = ("table", "dataset", "C", "alpha", "algorithm", "mean", "std
 # the paper's protocol outside the swept dimensions (protocol.md)
 PAPER_ROUNDS = {"mnist": 200, "cifar10": 200, "cifar100": 300}
 PAPER_CLIENTS, PAPER_SEEDS = 100, 5
+#: the rest of the paper's protocol (section 3.1), and the one dimension each of its sweep tables varies
+PAPER_PROTOCOL = {"local_epochs": 2, "join_ratio": 0.2, "batch_size": 100, "lr": 0.01}
+PAPER_SWEEPS = {"table3": "local_epochs", "table4": "join_ratio"}
 #: what the paper's tables report (section 3.1: "the best test accuracy over all global rounds")
 PAPER_ACCURACY = "best"
 
