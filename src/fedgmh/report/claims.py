@@ -83,8 +83,9 @@ def paired(a: Cell, b: Cell) -> list[float]:
     return [a[s] - b[s] for s in sorted(set(a) & set(b))]
 
 
-def _few(label: str, n: int, what: str = "shared seeds") -> Part:
-    return Part(label, INCONCLUSIVE, f"{n} {what} (need {MIN_SEEDS})", n_seeds=n)
+def _few(label: str, n: int, what: str = "shared seed") -> Part:
+    """Inconclusive: n seeds ('shared seed', 'seed', 'seed in a cell'), fewer than MIN_SEEDS."""
+    return Part(label, INCONCLUSIVE, f"{n} {what if n == 1 else what.replace('seed', 'seeds', 1)} (need {MIN_SEEDS})", n_seeds=n)
 
 
 def _against(test: TTest, against_alpha: float) -> str:
@@ -122,7 +123,7 @@ def rounds_value(label: str, mean_round: float, rounds: Mapping[int, float], pap
     """Claim: the method first reaches the target at round `paper`. Holds when `paper` lies within
     the range of our seeds' first rounds (a seed that never reaches it: infinitely late)."""
     if len(rounds) < MIN_SEEDS:
-        return _few(label, len(rounds), "seeds")
+        return _few(label, len(rounds), "seed")
     low, high = min(rounds.values()), max(rounds.values())
     verdict = HOLDS if low <= paper <= high else FAILS
     evidence = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_num(mean_round)}), paper {paper:g}"
@@ -133,7 +134,7 @@ def rounds_after(label: str, mean_round: float, rounds: Mapping[int, float], bou
     """Claim: the method reaches the target only after round `bound`. Holds when every seed's first
     round is later, does not hold when none is."""
     if len(rounds) < MIN_SEEDS:
-        return _few(label, len(rounds), "seeds")
+        return _few(label, len(rounds), "seed")
     later = sum(r > bound for r in rounds.values())
     verdict = HOLDS if later == len(rounds) else FAILS if later == 0 else INCONCLUSIVE
     evidence = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_num(mean_round)}): {later} of {len(rounds)} after round {bound:g}"
@@ -181,7 +182,7 @@ def trend(label: str, points: Sequence[tuple[float, Cell]], increasing: bool, ag
     points = sorted(points, key=lambda point: point[0])
     few = min(len(cell) for _, cell in points)
     if few < MIN_SEEDS:
-        return _few(label, few, "seeds in a cell")
+        return _few(label, few, "seed in a cell")
     sign = 1.0 if increasing else -1.0
     means = _means(points)
     rho = spearman([x for x, _ in points], means)
@@ -217,7 +218,7 @@ def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float) ->
     its lower bound is beyond it. (Picking the extremes can only widen the spread: conservative.)"""
     few = min(len(cell) for _, cell in points)
     if few < MIN_SEEDS:
-        return _few(label, few, "seeds in a cell")
+        return _few(label, few, "seed in a cell")
     means = _means(points)
     top, bottom = points[int(np.argmax(means))], points[int(np.argmin(means))]
     diffs = paired(top[1], bottom[1])
@@ -246,7 +247,7 @@ def convergence(label: str, curve: Curve, measure: str, last: int, threshold: fl
     (`above`), or by less. Each seed's measure over its last `last` evaluated rounds; a one-sample
     t-test of their mean against the threshold."""
     if len(curve) < MIN_SEEDS:
-        return _few(label, len(curve), "seeds")
+        return _few(label, len(curve), "seed")
     short = min(len(acc) for _, acc in curve.values())
     if short < last:
         return Part(label, INCONCLUSIVE, f"only {short} evaluated rounds (need {last})", n_seeds=len(curve))
