@@ -4,12 +4,14 @@
 # paper config) and paper_artifacts/table2_mnist/runs/table2/ (the same runs of config/table2_mnist.yaml),
 # aggregated (`fedgmh aggregate`) and compared cell by cell (`fedgmh compare`: a verdict by Welch's
 # interval and an equivalence test at the default margin, docs/verdicts.md; a cell with fewer than
-# 3 distinct seeds is "reduced protocol", not judged). The workflow writes the complete tables once
-# every run is there; until then this is the honest state.
+# 3 distinct seeds is "reduced protocol", not judged), and the paper's claims tested on them
+# (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"). The workflow writes the
+# complete tables once every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
 # preset=official, as the paper's authors ran them), when any such record is committed:
 # table2_pflib_results.csv and comparison_pflib.{md,csv}, the paper's numbers next to those runs,
-# judged against the paper's protocol read as PFLlib's (`fedgmh compare --reading official`).
+# judged against the paper's protocol read as PFLlib's (`fedgmh compare --reading official`), and
+# claims_pflib.{md,csv}, the paper's claims on them.
 #
 #   bash tools/comparison_so_far.sh [OUT]       (default paper_artifacts/paper/so_far)
 set -euo pipefail
@@ -20,14 +22,19 @@ mapfile -t runs < <(for config in paper table2_mnist; do
     done | LC_ALL=C sort -u -k1,1 | awk '{print "paper_artifacts/" $2 "/runs/" $1}')
 [ ${#runs[@]} -gt 0 ] || { echo "no full-protocol record of Table 2 is committed" >&2; exit 1; }
 mkdir -p "$out"
-fedgmh aggregate --runs "${runs[@]}" --experiment table2 --out "$out/table2_results.csv"
+curves=$(mktemp -d)
+trap 'rm -rf "$curves"' EXIT
+fedgmh aggregate --runs "${runs[@]}" --experiment table2 --out "$out/table2_results.csv" --curves "$curves/table2.csv"
 fedgmh compare --results "$out/table2_results.csv" --reference reference/fedgmh_paper_tables.csv \
     --out "$out/comparison.md" --csv "$out/comparison.csv"
+fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "$out/table2_results.csv" --curves "$curves/table2.csv" \
+    --title "The paper's claims on the full-protocol records committed so far (Table 2's reading)" \
+    --out "$out/claims.md" --csv "$out/claims.csv"
 
 mapfile -t official < <(find paper_artifacts/paper/runs/table2_pflib -path '*@official/*' -name run.json 2>/dev/null \
     | sed 's#/run.json$##' | LC_ALL=C sort)
 if [ ${#official[@]} -gt 0 ]; then
-    fedgmh aggregate --runs "${official[@]}" --experiment table2 --out "$out/table2_pflib_results.csv"
+    fedgmh aggregate --runs "${official[@]}" --experiment table2 --out "$out/table2_pflib_results.csv" --curves "$curves/pflib.csv"
     fedgmh compare --results "$out/table2_pflib_results.csv" --reference reference/fedgmh_paper_tables.csv \
         --reading official --out "$out/comparison_pflib.md.tmp" --csv "$out/comparison_pflib.csv"
     { echo "> **PFLlib's reading**: every \"ours\" below is a run with \`preset=official\` (PFLlib's code, as the"
@@ -36,4 +43,7 @@ if [ ${#official[@]} -gt 0 ]; then
       echo
       cat "$out/comparison_pflib.md.tmp"; } > "$out/comparison_pflib.md"
     rm "$out/comparison_pflib.md.tmp"
+    fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "$out/table2_pflib_results.csv" \
+        --curves "$curves/pflib.csv" --out "$out/claims_pflib.md" --csv "$out/claims_pflib.csv" \
+        --title "The paper's claims on the full-protocol records committed so far, PFLlib's reading (preset=official)"
 fi

@@ -1,9 +1,10 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | controls | clients | layer-weights | document | costs | store`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | layer-weights | document | costs | store`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
-`compare` turn runs into the paper's tables and figures, `uploads` the client uploads to a
+`compare` turn runs into the paper's tables and figures, `claims` tests the paper's claims on
+them, `uploads` the client uploads to a
 target accuracy (CE-pFL's Table 1), `controls` the label-prior controls'
 summary, `clients` the per-client accuracy figure, `layer-weights` the per-layer aggregation
 weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),

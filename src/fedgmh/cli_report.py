@@ -67,6 +67,13 @@ def _cmd_compare(args: argparse.Namespace) -> None:
           + (f"; other documents' values from {', '.join(args.other)}" if args.other else ""))
 
 
+def _cmd_claims(args: argparse.Namespace) -> None:
+    from fedgmh.report.claims_report import counts_text, write_claims
+
+    frame = write_claims(args.claims, args.results, args.curves, args.out, args.csv, accuracy=args.accuracy, title=args.title)
+    print(f"claims: {counts_text(frame)} -> {args.out}, {args.csv}")
+
+
 def _cmd_uploads(args: argparse.Namespace) -> None:
     import json
 
@@ -125,7 +132,8 @@ def _cmd_document(args: argparse.Namespace) -> None:
 
     titles, captions = mapping("--titles", args.titles), mapping("--captions", args.captions)
     build_document(args.out, args.title, args.results, titles=titles, reference=args.reference, accuracy=args.accuracy,
-                   inputs=args.input, figures=[(path, captions.get(Path(path).stem, "")) for path in args.figure])
+                   inputs=args.input, figures=[(path, captions.get(Path(path).stem, "")) for path in args.figure],
+                   claims=args.claims)
     if args.pdf:
         compile_pdf(args.out, args.pdf, log=args.log)
     print(f"document: {len(args.results)} results files, {len(args.input)} tables, {len(args.figure)} figures -> {args.out}"
@@ -195,6 +203,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--other-csv", help="with --other: one row per other document's value (CSV)")
     p.set_defaults(func=_cmd_compare)
 
+    p = sub.add_parser("claims", help="the paper's claims (reference/fedgmh_paper_claims.yaml), each with a verdict and its numbers")
+    p.add_argument("--claims", required=True, help="the claims file (reference/fedgmh_paper_claims.yaml; format: docs/claims.md)")
+    p.add_argument("--results", nargs="*", default=[], help="results CSVs from `fedgmh aggregate` (claims on other experiments: not run)")
+    p.add_argument("--curves", nargs="*", default=[], help="curves CSVs from `fedgmh aggregate --curves` (rounds to target, convergence)")
+    p.add_argument("--out", required=True, help="Markdown report (.md): every claim's verdict and evidence, then every comparison")
+    p.add_argument("--csv", required=True, help="one row per claim: verdict, evidence and the numbers of the comparison that decides it")
+    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--title", default="The paper's claims", help="the report's title")
+    p.set_defaults(func=_cmd_claims)
+
     p = sub.add_parser("uploads", help="table: cumulative client uploads until each method's accuracy reaches target accuracies")
     p.add_argument("--curves", required=True, help="curves CSV from `fedgmh aggregate --curves` (its runs need the clients_up column)")
     p.add_argument("--experiment", required=True, help="experiment whose runs to use")
@@ -245,6 +263,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--titles", help='table titles per experiment as JSON: {"table2": "Table 2"}')
     p.add_argument("--reference", help="the paper's numbers: tables show the paper's value beside ours")
     p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--claims", help="claims.csv of `fedgmh claims`: a section with every claim's verdict")
     p.add_argument("--input", nargs="*", default=[], help="LaTeX tables to paste in (rounds_to_target.tex, costs.tex, comparison.tex)")
     p.add_argument("--figure", nargs="*", default=[], help="figure files (PDF or PNG)")
     p.add_argument("--captions", help='figure captions by file name without suffix, as JSON: {"figure3": "Figure 3 ..."}')

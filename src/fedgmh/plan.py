@@ -37,6 +37,7 @@ from fedgmh.algorithms.options import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
+from fedgmh.report.claim_file import read_claims
 from fedgmh.report.names import format_number
 from fedgmh.report.settings import assign_setting_ids, partition_id
 
@@ -168,6 +169,9 @@ class Plan:
         self.layer_weights = config.get("layer_weights") or {}
         self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
+        self.claims = self._find_file("paper_claims", config["paper_claims"], Path(basedir)) if config.get("paper_claims") else None
+        #: the config's experiments that the claims read (in config order): the claims rule's inputs
+        self.claim_experiments = self._claim_experiments()
         self.other_references = [self._find_file(f"other_references[{i}]", path, Path(basedir))
                                  for i, path in enumerate(config.get("other_references") or [])]
         #: whether some setting has its own number of clients (then `fedgmh aggregate` is told the config's)
@@ -304,6 +308,15 @@ class Plan:
         if not path:
             return None
         return self._find_file("reference_tables", path, basedir)
+
+    def _claim_experiments(self) -> list[str]:
+        if not self.claims:
+            return []
+        try:
+            wanted = set().union(*(claim.experiments() for claim in read_claims(self.claims)))
+        except UserError as err:
+            raise ConfigError(f"config: paper_claims: {err}") from None
+        return [name for name in self.config["experiments"] if name in wanted]
 
     @staticmethod
     def _find_file(key: str, path: str, basedir: Path) -> str:

@@ -1,6 +1,6 @@
 # Results: aggregate the runs of each experiment, then LaTeX tables (and CSV), accuracy curves, the
-# rounds-to-target table and the comparison with the paper. Outputs marked with report(...) go into
-# `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
+# rounds-to-target table, the comparison with the paper and the paper's claims. Outputs marked with
+# report(...) go into `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
 # and figure into one LaTeX document and compiles it (needs a TeX engine, so it is not part of `all`).
 # Every rule here is a local rule: quick, and on a cluster it runs where snakemake runs.
 
@@ -14,6 +14,7 @@ OTHER_REFERENCES = PLAN.other_references
 ROUNDS_TO_TARGET = PLAN.rounds_to_target
 UPLOADS_TO_TARGET = PLAN.uploads_to_target
 LAYER_WEIGHTS = PLAN.layer_weights
+CLAIMS = PLAN.claims
 
 
 rule aggregate:
@@ -209,6 +210,29 @@ rule compare:
         " --tex {output.tex:q} --csv {output.csv:q} --margin {params.margin:q} --alpha {params.alpha:q} {params.other:q} > {log:q} 2>&1"
 
 
+rule claims:
+    """The paper's claims (config `paper_claims`), each with a verdict on this config's runs and the
+    numbers behind it; claims on experiments the config lacks are "not run" (docs/claims.md)."""
+    input:
+        claims=[CLAIMS] if CLAIMS else [],
+        results=expand(rules.aggregate.output.results, experiment=PLAN.claim_experiments),
+        curves=expand(rules.aggregate.output.curves, experiment=PLAN.claim_experiments),
+    output:
+        md=report(f"{ARTIFACTS}/claims.md", caption="../report/claims.rst", category="The paper's claims",
+                  labels={"file": "claims.md"}),
+        csv=report(f"{ARTIFACTS}/claims.csv", caption="../report/claims.rst", category="The paper's claims",
+                   labels={"file": "claims.csv"}),
+    log:
+        f"{LOGS}/report/claims.log",
+    localrule: True
+    params:
+        accuracy=config["table_accuracy"],
+        title=f"The paper's claims on the runs of config {NAME}",
+    shell:
+        "fedgmh claims --claims {input.claims:q} --results {input.results:q} --curves {input.curves:q}"
+        " --accuracy {params.accuracy:q} --title {params.title:q} --out {output.md:q} --csv {output.csv:q} > {log:q} 2>&1"
+
+
 rule costs:
     """Section 2.3: storage and communication from the actual model (mnist, cifar10, cifar100),
     next to the bytes measured in the runs of experiment `costs_runs` (Table 2's: every algorithm
@@ -252,13 +276,14 @@ rule controls_summary:
 
 rule all_tables:
     """The LaTeX tables (and CSVs) of every configured experiment, the rounds-to-target and
-    uploads-to-target tables (config `rounds_to_target`, `uploads_to_target`) and the comparison with
-    the paper (config `reference_tables`, `other_references`)."""
+    uploads-to-target tables (config `rounds_to_target`, `uploads_to_target`), the comparison with
+    the paper (config `reference_tables`, `other_references`) and the paper's claims (`paper_claims`)."""
     input:
         expand(rules.table.output, experiment=list(config["experiments"])),
         rules.rounds_to_target.output if ROUNDS_TO_TARGET else [],
         rules.uploads_to_target.output if UPLOADS_TO_TARGET else [],
         rules.compare.output if REFERENCE else [],
+        rules.claims.output if CLAIMS else [],
         rules.costs.output,
         rules.controls_summary.output if CONTROLS else [],
         PLAN.stored_markers(),
@@ -280,6 +305,7 @@ rule report_pdf:
     input:
         results=expand(rules.aggregate.output.results, experiment=list(config["experiments"])),
         reference=[REFERENCE] if REFERENCE else [],
+        claims=[rules.claims.output.csv] if CLAIMS else [],
         tables=[
             *([rules.rounds_to_target.output.tex] if ROUNDS_TO_TARGET else []),
             *([rules.uploads_to_target.output.tex] if UPLOADS_TO_TARGET else []),
@@ -314,9 +340,10 @@ rule report_pdf:
             "whose model is built, column = the peer whose parameters it weighs; the diagonal outlined.",
         }),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
+        claims=lambda wildcards, input: ["--claims", input.claims[0]] if input.claims else [],
         accuracy=config["table_accuracy"],
     shell:
         "fedgmh document --out {output.tex:q} --title {params.title:q} --results {input.results:q} --titles {params.titles:q}"
-        " {params.reference:q} --accuracy {params.accuracy:q} --input {input.tables:q} --figure {input.figures:q}"
+        " {params.reference:q} {params.claims:q} --accuracy {params.accuracy:q} --input {input.tables:q} --figure {input.figures:q}"
         " --captions {params.captions:q}"
         " --pdf {output.pdf:q} --log {log.latex:q} > {log.main:q} 2>&1"

@@ -19,6 +19,8 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
 - `tables`: `make_table` -> rows = algorithms in the paper's order (or named variants), columns =
   settings; LaTeX (booktabs) + CSV, and the same beside the paper's values.
 - `rounds`: `rounds_to_target` -> first round at which an accuracy curve reaches each target.
+- `claim_file`, `claims`, `claims_report`: the paper's claims (reference/fedgmh_paper_claims.yaml),
+  their test kinds and decision rules, and `claims.md`/`.csv` with each claim's verdict.
 - `cost_tables`: the section 2.3 costs (`fedgmh costs`) as LaTeX.
 - `figures`: `plot_curves` -> test accuracy per round, mean over seeds with a ±1 std band.
 - `clients`: per-client accuracy of each run (`clients.csv`) and its distribution per method.

@@ -1,8 +1,9 @@
 """Every table and figure of a config in one LaTeX document (`report.tex`), compiled to PDF with latexmk.
 
 The experiment tables appear with the paper's value beside ours (`make_table`'s `beside`, where the
-reference has the cells), the other tables (rounds to target, costs, the comparison) as written by
-their commands, then the figures. `compile_pdf` runs `latexmk -pdf` (Debian: latexmk,
+reference has the cells), then the paper's claims with their verdicts (claims.csv of `fedgmh
+claims`), the other tables (rounds to target, costs, the comparison) as written by their commands,
+then the figures. `compile_pdf` runs `latexmk -pdf` (Debian: latexmk,
 texlive-latex-base, -recommended, -extra) in a scratch folder and copies the PDF out.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path, write_text
+from fedgmh.report.claims_report import claims_latex, read_claims_table
 from fedgmh.report.latex import tex
 from fedgmh.report.names import dataset_name
 from fedgmh.report.paper import read_reference
@@ -51,9 +53,10 @@ def _figure(path: Path, caption: str, folder: Path) -> str:
 
 def build_document(out: Path | str, title: str, results: Sequence[Path | str], titles: Mapping[str, str] | None = None,
                    reference: Path | str | None = None, accuracy: str = DEFAULT_ACCURACY, inputs: Sequence[Path | str] = (),
-                   figures: Sequence[tuple[Path | str, str]] = ()) -> str:
-    """Write report.tex: the tables of every experiment in `results`, the LaTeX files `inputs`
-    (pasted in), and `figures` (path, caption; '' = `figure_caption`). Returns the text."""
+                   figures: Sequence[tuple[Path | str, str]] = (), claims: Path | str | None = None) -> str:
+    """Write report.tex: the tables of every experiment in `results`, the claims' verdicts (`claims`:
+    a claims.csv), the LaTeX files `inputs` (pasted in), and `figures` (path, caption; '' =
+    `figure_caption`). Returns the text."""
     out = Path(out)
     titles = titles or {}
     ref = read_reference(reference) if reference else None
@@ -65,6 +68,11 @@ def build_document(out: Path | str, title: str, results: Sequence[Path | str], t
         for experiment in dict.fromkeys(frame["experiment"]):
             table = make_table(frame, experiment, title=titles.get(experiment, experiment), reference=ref, accuracy=accuracy)
             parts.append(table["beside"] or table["latex"])
+    if claims:
+        parts += [r"\clearpage", r"\section{The paper's claims}",
+                  "Each claim of the paper's text, in our words, tested on this config's runs (holds, does not hold, "
+                  "inconclusive, not run); the numbers are those of the comparison that decides it.", "",
+                  claims_latex(read_claims_table(claims))]
     for path in inputs:
         path = Path(path)
         if not path.is_file():

@@ -31,6 +31,9 @@ PAPER_CLIENTS, PAPER_SEEDS = 100, 5
 PAPER_STD_DDOF = 0
 _TRAIN_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 PAPER_BATCH_SIZE, PAPER_LR = _TRAIN_DEFAULTS["batch_size"], _TRAIN_DEFAULTS["lr"]
+#: the rest of the paper's protocol (section 3.1), and the one dimension each of its sweep tables varies
+PAPER_PROTOCOL = {"local_epochs": 2, "join_ratio": 0.2, "batch_size": PAPER_BATCH_SIZE, "lr": PAPER_LR}
+PAPER_SWEEPS = {"table3": "local_epochs", "table4": "join_ratio"}
 #: what the paper's tables report (section 3.1: "the best test accuracy over all global rounds")
 PAPER_ACCURACY = "best"
 

@@ -35,6 +35,19 @@ def _first_round(rounds: np.ndarray, accuracy: np.ndarray, target: float) -> flo
     return float(rounds[hits[0]]) if len(hits) else math.inf
 
 
+def accuracy_by_seed(data: pd.DataFrame) -> pd.DataFrame:
+    """Curves rows of one algorithm (one experiment and setting) as accuracy in percent: round x seed."""
+    return data.assign(acc=100.0 * data["test_acc"]).pivot_table(index="round", columns="seed", values="acc")
+
+
+def first_rounds(acc: pd.DataFrame, target: float) -> tuple[float, dict[int, float]]:
+    """The first round at which the mean-over-seeds curve of `acc` (`accuracy_by_seed`; only rounds
+    every seed evaluated) reaches `target` percent, and each seed's own first round (inf: never)."""
+    mean = acc.dropna().mean(axis=1)
+    per_seed = {int(s): _first_round(acc.index.to_numpy(), acc[s].to_numpy(), target) for s in acc.columns}
+    return _first_round(mean.index.to_numpy(), mean.to_numpy(), target), per_seed
+
+
 def _text(value: float) -> str:
     return NOT_REACHED if math.isinf(value) else format_number(value)
 
@@ -55,19 +68,17 @@ def rounds_to_target(curves: pd.DataFrame, experiment: str, setting: str, target
             raise UserError(f"paper rounds of {algorithm}: {len(values)} values for {len(targets)} targets")
     rows = []
     for algorithm in sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER)):
-        data = frame[frame["algorithm"] == algorithm]
-        acc = data.assign(acc=100.0 * data["test_acc"]).pivot_table(index="round", columns="seed", values="acc")
-        complete = acc.dropna()
-        mean = complete.mean(axis=1)
+        acc = accuracy_by_seed(frame[frame["algorithm"] == algorithm])
         for i, target in enumerate(targets):
-            per_seed = [_first_round(acc.index.to_numpy(), acc[s].to_numpy(), target) for s in acc.columns]
+            mean_round, by_seed = first_rounds(acc, target)
+            per_seed = list(by_seed.values())
             median = float(np.median(per_seed))
             value = (paper.get(algorithm) or [None] * len(targets))[i]
             rows.append({
                 "experiment": experiment, "setting": setting, "setting_name": setting_name, "rounds": int(acc.index.max()),
                 "algorithm": algorithm, "algorithm_name": algorithm_name(algorithm),
                 "target": float(target),
-                "mean_curve": _text(_first_round(mean.index.to_numpy(), mean.to_numpy(), target)),
+                "mean_curve": _text(mean_round),
                 "median_seed": _text(median),
                 "seeds_reached": int(sum(not math.isinf(r) for r in per_seed)),
                 "n_seeds": len(per_seed),

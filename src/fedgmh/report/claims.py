@@ -1,0 +1,291 @@
+"""The test kinds of the paper's claims (reference/fedgmh_paper_claims.yaml), each with a stated decision rule.
+
+Every kind takes plain data -- a cell is a mapping seed -> accuracy in percent, a curve a mapping
+seed -> (evaluated rounds, accuracy in percent) -- and returns a `Part`: one comparison's verdict
+with the numbers behind it. A claim is one or more parts (`combine`). Verdicts: holds, does not
+hold, inconclusive (too few seeds, or the data decide neither way), not run (no runs). The rules,
+and why these: docs/claims.md.
+
+- `ranking`: A above B, a one-sided paired t-test over the seeds both cells have.
+- `rounds_value` / `rounds_after` / `rounds_order`: rounds to a target accuracy, each seed's own first
+  round against the paper's round, a bound, or another method's rounds.
+- `trend`: a monotone trend over a swept parameter (Spearman's sign, the first-to-last change, each step).
+- `bound`: "little effect": the spread of the cell means within a tolerance.
+- `convergence`: a per-seed measure of the curve's end (fluctuation, drop below the best) against a threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
+#: level of every one-sided test; a refutation among k parts of one claim is tested at ALPHA / k (Bonferroni)
+ALPHA = 0.05
+#: fewer seeds (shared seeds for paired tests) and a comparison is inconclusive: no spread to judge it by
+MIN_SEEDS = 3
+
+Cell = Mapping[int, float]
+Curve = Mapping[int, tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One comparison of a claim: its verdict, a sentence of evidence, and the numbers behind it."""
+
+    label: str
+    verdict: str
+    evidence: str
+    measure: str = ""  # what `estimate` is
+    estimate: float = math.nan
+    low: float = math.nan  # with `high`: a 90 % confidence interval, or the seeds' range
+    high: float = math.nan
+    p_value: float = math.nan  # of the claimed direction
+    n_seeds: int = 0
+    reference: float = math.nan  # the threshold, tolerance or paper value it is held against
+
+
+@dataclass(frozen=True)
+class TTest:
+    """A one-sample t-test of a mean against `null`: a paired test when the values are paired differences."""
+
+    n: int
+    mean: float
+    low: float  # the 90 % interval: its bounds are the one-sided 95 % bounds
+    high: float
+    p_greater: float  # H1: mean > null
+    p_less: float  # H1: mean < null
+
+
+def t_test(values: Sequence[float], null: float = 0.0) -> TTest:
+    x = np.asarray(values, dtype=float)
+    n, mean = len(x), float(x.mean())
+    se = float(x.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan
+    if not se > 0:  # identical values (or one): the mean is exact
+        return TTest(n, mean, mean, mean, float(mean <= null), float(mean >= null))
+    t = (mean - null) / se
+    q = float(stats.t.ppf(1 - ALPHA, n - 1))
+    return TTest(n, mean, mean - q * se, mean + q * se, float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1)))
+
+
+def decide(test: TTest, against_alpha: float) -> str:
+    """holds when the claimed direction is significant at ALPHA, does not hold when the opposite is at `against_alpha`."""
+    return HOLDS if test.p_greater < ALPHA else FAILS if test.p_less < against_alpha else INCONCLUSIVE
+
+
+def paired(a: Cell, b: Cell) -> list[float]:
+    """a - b on each seed both cells have."""
+    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
+
+
+def _few(label: str, n: int, what: str = "shared seed") -> Part:
+    """Inconclusive: n seeds ('shared seed', 'seed', 'seed in a cell'), fewer than MIN_SEEDS."""
+    return Part(label, INCONCLUSIVE, f"{n} {what if n == 1 else what.replace('seed', 'seeds', 1)} (need {MIN_SEEDS})", n_seeds=n)
+
+
+def _against(test: TTest, against_alpha: float) -> str:
+    """The p-value the other way, where the mean goes against the claim, with the level that would refute it."""
+    return f" (the other way p = {test.p_less:.2g}, refuting below {against_alpha:.2g})" if test.mean < 0 else ""
+
+
+def _num(x: float) -> str:
+    return "never" if math.isinf(x) else f"{x:g}"
+
+
+# ----------------------------------------------------------------------------- ranking
+
+
+def ranking(label: str, above: Cell, below: Cell, against_alpha: float = ALPHA) -> Part:
+    """Claim: `above` is more accurate than `below`. One-sided paired t-test of the mean difference over shared seeds."""
+    diffs = paired(above, below)
+    if len(diffs) < MIN_SEEDS:
+        return _few(label, len(diffs))
+    test = t_test(diffs)
+    evidence = (f"{test.mean:+.2f} points (90% CI {test.low:+.2f} to {test.high:+.2f}), one-sided p = {test.p_greater:.2g}"
+                + _against(test, against_alpha) + f", {test.n} shared seeds")
+    return Part(label, decide(test, against_alpha), evidence, "mean paired difference (points)", test.mean, test.low, test.high,
+                test.p_greater, test.n)
+
+
+# ----------------------------------------------------------------------------- rounds to a target
+
+
+def _seed_rounds(rounds: Mapping[int, float]) -> str:
+    return ", ".join(_num(r) for _, r in sorted(rounds.items()))
+
+
+def rounds_value(label: str, mean_round: float, rounds: Mapping[int, float], paper: float) -> Part:
+    """Claim: the method first reaches the target at round `paper`. Holds when `paper` lies within
+    the range of our seeds' first rounds (a seed that never reaches it: infinitely late)."""
+    if len(rounds) < MIN_SEEDS:
+        return _few(label, len(rounds), "seed")
+    low, high = min(rounds.values()), max(rounds.values())
+    verdict = HOLDS if low <= paper <= high else FAILS
+    evidence = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_num(mean_round)}), paper {paper:g}"
+    return Part(label, verdict, evidence, "first round of the mean curve", mean_round, low, high, n_seeds=len(rounds), reference=paper)
+
+
+def rounds_after(label: str, mean_round: float, rounds: Mapping[int, float], bound: float) -> Part:
+    """Claim: the method reaches the target only after round `bound`. Holds when every seed's first
+    round is later, does not hold when none is."""
+    if len(rounds) < MIN_SEEDS:
+        return _few(label, len(rounds), "seed")
+    later = sum(r > bound for r in rounds.values())
+    verdict = HOLDS if later == len(rounds) else FAILS if later == 0 else INCONCLUSIVE
+    evidence = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_num(mean_round)}): {later} of {len(rounds)} after round {bound:g}"
+    return Part(label, verdict, evidence, "first round of the mean curve", mean_round, min(rounds.values()), max(rounds.values()),
+                n_seeds=len(rounds), reference=bound)
+
+
+def rounds_order(label: str, earlier: tuple[float, Mapping[int, float]], later: tuple[float, Mapping[int, float]]) -> Part:
+    """Claim: one method reaches the target before another. Per shared seed, whose first round comes
+    first; holds when the first method is earlier in every shared seed, does not hold when it is
+    earlier in none (both never reaching it is a tie)."""
+    (mean_a, a), (mean_b, b) = earlier, later
+    shared = sorted(set(a) & set(b))
+    if len(shared) < MIN_SEEDS:
+        return _few(label, len(shared))
+    first = sum(a[s] < b[s] for s in shared)
+    verdict = HOLDS if first == len(shared) else FAILS if first == 0 else INCONCLUSIVE
+    gaps = [b[s] - a[s] for s in shared if not (math.isinf(a[s]) and math.isinf(b[s]))]  # both never: no gap
+    evidence = (f"earlier in {first} of {len(shared)} shared seeds (first rounds {_seed_rounds({s: a[s] for s in shared})} "
+                f"vs {_seed_rounds({s: b[s] for s in shared})}); mean curves {_num(mean_a)} vs {_num(mean_b)}")
+    return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", mean_b - mean_a,
+                min(gaps, default=math.nan), max(gaps, default=math.nan), n_seeds=len(shared))
+
+
+# ----------------------------------------------------------------------------- trend and bound over a swept parameter
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation (ties share their mean rank); nan when either side is constant."""
+    rx, ry = stats.rankdata(xs), stats.rankdata(ys)
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _means(points: Sequence[tuple[float, Cell]]) -> list[float]:
+    return [float(np.mean(list(cell.values()))) for _, cell in points]
+
+
+def trend(label: str, points: Sequence[tuple[float, Cell]], increasing: bool, against_alpha: float = ALPHA) -> Part:
+    """Claim: accuracy rises (falls) with the parameter. Holds when Spearman's rho of the cell means
+    has the claimed sign, the first-to-last change is significant in the claimed direction (paired
+    t-test) and no step goes significantly the other way (each step at ALPHA / steps); does not
+    hold when the first-to-last change, or a step, goes significantly the other way."""
+    points = sorted(points, key=lambda point: point[0])
+    few = min(len(cell) for _, cell in points)
+    if few < MIN_SEEDS:
+        return _few(label, few, "seed in a cell")
+    sign = 1.0 if increasing else -1.0
+    means = _means(points)
+    rho = spearman([x for x, _ in points], means)
+    steps, against = [], False
+    for (x0, a), (x1, b) in zip(points, points[1:]):
+        diffs = paired(b, a)
+        if len(diffs) < MIN_SEEDS:
+            return _few(label, len(diffs))
+        step = t_test([sign * d for d in diffs])
+        against |= step.p_less < against_alpha / (len(points) - 1)
+        noise = "*" if min(step.p_greater, step.p_less) < ALPHA / 2 else ""  # the two-sided 95 % interval excludes 0
+        steps.append(f"{x0:g}→{x1:g} {sign * step.mean:+.2f}{noise}")
+    whole = paired(points[-1][1], points[0][1])
+    if len(whole) < MIN_SEEDS:
+        return _few(label, len(whole))
+    overall = t_test([sign * d for d in whole])
+    if overall.p_greater < ALPHA and sign * rho > 0 and not against:
+        verdict = HOLDS
+    elif overall.p_less < against_alpha or against:
+        verdict = FAILS
+    else:
+        verdict = INCONCLUSIVE
+    low, high = sorted((sign * overall.low, sign * overall.high))
+    evidence = (f"Spearman rho {rho:+.2f}; first to last {sign * overall.mean:+.2f} points (one-sided p = {overall.p_greater:.2g}); "
+                f"steps {', '.join(steps)} (*: beyond noise)")
+    return Part(label, verdict, evidence, "change first to last point (points)", sign * overall.mean, low, high, overall.p_greater,
+                few)
+
+
+def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float) -> Part:
+    """Claim: the parameter has little effect. The highest and the lowest cell mean's paired
+    difference: holds when its one-sided 95 % upper bound is within `tolerance`, does not hold when
+    its lower bound is beyond it. (Picking the extremes can only widen the spread: conservative.)"""
+    few = min(len(cell) for _, cell in points)
+    if few < MIN_SEEDS:
+        return _few(label, few, "seed in a cell")
+    means = _means(points)
+    top, bottom = points[int(np.argmax(means))], points[int(np.argmin(means))]
+    diffs = paired(top[1], bottom[1])
+    if len(diffs) < MIN_SEEDS:
+        return _few(label, len(diffs))
+    test = t_test(diffs, null=tolerance)
+    verdict = HOLDS if test.high <= tolerance else FAILS if test.low > tolerance else INCONCLUSIVE
+    evidence = (f"cell means {min(means):.2f} to {max(means):.2f}: highest ({top[0]:g}) minus lowest ({bottom[0]:g}) "
+                f"{test.mean:.2f} points (90% CI {test.low:.2f} to {test.high:.2f}), tolerance {tolerance:g}")
+    return Part(label, verdict, evidence, "highest minus lowest cell (points)", test.mean, test.low, test.high, test.p_less, few,
+                tolerance)
+
+
+# ----------------------------------------------------------------------------- convergence
+
+#: measure -> (what it is, its value for one seed's accuracy curve in percent and the last k evaluated rounds)
+MEASURES = {
+    "fluctuation": ("std of the last rounds' accuracy (points)", lambda acc, k: float(np.std(acc[-k:]))),
+    "drop": ("best accuracy minus the mean of the last rounds (points)", lambda acc, k: float(np.max(acc) - np.mean(acc[-k:]))),
+}
+
+
+def convergence(label: str, curve: Curve, measure: str, last: int, threshold: float, above: bool = True,
+                against_alpha: float = ALPHA) -> Part:
+    """Claim: the curve's end fluctuates (or drops below its best) by more than `threshold` points
+    (`above`), or by less. Each seed's measure over its last `last` evaluated rounds; a one-sample
+    t-test of their mean against the threshold."""
+    if len(curve) < MIN_SEEDS:
+        return _few(label, len(curve), "seed")
+    short = min(len(acc) for _, acc in curve.values())
+    if short < last:
+        return Part(label, INCONCLUSIVE, f"only {short} evaluated rounds (need {last})", n_seeds=len(curve))
+    what, value = MEASURES[measure]
+    values = [value(np.asarray(acc, dtype=float), last) for _, acc in (curve[s] for s in sorted(curve))]
+    test = t_test(values, null=threshold)
+    if not above:
+        test = TTest(test.n, test.mean, test.low, test.high, test.p_less, test.p_greater)
+    seeds = ", ".join(f"{v:.2f}" for v in values)
+    evidence = (f"{measure} over the last {last} rounds {test.mean:.2f} points (seeds {seeds}; 90% CI {test.low:.2f} to "
+                f"{test.high:.2f}), threshold {threshold:g}")
+    return Part(label, decide(test, against_alpha), evidence, what, test.mean, test.low, test.high, test.p_greater, test.n, threshold)
+
+
+# ----------------------------------------------------------------------------- a claim from its parts
+
+
+def combine(parts: Sequence[Part]) -> str:
+    """A claim's verdict: does not hold if a part does not, holds if every part holds, not run if
+    none was run, else inconclusive."""
+    verdicts = {part.verdict for part in parts}
+    if FAILS in verdicts:
+        return FAILS
+    if verdicts == {HOLDS}:
+        return HOLDS
+    if not verdicts or verdicts == {NOT_RUN}:
+        return NOT_RUN
+    return INCONCLUSIVE
+
+
+def deciding(parts: Sequence[Part]) -> Part | None:
+    """The part whose numbers stand for the claim: the first that does not hold, else the first
+    inconclusive one, else (all hold) the weakest, the one with the largest p-value."""
+    for verdict in (FAILS, INCONCLUSIVE):
+        found = [part for part in parts if part.verdict == verdict]
+        if found:
+            return found[0]
+    held = [part for part in parts if part.verdict == HOLDS]
+    if held:
+        return max(held, key=lambda part: -math.inf if math.isnan(part.p_value) else part.p_value)
+    return parts[0] if parts else None

@@ -1,0 +1,293 @@
+"""The paper's claims against a config's runs: each claim's verdict and the numbers behind it.
+
+`evaluate_claims` reads what each claim needs (`Claim.needs`) from the aggregated results (the
+accuracy of every run) and curves (`fedgmh aggregate`), runs the claim's test kind
+(`fedgmh.report.claims`) on every comparison it makes, and returns one row per claim (claims.csv)
+with its comparisons (`Part`s, listed in claims.md). A comparison whose cells this config did not
+run is "not run"; a trend or bound with some of its points missing is at best inconclusive. Where
+the runs differ from the paper's protocol (rounds, clients, E, rho, batch, lr), the `protocol`
+column says how: the verdict is then about those runs, not the paper's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedgmh.errors import UserError
+from fedgmh.io import write_csv, write_text
+from fedgmh.report import claims as kinds
+from fedgmh.report.claim_file import Claim, Need, read_claims, rounds_algorithms, split_cell
+from fedgmh.report.latex import latex_table
+from fedgmh.report.names import SWEEP_DIMS, algorithm_name, format_number
+from fedgmh.report.paper import PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
+from fedgmh.report.rounds import accuracy_by_seed, first_rounds
+from fedgmh.report.runs import read_curves, read_results
+from fedgmh.report.summary import DEFAULT_ACCURACY, accuracy_column
+
+COLUMNS = ["id", "where", "test", "claim", "verdict", "parts", "deciding_part", "measure", "estimate", "ci_low", "ci_high",
+           "p_value", "n_seeds", "reference", "protocol", "not_run", "evidence"]
+CELL_KEY = ["experiment", "setting", "algorithm"]
+
+
+class Runs:
+    """The runs' accuracies (percent, per seed) and curves, by (experiment, setting, algorithm)."""
+
+    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None, accuracy: str = DEFAULT_ACCURACY) -> None:
+        self.values: dict[tuple, dict[int, float]] = {}
+        self.rows: dict[tuple, list[dict[str, Any]]] = {}
+        if results is not None and not results.empty:
+            column = accuracy_column(results, accuracy)
+            twice = results[results.duplicated(CELL_KEY + ["seed"], keep=False)]
+            if not twice.empty:
+                first = twice.iloc[0]
+                raise UserError(f"the results hold run {first['experiment']}/{first['setting']}/{first['algorithm']} seed "
+                                f"{first['seed']} twice; give each experiment's results once")
+            for rec in results.to_dict("records"):
+                key = (rec["experiment"], rec["setting"], rec["algorithm"])
+                self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
+                self.rows.setdefault(key, []).append(rec)
+        self.curves = {} if curves is None or curves.empty else {
+            key: accuracy_by_seed(frame) for key, frame in curves.groupby(CELL_KEY, sort=False)}
+
+    def cell(self, need: Need) -> dict[int, float] | None:
+        return self.values.get(need[:3])
+
+    def curve(self, need: Need) -> pd.DataFrame | None:
+        """Accuracy in percent, round x seed (`accuracy_by_seed`)."""
+        return self.curves.get(need[:3])
+
+    def has(self, need: Need) -> bool:
+        return need[:3] in (self.curves if need.curve else self.values)
+
+    def protocol(self, needs: Sequence[Need]) -> str:
+        """How the runs of `needs` differ from the paper's protocol ('' where they do not, or are unknown)."""
+        notes: list[str] = []
+        for need in needs:
+            for rec in self.rows.get(need[:3], []):
+                notes += _differences(rec)
+        return ", ".join(dict.fromkeys(notes))
+
+
+def _differences(rec: dict[str, Any]) -> list[str]:
+    out = []
+    rounds = PAPER_ROUNDS.get(str(rec.get("dataset")))
+    if rounds and _known(rec.get("rounds")) and int(rec["rounds"]) != rounds:
+        out.append(f"{int(rec['rounds'])} rounds (paper {rounds})")
+    if _known(rec.get("clients")) and int(rec["clients"]) != PAPER_CLIENTS:
+        out.append(f"{int(rec['clients'])} clients (paper {PAPER_CLIENTS})")
+    for key, paper in PAPER_PROTOCOL.items():
+        if PAPER_SWEEPS.get(rec["experiment"]) != key and _known(rec.get(key)) and not np.isclose(float(rec[key]), paper):
+            out.append(f"{SWEEP_DIMS[key][1]}={format_number(rec[key])} (paper {format_number(paper)})")
+    return out
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _name(need: Need) -> str:
+    return algorithm_name(need.algorithm)
+
+
+def _not_run(label: str, needs: Sequence[Need]) -> kinds.Part:
+    return kinds.Part(label, kinds.NOT_RUN, "no runs of " + "; ".join(f"{n.cell} {n.algorithm}" for n in needs))
+
+
+def _ranking(claim: Claim, runs: Runs) -> list[kinds.Part]:
+    spec = claim.spec
+    sides = [[Need(*split_cell(cell), alg) for cell, algs in spec[side].items() for alg in algs] for side in ("above", "below")]
+    # within each cell both sides name (e.g. per dataset); sides without a common cell: every pair
+    common = {a.cell for a in sides[0]} & {b.cell for b in sides[1]}
+    pairs = [(a, b) for a in sides[0] for b in sides[1] if a != b and (a.cell == b.cell or not common)]
+    parts = []
+    for a, b in pairs:
+        label = f"{_name(a)} > {_name(b)} ({a.cell})" if a.cell == b.cell else f"{_name(a)} ({a.cell}) > {_name(b)} ({b.cell})"
+        wanted = [a, b]
+        if "minus" in spec:
+            label = f"gain over {spec['minus']}: {label}"
+            wanted += [Need(*split_cell(spec["minus"]), a.algorithm), Need(*split_cell(spec["minus"]), b.algorithm)]
+        missing = [need for need in wanted if not runs.has(need)]
+        if missing:
+            parts.append(_not_run(label, missing))
+            continue
+        values = [runs.cell(need) for need in wanted]
+        if "minus" in spec:  # each seed's gain over the same method's accuracy in the `minus` cell
+            values = [{s: v[s] - base[s] for s in sorted(set(v) & set(base))} for v, base in zip(values[:2], values[2:])]
+        parts.append(kinds.ranking(label, values[0], values[1], kinds.ALPHA / len(pairs)))
+    return parts
+
+
+def _rounds(claim: Claim, runs: Runs) -> list[kinds.Part]:
+    spec, target = claim.spec, claim.spec["target"]
+    experiment, setting = split_cell(spec["curves"])
+    reached: dict[str, tuple[float, dict[int, float]] | None] = {}
+    for alg in rounds_algorithms(spec):
+        acc = runs.curve(Need(experiment, setting, alg, True))
+        reached[alg] = None if acc is None else first_rounds(acc, target)
+    need = {alg: Need(experiment, setting, alg, True) for alg in reached}
+    parts, at = [], f"{format_number(target)} %"
+    if "paper" in spec:
+        for alg, paper in spec["paper"].items():
+            label = f"{algorithm_name(alg)} reaches {at} at round {format_number(paper)}"
+            parts.append(_not_run(label, [need[alg]]) if reached[alg] is None else kinds.rounds_value(label, *reached[alg], paper))
+    elif "after" in spec:
+        for alg in spec["algorithms"]:
+            label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
+            parts.append(_not_run(label, [need[alg]]) if reached[alg] is None else kinds.rounds_after(label, *reached[alg], spec["after"]))
+    else:
+        for a in spec["earlier"]:
+            for b in (b for b in spec["later"] if b != a):
+                label = f"{algorithm_name(a)} reaches {at} before {algorithm_name(b)}"
+                missing = [need[alg] for alg in (a, b) if reached[alg] is None]
+                parts.append(_not_run(label, missing) if missing else kinds.rounds_order(label, reached[a], reached[b]))
+    return parts
+
+
+def _over_points(claim: Claim, runs: Runs) -> list[kinds.Part]:
+    """trend and bound: one part per algorithm over the claim's points."""
+    spec = claim.spec
+    parameter = spec.get("parameter", "the parameter")
+    parts = []
+    for alg in spec["algorithms"]:
+        label = f"{algorithm_name(alg)} over {parameter}"
+        needs = {x: Need(*split_cell(cell), alg) for x, cell in spec["points"].items()}
+        present = [(x, runs.cell(need)) for x, need in needs.items() if runs.has(need)]
+        missing = [need for need in needs.values() if not runs.has(need)]
+        if len(present) < 2:
+            parts.append(_not_run(label, missing) if not present else
+                         kinds.Part(label, kinds.INCONCLUSIVE, f"only 1 of {len(needs)} points run", n_seeds=len(present[0][1])))
+            continue
+        if claim.test == "trend":
+            part = kinds.trend(label, present, spec["direction"] == "increasing", kinds.ALPHA / len(spec["algorithms"]))
+        else:
+            part = kinds.bound(label, present, spec["tolerance"])
+        if missing:
+            verdict = kinds.INCONCLUSIVE if part.verdict == kinds.HOLDS else part.verdict
+            part = dataclasses.replace(part, verdict=verdict, evidence=f"{len(present)} of {len(needs)} points run: {part.evidence}")
+        parts.append(part)
+    return parts
+
+
+def _convergence(claim: Claim, runs: Runs) -> list[kinds.Part]:
+    spec = claim.spec
+    needs = claim.needs()
+    parts = []
+    for need in needs:
+        label = f"{_name(need)} ({need.cell})"
+        acc = runs.curve(need)
+        if acc is None:
+            parts.append(_not_run(label, [need]))
+            continue
+        curve = {int(s): (acc[s].dropna().index.to_numpy(), acc[s].dropna().to_numpy()) for s in acc.columns}
+        parts.append(kinds.convergence(label, curve, spec["measure"], spec["last"], spec["threshold"], spec["expect"] == "above",
+                                       kinds.ALPHA / len(needs)))
+    return parts
+
+
+TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence}
+
+
+def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
+    verdict, part = kinds.combine(parts), kinds.deciding(parts)
+    counts = pd.Series([p.verdict for p in parts]).value_counts()
+    missing = [need for need in claim.needs() if not runs.has(need)]
+    by_cell: dict[str, list[str]] = {}
+    for need in missing:
+        by_cell.setdefault(need.cell, []).append(need.algorithm)
+    return {
+        "id": claim.id, "where": claim.where, "test": claim.test, "claim": claim.text, "verdict": verdict,
+        "parts": ", ".join(f"{counts[v]} {v}" for v in kinds.VERDICTS if v in counts) + f" of {len(parts)}",
+        "deciding_part": part.label if part else "", "measure": part.measure if part else "",
+        **{column: round(getattr(part, field), 4) if part else math.nan
+           for column, field in (("estimate", "estimate"), ("ci_low", "low"), ("ci_high", "high"), ("reference", "reference"))},
+        "p_value": float(f"{part.p_value:.4g}") if part else math.nan, "n_seeds": part.n_seeds if part else 0,
+        "protocol": runs.protocol([need for need in claim.needs() if runs.has(need)]),
+        "not_run": "; ".join(f"{cell} ({', '.join(algs)})" for cell, algs in by_cell.items()),
+        "evidence": f"{part.label}: {part.evidence}" if part else "",
+    }
+
+
+def evaluate_claims(claims: Sequence[Claim], runs: Runs) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
+    """One row per claim (COLUMNS) and every claim's comparisons, by claim id."""
+    parts = {claim.id: TESTS[claim.test](claim, runs) for claim in claims}
+    rows = [_row(claim, parts[claim.id], runs) for claim in claims]
+    return pd.DataFrame(rows, columns=COLUMNS), parts
+
+
+# ----------------------------------------------------------------------------- claims.md, claims.csv, the LaTeX section
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def counts_text(frame: pd.DataFrame) -> str:
+    counts = frame["verdict"].value_counts()
+    return ", ".join(f"{counts.get(v, 0)} {v}" for v in kinds.VERDICTS) + f" (of {len(frame)})"
+
+
+def claims_markdown(frame: pd.DataFrame, parts: dict[str, list[kinds.Part]], title: str, source: str) -> str:
+    lines = [f"# {title}", "",
+             f"The paper's claims in our words ({source}), each tested on these runs with a stated rule "
+             "(docs/claims.md): *holds*, *does not hold*, *inconclusive* (too few seeds, or the data decide neither way) "
+             "or *not run*. A claim of several comparisons holds when each does and does not hold when one does not; "
+             "its numbers are those of the comparison that decides it. Accuracies in percentage points.", "",
+             f"**{counts_text(frame)}**", "",
+             "| claim | where | what the paper says (our words) | test | verdict | evidence |", "| --- | --- | --- | --- | --- | --- |"]
+    for rec in frame.to_dict("records"):
+        evidence = rec["evidence"] + (f" — runs differ from the paper's protocol: {rec['protocol']}" if rec["protocol"] else "")
+        lines.append(f"| `{rec['id']}` | {_md(rec['where'])} | {_md(rec['claim'])} | {rec['test']} | **{rec['verdict']}** | {_md(evidence)} |")
+    lines += ["", "## Every comparison", ""]
+    for rec in frame.to_dict("records"):
+        lines += [f"### `{rec['id']}`: {rec['verdict']}", "", f"{rec['claim']} ({rec['where']}; test: {rec['test']}, {rec['parts']}).", ""]
+        if rec["protocol"]:
+            lines += [f"Runs differ from the paper's protocol: {rec['protocol']}.", ""]
+        lines += ["| comparison | verdict | evidence |", "| --- | --- | --- |"]
+        lines += [f"| {_md(p.label)} | {p.verdict} | {_md(p.evidence)} |" for p in parts[rec["id"]]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def claims_latex(frame: pd.DataFrame) -> str:
+    """The claims' verdicts as a LaTeX longtable (one row per claim), for report.tex."""
+    table = pd.DataFrame({"Claim": frame["id"], "Where": frame["where"], "Verdict": frame["verdict"],
+                          "Evidence": [e + (f" (runs differ from the paper's protocol: {p})" if p else "")
+                                       for e, p in zip(frame["evidence"], frame["protocol"])]})
+    caption = (f"The paper's claims tested on this config's runs: {counts_text(frame)}. Each claim's text and every "
+               "comparison: claims.md; the rules: docs/claims.md.")
+    return latex_table(table, caption, "tab:claims", column_format="p{3.4cm}p{2.2cm}p{1.6cm}p{8cm}", long=True, size="small",
+                       comment="Generated by `fedgmh claims`.")
+
+
+def read_claims_table(path: Path | str) -> pd.DataFrame:
+    """A claims.csv written by `fedgmh claims`, checked."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"claims table {path} not found; make it with `fedgmh claims --csv {path}`")
+    frame = pd.read_csv(path, dtype={"protocol": str, "evidence": str}, keep_default_na=False)
+    absent = [c for c in COLUMNS if c not in frame.columns]
+    if absent:
+        raise UserError(f"claims table {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh claims`?")
+    return frame
+
+
+def read_frames(paths: Sequence[Path | str], reader) -> pd.DataFrame | None:
+    frames = [reader(path) for path in paths]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def write_claims(claims_path: Path | str, results: Sequence[Path | str], curves: Sequence[Path | str], out_md: Path | str,
+                 out_csv: Path | str, accuracy: str = DEFAULT_ACCURACY, title: str = "The paper's claims") -> pd.DataFrame:
+    claims = read_claims(claims_path)
+    runs = Runs(read_frames(results, read_results), read_frames(curves, read_curves), accuracy)
+    frame, parts = evaluate_claims(claims, runs)
+    write_text(claims_markdown(frame, parts, title, Path(claims_path).name) + "\n", out_md)
+    write_csv(frame, out_csv)
+    return frame

@@ -1,0 +1,327 @@
+"""The paper's claims: each test kind on synthetic data (holds, does not hold, inconclusive, not run),
+the reference file against config/config.yaml, `fedgmh claims`, the report's section and the workflow's plan."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats
+
+from fedgmh.cli import main as cli_main
+from fedgmh.errors import UserError
+from fedgmh.report import claims as kinds
+from fedgmh.report.claim_file import TESTS, read_claims
+from fedgmh.report.claims_report import Runs, evaluate_claims
+
+REPO = Path(__file__).resolve().parents[1]
+CLAIMS = REPO / "reference" / "fedgmh_paper_claims.yaml"
+HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = kinds.HOLDS, kinds.FAILS, kinds.INCONCLUSIVE, kinds.NOT_RUN
+NOISE = [0.10, -0.20, 0.05, 0.15, -0.10]  # per seed, shared by the cells of a synthetic experiment
+
+
+def cell(mean: float, seeds: int = 5, noise: float = 1.0) -> dict[int, float]:
+    return {s: mean + noise * NOISE[s] for s in range(seeds)}
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def test_the_paired_t_test_is_scipys() -> None:
+    diffs = [0.3, 0.1, 0.4, -0.05, 0.2]
+    test = kinds.t_test(diffs)
+    assert test.p_greater == pytest.approx(stats.ttest_1samp(diffs, 0, alternative="greater").pvalue)
+    assert test.p_less == pytest.approx(stats.ttest_1samp(diffs, 0, alternative="less").pvalue)
+    low, high = stats.t.interval(0.90, 4, loc=np.mean(diffs), scale=stats.sem(diffs))
+    assert (test.low, test.high) == (pytest.approx(low), pytest.approx(high))
+    assert kinds.t_test([0.25, 0.25, 0.25]).p_greater == 0.0 and kinds.t_test([0.25]).p_greater == 0.0  # no spread: exact
+    assert kinds.spearman([1, 2, 3, 4], [5, 7, 6, 9]) == pytest.approx(0.8)
+
+
+# ----------------------------------------------------------------------------- ranking
+
+
+def test_ranking_holds_fails_and_is_inconclusive() -> None:
+    assert kinds.ranking("a > b", cell(99.0), cell(98.0, noise=0.5)).verdict == HOLDS
+    part = kinds.ranking("a > b", cell(98.0), cell(99.0, noise=0.5))
+    assert part.verdict == FAILS and part.estimate == pytest.approx(-1.0, abs=0.1) and part.n_seeds == 5
+    assert "the other way p" in part.evidence
+    # significant the other way at 0.05, not at 0.05 / 11 (the claim has 11 comparisons)
+    close = kinds.ranking("a > b", {0: 1.0, 1: 2.0, 2: 3.0}, {0: 1.3, 1: 2.1, 2: 3.4})
+    assert close.verdict == FAILS and kinds.ranking("a > b", {0: 1.0, 1: 2.0, 2: 3.0}, {0: 1.3, 1: 2.1, 2: 3.4},
+                                                   against_alpha=0.05 / 11).verdict == INCONCLUSIVE
+    few = kinds.ranking("a > b", cell(99.0, seeds=5), cell(90.0, seeds=2))  # 2 shared seeds
+    assert few.verdict == INCONCLUSIVE and "2 shared seeds (need 3)" in few.evidence
+    assert kinds.ranking("a > b", cell(98.0, noise=3), cell(98.0, noise=-3) | {2: 98.4}).verdict == INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------- rounds to a target
+
+
+def test_rounds_value_after_and_order() -> None:
+    rounds = {0: 60.0, 1: 75.0, 2: 70.0}
+    assert kinds.rounds_value("r", 68.0, rounds, 68).verdict == HOLDS
+    assert kinds.rounds_value("r", 68.0, rounds, 100).verdict == FAILS
+    assert kinds.rounds_value("r", 68.0, {0: 60.0, 1: math.inf, 2: 70.0}, 290).verdict == HOLDS  # a seed never: late
+    assert kinds.rounds_value("r", 68.0, {0: 60.0, 1: 75.0}, 68).verdict == INCONCLUSIVE
+    assert kinds.rounds_after("r", 250.0, {0: 230.0, 1: 260.0, 2: math.inf}, 200).verdict == HOLDS
+    assert kinds.rounds_after("r", 150.0, {0: 130.0, 1: 160.0, 2: 190.0}, 200).verdict == FAILS
+    assert kinds.rounds_after("r", 200.0, {0: 130.0, 1: 260.0, 2: 190.0}, 200).verdict == INCONCLUSIVE
+    fast, slow = (65.0, {0: 60.0, 1: 70.0, 2: 65.0}), (110.0, {0: 100.0, 1: 120.0, 2: math.inf})
+    part = kinds.rounds_order("a before b", fast, slow)
+    assert part.verdict == HOLDS and part.estimate == 45.0 and (part.low, part.high) == (40.0, math.inf)
+    assert kinds.rounds_order("b before a", slow, fast).verdict == FAILS
+    never = (math.inf, {0: math.inf, 1: math.inf, 2: math.inf})
+    assert kinds.rounds_order("never before never", never, never).verdict == FAILS  # a tie is not "before"
+    assert kinds.rounds_order("mixed", fast, (66.0, {0: 50.0, 1: 80.0, 2: 70.0})).verdict == INCONCLUSIVE
+    assert kinds.rounds_order("few", fast, (110.0, {0: 100.0, 1: 120.0})).verdict == INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------- trend and bound
+
+
+def points(means: list[float], seeds: int = 5, noise: float = 0.3) -> list[tuple[float, dict[int, float]]]:
+    """Cells at four parameter values, each with the seeds' noise in another order (paired differences vary)."""
+    return [(x, {s: m + noise * NOISE[(s + i) % len(NOISE)] for s in range(seeds)})
+            for i, (x, m) in enumerate(zip([0.01, 0.1, 0.5, 1.0], means))]
+
+
+def test_trend() -> None:
+    part = kinds.trend("up", points([76.0, 76.5, 77.0, 77.5]), increasing=True)
+    assert part.verdict == HOLDS and part.estimate == pytest.approx(1.5) and "Spearman rho +1.00" in part.evidence
+    assert kinds.trend("up", points([77.5, 77.0, 76.5, 76.0]), increasing=True).verdict == FAILS
+    assert kinds.trend("down", points([77.5, 77.0, 76.5, 76.0]), increasing=False).verdict == HOLDS
+    # up overall, but one step down well beyond the noise: not a monotone rise
+    dip = kinds.trend("up", points([76.0, 78.0, 76.5, 79.0], noise=0.1), increasing=True)
+    assert dip.verdict == FAILS and "0.1→0.5 -1.50*" in dip.evidence
+    assert kinds.trend("up", points([76.0, 76.5, 77.0, 77.5], seeds=2), increasing=True).verdict == INCONCLUSIVE
+
+
+def test_bound() -> None:
+    flat = kinds.bound("beta", points([77.5, 77.6, 77.4, 77.5]), tolerance=1.0)
+    assert flat.verdict == HOLDS and flat.estimate == pytest.approx(0.2) and flat.reference == 1.0
+    assert kinds.bound("beta", points([75.0, 77.6, 77.4, 78.5]), tolerance=1.0).verdict == FAILS
+    assert kinds.bound("beta", points([77.0, 77.6, 77.4, 78.0], noise=3.0), tolerance=1.0).verdict == INCONCLUSIVE
+    assert kinds.bound("beta", points([77.5, 77.6, 77.4, 77.5], seeds=2), tolerance=1.0).verdict == INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------- convergence
+
+
+def curve(kind: str, seeds: int = 3, rounds: int = 40) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    r = np.arange(rounds)
+    out = {}
+    for s in range(seeds):
+        rise = 70 * (1 - np.exp(-r / 5)) + 0.05 * s
+        swing = 4.0 * np.sin(r * (1.3 + 0.1 * s))  # a different swing per seed
+        out[s] = (r, rise + (swing if kind == "swinging" else 0.0))
+    return out
+
+
+def test_convergence() -> None:
+    swinging = kinds.convergence("fedgh", curve("swinging"), "fluctuation", 20, 1.0)
+    assert swinging.verdict == HOLDS and swinging.estimate > 2 and swinging.n_seeds == 3
+    assert kinds.convergence("fedgmh", curve("smooth"), "fluctuation", 20, 1.0).verdict == FAILS
+    assert kinds.convergence("fedgmh", curve("smooth"), "drop", 20, 1.0, above=False).verdict == HOLDS  # expect: below
+    assert kinds.convergence("fedgh", curve("swinging", seeds=2), "fluctuation", 20, 1.0).verdict == INCONCLUSIVE
+    short = kinds.convergence("fedgh", curve("swinging", rounds=9), "fluctuation", 20, 1.0)
+    assert short.verdict == INCONCLUSIVE and "only 9 evaluated rounds" in short.evidence
+
+
+def test_a_claim_holds_when_every_part_does_and_fails_when_one_does() -> None:
+    part = {v: kinds.Part(v, v, "") for v in kinds.VERDICTS}
+    assert kinds.combine([part[HOLDS], part[HOLDS]]) == HOLDS
+    assert kinds.combine([part[HOLDS], part[FAILS], part[NOT_RUN]]) == FAILS
+    assert kinds.combine([part[HOLDS], part[NOT_RUN]]) == INCONCLUSIVE
+    assert kinds.combine([part[NOT_RUN], part[NOT_RUN]]) == NOT_RUN
+    weak, strong = kinds.Part("weak", HOLDS, "", p_value=0.04), kinds.Part("strong", HOLDS, "", p_value=0.001)
+    assert kinds.deciding([strong, weak]) is weak and kinds.deciding([strong, part[INCONCLUSIVE]]).label == INCONCLUSIVE
+
+
+# ----------------------------------------------------------------------------- claims on aggregated runs
+
+
+SETTING = "cifar100_c5_a0.5"
+TOY_CLAIMS = {"claims": [
+    {"id": "best", "where": "Table 2", "claim": "FedGMH above the rest.", "test": "ranking",
+     "above": {f"table2/{SETTING}": ["fedgmh"]}, "below": {f"table2/{SETTING}": ["fedavg", "fedper"]}},
+    {"id": "below-fedper", "where": "Table 2", "claim": "FedAvg above FedPer (false here).", "test": "ranking",
+     "above": {f"table2/{SETTING}": ["fedavg"]}, "below": {f"table2/{SETTING}": ["fedper"]}},
+    {"id": "few-seeds", "where": "Table 5", "claim": "FedGMH above GMH-o.", "test": "ranking",
+     "above": {f"table5/{SETTING}": ["fedgmh"]}, "below": {f"table5/{SETTING}": ["gmh_o"]}},
+    {"id": "absent", "where": "Table 6", "claim": "beta has little effect.", "test": "bound", "parameter": "beta",
+     "points": {0.1: f"table6/{SETTING}_beta0.1", 1.0: f"table6/{SETTING}_beta1"}, "algorithms": ["fedgmh"], "tolerance": 1.0},
+    {"id": "eta", "where": "Table 7", "claim": "Accuracy rises with eta_h.", "test": "trend", "parameter": "eta_h",
+     "points": {0.01: f"table7/{SETTING}_eta_h0.01", 0.1: f"table7/{SETTING}_eta_h0.1", 1.0: f"table7/{SETTING}_eta_h1"},
+     "algorithms": ["fedgmh"], "direction": "increasing"},
+    {"id": "first", "where": "Figure 3", "claim": "FedGMH reaches 70 % first.", "test": "rounds", "curves": f"table2/{SETTING}",
+     "target": 70, "earlier": ["fedgmh"], "later": ["fedavg", "fedper"]},
+    {"id": "at-68", "where": "Figure 3", "claim": "FedGMH reaches 70 % at round 68.", "test": "rounds", "curves": f"table2/{SETTING}",
+     "target": 70, "paper": {"fedgmh": 68}},
+    {"id": "swing", "where": "Figure 3", "claim": "FedAvg fluctuates.", "test": "convergence", "curves": [f"table2/{SETTING}"],
+     "algorithms": ["fedavg"], "measure": "fluctuation", "threshold": 1.0},
+]}
+# best accuracy (fraction) per (experiment, setting, algorithm): seeds 0-4, or fewer
+BEST = {
+    ("table2", SETTING, "fedgmh"): [0.775, 0.772, 0.778, 0.776, 0.773],
+    ("table2", SETTING, "fedper"): [0.748, 0.745, 0.750, 0.747, 0.744],
+    ("table2", SETTING, "fedavg"): [0.097, 0.095, 0.099, 0.098, 0.096],
+    ("table5", SETTING, "fedgmh"): [0.775, 0.772, 0.778, 0.776, 0.773],
+    ("table5", SETTING, "gmh_o"): [0.731],
+    ("table7", f"{SETTING}_eta_h0.01", "fedgmh"): [0.760, 0.757, 0.762],
+    ("table7", f"{SETTING}_eta_h1", "fedgmh"): [0.775, 0.772, 0.778],
+}
+FIRST = {"fedgmh": 60, "fedper": 100}  # round at which the synthetic curve crosses 70 % (FedAvg never)
+
+
+def toy_runs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    rows, curves = [], []
+    for (experiment, setting, algorithm), values in BEST.items():
+        for seed, best in enumerate(values):
+            rows.append({"experiment": experiment, "setting": setting, "dataset": "cifar100", "classes_per_client": 5, "alpha": 0.5,
+                         "clients": 100, "algorithm": algorithm, "variant": "", "seed": seed, "rounds": 300, "local_epochs": 2,
+                         "join_ratio": 0.2, "batch_size": 100, "lr": 0.01, "best_test_acc": best})
+            if experiment == "table2":
+                r = np.arange(0, 301)
+                if algorithm == "fedavg":
+                    acc = 0.09 + 0.02 * np.sin(r * (1.1 + 0.2 * seed))
+                else:
+                    acc = best * np.minimum(1.0, 0.7 / best * r / (FIRST[algorithm] + 5 * seed))
+                curves += [{"experiment": experiment, "setting": setting, "dataset": "cifar100", "classes_per_client": 5,
+                            "alpha": 0.5, "algorithm": algorithm, "variant": "", "seed": seed, "round": i, "test_acc": a}
+                           for i, a in zip(r, acc)]
+    results_csv, curves_csv, claims_yaml = tmp_path / "results.csv", tmp_path / "curves.csv", tmp_path / "claims.yaml"
+    pd.DataFrame(rows).to_csv(results_csv, index=False)
+    pd.DataFrame(curves).to_csv(curves_csv, index=False)
+    claims_yaml.write_text(yaml.safe_dump(TOY_CLAIMS, sort_keys=False))
+    return results_csv, curves_csv, claims_yaml
+
+
+def test_claims_cli_writes_verdicts_with_their_numbers(tmp_path: Path) -> None:
+    results_csv, curves_csv, claims_yaml = toy_runs(tmp_path)
+    md, csv = tmp_path / "claims.md", tmp_path / "claims.csv"
+    assert cli_main(["claims", "--claims", str(claims_yaml), "--results", str(results_csv), "--curves", str(curves_csv),
+                     "--out", str(md), "--csv", str(csv)]) == 0
+    frame = pd.read_csv(csv, dtype=str, keep_default_na=False).set_index("id")
+    verdicts = frame["verdict"].to_dict()
+    assert verdicts == {"best": HOLDS, "below-fedper": FAILS, "few-seeds": INCONCLUSIVE, "absent": NOT_RUN, "eta": INCONCLUSIVE,
+                        "first": HOLDS, "at-68": HOLDS, "swing": HOLDS}
+    # the weakest of the two comparisons decides "best": FedGMH over FedPer (the smaller gap)
+    assert frame.loc["best", "deciding_part"] == f"FedGMH > FedPer (table2/{SETTING})"
+    assert float(frame.loc["best", "estimate"]) == pytest.approx(2.8, abs=0.01) and frame.loc["best", "n_seeds"] == "5"
+    assert frame.loc["best", "parts"] == "2 holds of 2" and frame.loc["best", "protocol"] == ""
+    assert frame.loc["few-seeds", "evidence"].endswith("1 shared seed (need 3)")
+    assert frame.loc["absent", "not_run"] == f"table6/{SETTING}_beta0.1 (fedgmh); table6/{SETTING}_beta1 (fedgmh)"
+    # two of the trend's three points: at most inconclusive, though the two run rise clearly
+    assert frame.loc["eta", "evidence"].startswith("FedGMH over eta_h: 2 of 3 points run:")
+    assert [float(frame.loc["at-68", c]) for c in ("reference", "ci_low", "ci_high")] == [68, 60, 80]
+    text = md.read_text()
+    assert "**2 holds" not in text and "**4 holds, 1 does not hold, 2 inconclusive, 1 not run (of 8)**" in text
+    assert f"| FedGMH reaches 70 % before FedAvg | holds | earlier in 5 of 5 shared seeds" in text
+
+
+def test_runs_at_another_protocol_say_so(tmp_path: Path) -> None:
+    results_csv, curves_csv, claims_yaml = toy_runs(tmp_path)
+    results = pd.read_csv(results_csv).assign(rounds=8, local_epochs=1)
+    runs = Runs(results, None)
+    frame, _ = evaluate_claims(read_claims(claims_yaml), runs)
+    assert frame.set_index("id").loc["best", "protocol"] == "8 rounds (paper 300), E=1 (paper 2)"
+    with pytest.raises(UserError, match="twice"):
+        Runs(pd.concat([results, results.head(1)]), None)
+
+
+def test_the_report_has_a_section_of_claims(tmp_path: Path) -> None:
+    from fedgmh.report.document import build_document
+
+    results_csv, curves_csv, claims_yaml = toy_runs(tmp_path)
+    assert cli_main(["claims", "--claims", str(claims_yaml), "--results", str(results_csv), "--out", str(tmp_path / "c.md"),
+                     "--csv", str(tmp_path / "c.csv")]) == 0
+    text = build_document(tmp_path / "report.tex", "t", [], claims=tmp_path / "c.csv")
+    section = text.split(r"\section{The paper's claims}", 1)[1]
+    assert r"\begin{longtable}" in section and "below-fedper & Table 2 & does not hold &" in section
+    assert "no runs of table2/cifar100\\_c5\\_a0.5 fedavg" in section  # without curves: the rounds claims are not run
+
+
+# ----------------------------------------------------------------------------- the reference file
+
+
+def test_the_reference_file_covers_the_papers_claims() -> None:
+    claims = {claim.id: claim for claim in read_claims(CLAIMS)}
+    assert len(claims) >= 40 and {claim.test for claim in claims.values()} == set(TESTS)
+    rounds = {(alg, c.spec["target"]): r for c in claims.values() if c.test == "rounds" and "paper" in c.spec
+              for alg, r in c.spec["paper"].items()}
+    assert rounds == {("fedgmh", 70): 68, ("fedper", 70): 108, ("fedamp", 70): 120,
+                      ("fedgmh", 75): 185, ("fedper", 75): 297, ("fedamp", 75): 240}
+    best = [c for c in claims.values() if c.test == "ranking" and c.id.startswith("t2-best-")]
+    assert sorted(next(iter(c.spec["above"])) for c in best) == [
+        "table2/cifar100_c5_a0.5", "table2/cifar100_c5_a5", "table2/cifar10_c2_a0.5", "table2/cifar10_c2_a5",
+        "table2/mnist_c2_a0.5", "table2/mnist_c2_a5"]
+    assert "ditto" not in claims["t3-epochs-help"].spec["algorithms"] and len(claims["t3-epochs-help"].spec["algorithms"]) == 11
+    assert claims["t4-tfl-falls"].spec["direction"] == "decreasing" and claims["t7-eta-rises"].spec["direction"] == "increasing"
+    assert claims["t6-beta-little-effect"].test == "bound" and len(claims["t6-beta-little-effect"].spec["points"]) == 10
+    assert claims["t5-ablations-below-fedgmh"].test == "ranking" and claims["f3-fedgh-no-convergence"].test == "convergence"
+
+
+def test_every_cell_a_claim_needs_is_a_cell_of_the_paper_config() -> None:
+    from test_plan import load
+
+    from fedgmh.plan import Plan
+
+    plan = Plan(load("config.yaml"), basedir=REPO)
+    cells = {(run.experiment, run.setting, run.algorithm) for run in plan.runs}
+    missing = [(claim.id, need) for claim in read_claims(CLAIMS) for need in claim.needs() if need[:3] not in cells]
+    assert missing == []
+    assert plan.claim_experiments == ["table2", "table3", "table4", "table5", "table6", "table7"]
+    # the curves a claim reads are those the workflow aggregates: Figure 3's and Figure 4's settings
+    assert {need.cell for claim in read_claims(CLAIMS) for need in claim.needs() if need.curve} == {
+        "table2/cifar100_c5_a0.5", "table2/cifar100_c5_a5", "table5/cifar100_c5_a0.5"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"test": "vote"}, "test 'vote' is not one of ranking, rounds"),
+    ({"above": None}, "above must map cells"),
+    ({"below": {"table2": ["fedavg"]}}, "'table2' is not a cell '<experiment>/<setting id>'"),
+    ({"minus": "x/y", "extra": 1}, "unknown field(s) extra"),
+    ({"claim": ""}, "lacks claim"),
+])
+def test_a_bad_claims_file_is_one_line_naming_the_claim(tmp_path: Path, change: dict, message: str) -> None:
+    claim = dict(TOY_CLAIMS["claims"][0]) | change
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [claim]}))
+    with pytest.raises(UserError, match="claim 'best'") as err:
+        read_claims(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+    rounds = TOY_CLAIMS["claims"][5] | {"after": 200}  # two forms at once
+    path.write_text(yaml.safe_dump({"claims": [rounds]}))
+    with pytest.raises(UserError, match="exactly one of"):
+        read_claims(path)
+
+
+def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
+    from test_plan import load
+
+    from fedgmh.plan import ConfigError, Plan
+
+    config = load("smoke.yaml")
+    assert Plan(config, basedir=REPO).claim_experiments == ["table2", "table3", "table4", "table5", "table6", "table7"]
+    assert Plan(config | {"paper_claims": None}, basedir=REPO).claim_experiments == []
+    bad = tmp_path / "claims.yaml"
+    bad.write_text("claims: [{id: x}]\n")
+    with pytest.raises(ConfigError, match="paper_claims: claims file .* lacks where"):
+        Plan(config | {"paper_claims": str(bad)}, basedir=REPO)
+
+
+def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
+    from test_workflow import SMOKE, job_counts, snakemake
+
+    result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "1", "--configfile", str(SMOKE), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    assert job_counts(out)["claims"] == 1
+    command = next(line for line in out.splitlines() if "fedgmh claims " in line)
+    assert f"--claims {CLAIMS}" in command and "--out paper_artifacts/smoke/claims.md --csv paper_artifacts/smoke/claims.csv" in command
+    assert "--curves results/smoke/aggregate/table2.curves.csv" in command and "table7.results.csv" in command
