@@ -157,10 +157,10 @@ def check_trained(rows: list[dict], rounds: int) -> None:
 
 
 def clear_record(out_dir: Path) -> None:
-    """Remove the record files of a run folder (run.json and every CSV: the store takes every CSV of a
-    record folder as part of the record), before another run's record is trained or copied into it."""
+    """Remove the record files of a run folder (run.json and every CSV but dot files: the store takes
+    them as part of the record), before another run's record is trained or copied into it."""
     for path in [out_dir / "run.json", *out_dir.glob("*.csv")]:
-        if path.is_symlink() or path.is_file():
+        if not path.name.startswith(".") and (path.is_symlink() or path.is_file()):  # dot files: not the record's
             path.unlink()
 
 
