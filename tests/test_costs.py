@@ -16,6 +16,7 @@ from fedgmh.algorithms import REGISTRY, get_algorithm, resolve_options
 from fedgmh.cli import main
 from fedgmh.engine import run_rounds
 from fedgmh.model import FedAvgCNN
+from fedgmh.record import results_of
 
 KB = 1024
 
@@ -112,9 +113,11 @@ def _fake_run(tmp_path, name: str, clients, rounds: int = 3):
     rows = run_rounds(fed, get_algorithm(name)(fed, options), rounds, 0.5, seed=0)
     out = tmp_path / name
     out.mkdir()
-    pd.DataFrame(rows).to_csv(out / "metrics.csv", index=False)
-    run = {"algorithm": name, "dataset": "digits", "num_clients": len(clients), "config": {"join_ratio": 0.5, "overrides": {}},
-           "algorithm_options": dataclasses.asdict(options), "partition": {"classes_per_client": 2}}
+    metrics = pd.DataFrame(rows).drop(columns="client_acc")
+    metrics.to_csv(out / "metrics.csv", index=False)
+    run = {"algorithm": name, "dataset": "digits", "num_clients": len(clients),
+           "config": {"join_ratio": 0.5, "rounds": rounds, "overrides": {}}, "algorithm_options": dataclasses.asdict(options),
+           "partition": {"classes_per_client": 2}, **results_of(metrics)}
     (out / "run.json").write_text(json.dumps(run))
     return out
 

@@ -29,7 +29,8 @@ def make_run(root: Path, algorithm: str, seed: int, accuracy: list[float], *, cl
     run_dir = root / experiment / algorithm / f"seed{seed}"
     run_dir.mkdir(parents=True)
     acc = np.asarray(accuracy, dtype=float)
-    metrics = pd.DataFrame({"round": np.arange(len(acc)), "test_acc": acc - 0.01, "test_acc_mean": acc,
+    pooled = acc - 0.01
+    metrics = pd.DataFrame({"round": np.arange(len(acc)), "test_acc": pooled, "test_acc_mean": acc,
                             "test_acc_std": 0.0, "train_loss": 1.0})
     if clients_up is not None:
         metrics["clients_up"] = clients_up
@@ -41,7 +42,7 @@ def make_run(root: Path, algorithm: str, seed: int, accuracy: list[float], *, cl
         partition["assignment"] = assignment
     (run_dir / "run.json").write_text(json.dumps({
         "algorithm": algorithm, "dataset": dataset, "seed": seed, "config": config, "partition": partition,
-        "best_test_acc": float(acc.max()), "best_round": int(acc.argmax()), "final_test_acc": float(acc[-1]), "wall_time_s": 1.0,
+        "best_test_acc": float(pooled.max()), "best_round": int(pooled.argmax()), "final_test_acc": float(pooled[-1]), "wall_time_s": 1.0,
         "workflow": {"experiment": experiment}}))
     return run_dir
 
@@ -109,6 +110,9 @@ def test_uploads_need_the_upload_counter_and_every_round(tmp_path: Path) -> None
     gappy = make_run(tmp_path / "b", "fedavg", 0, [0.1, 0.5, 0.6], clients_up=[10, 10, 0])
     frame = pd.read_csv(gappy / "metrics.csv")
     frame.assign(round=[0, 2, 4]).to_csv(gappy / "metrics.csv", index=False)  # eval_every 2
+    record = json.loads((gappy / "run.json").read_text())
+    record["config"]["rounds"], record["engine_options"], record["best_round"] = 4, {"eval_every": 2}, 4
+    (gappy / "run.json").write_text(json.dumps(record))
     _, curves = report.aggregate_runs([gappy])
     with pytest.raises(UserError, match="not every round is evaluated"):
         uploads_to_target(curves, "t1", "cifar10_c5_a1000000", [40])

@@ -49,6 +49,44 @@ def test_exact_record_is_reused_without_training(stored, tmp_path: Path) -> None
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
+def test_a_trained_record_says_where_it_was_made(stored) -> None:
+    import platform
+
+    import torch
+
+    from fedgmh.machine import cpu_model, same_machine
+
+    record = json.loads((stored["record"] / "run.json").read_text())
+    machine = record["machine"]
+    assert machine["cpu"] == cpu_model() and machine["cpu"] in (Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists()
+                                                                 else platform.processor() or platform.machine())
+    assert machine["torch"] == torch.__version__ and machine["gpu"] is None  # trained on the CPU
+    assert machine["deterministic_algorithms"] is torch.are_deterministic_algorithms_enabled()
+    assert {"cpu_capability", "cudnn", "mkl", "onednn", "tf32_matmul", "tf32_cudnn", "cudnn_deterministic",
+            "cudnn_benchmark", "float32_matmul_precision"} <= set(machine)
+    if torch.backends.mkldnn.is_available():
+        assert machine["onednn"] and machine["onednn"][0].isdigit()
+    assert same_machine(record, record) and not same_machine(record, {**record, "threads": record["threads"] + 1})
+    assert not same_machine({**record, "machine": None}, {**record, "machine": None})  # unknown: never the same
+
+
+def test_an_invalid_record_is_never_reused_nor_kept_as_finished(stored, tmp_path: Path, capsys) -> None:
+    """A stored record whose run.json claims 0.999 while its metrics' best is lower is not reused
+    (the job trains and says why); the same record as the finished run in --out is refused."""
+    tampered = tmp_path / "store" / "table2" / "fedavg" / "seed0"
+    shutil.copytree(stored["record"], tampered)
+    record = json.loads((tampered / "run.json").read_text())
+    record["best_test_acc"] = 0.999
+    (tampered / "run.json").write_text(json.dumps(record))
+    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(tmp_path / "store")) == 0
+    assert "record not used, invalid" in capsys.readouterr().err
+    trained = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert trained["best_test_acc"] != 0.999 and trained["started_utc"] != record["started_utc"]  # trained anew
+    shutil.copy(tampered / "run.json", tmp_path / "run" / "run.json")
+    assert train(stored["root"], stored["partition"], tmp_path / "run") == 2
+    assert "holds an invalid run record" in capsys.readouterr().err and "best_test_acc" in (tmp_path / "run" / "run.json").read_text()
+
+
 def test_record_of_other_settings_is_not_reused(stored, tmp_path: Path) -> None:
     key = store.run_key(json.loads((stored["record"] / "run.json").read_text()))
     other = dict(key, lr=0.02)
@@ -118,15 +156,15 @@ def test_conflicting_records_are_reported_and_never_overwritten(stored, tmp_path
 def test_put_refuses_to_replace_the_record_of_another_run(stored, tmp_path: Path) -> None:
     destination = tmp_path / "dest"
     assert store.put(stored["record"], destination) == "added"
-    assert store.put(stored["record"], destination) == "updated"
+    assert store.put(stored["record"], destination) == "present"  # nothing rewritten
     other = tmp_path / "other"
     shutil.copytree(stored["record"], other)
     record = json.loads((other / "run.json").read_text())
-    record["config"]["rounds"] = 9
+    record["config"]["lr"] = 0.5
     (other / "run.json").write_text(json.dumps(record))
-    with pytest.raises(store.StoreConflict, match="another run.*rounds: 2 vs 9"):
+    with pytest.raises(store.StoreConflict, match="another run.*lr: 0.01 vs 0.5"):
         store.put(other, destination)
-    assert json.loads((destination / "run.json").read_text())["config"]["rounds"] == 2
+    assert json.loads((destination / "run.json").read_text())["config"]["lr"] == 0.01
 
 
 def test_clients_csv_is_part_of_a_record_when_present(stored, tmp_path: Path, capsys) -> None:
@@ -140,8 +178,11 @@ def test_clients_csv_is_part_of_a_record_when_present(stored, tmp_path: Path, ca
     shutil.copytree(stored["record"], old)
     (old / "clients.csv").unlink()
     assert store.read_record(old).same_results(store.read_record(stored["record"]))
-    found, _ = store.find([tmp_path / "store", stored["store"]], store.read_record(old).key)
-    assert (found.folder / "clients.csv").is_file()  # of two equal records, the complete one is reused
+    # of two equal records the first by store order is reused, not the one with more files
+    found, notes = store.find([tmp_path / "store", stored["store"]], store.read_record(old).key)
+    assert found.folder == old and any("first of 2 equal records by store order" in note for note in notes)
+    found, _ = store.find([stored["store"], tmp_path / "store"], store.read_record(old).key)
+    assert (found.folder / "clients.csv").is_file()
     # merge completes the stored record with the file it lacks, and overwrites nothing
     metrics = (old / "metrics.csv").read_bytes()
     assert cli_main(["store", "merge", str(stored["store"]), "--into", str(tmp_path / "store")]) == 0
@@ -153,9 +194,16 @@ def test_clients_csv_is_part_of_a_record_when_present(stored, tmp_path: Path, ca
     assert store.put(stored["record"], destination) == "added" and (destination / "clients.csv").is_file()
     other = tmp_path / "other"
     shutil.copytree(stored["record"], other)
-    clients.loc[0, "test_acc_best"] += 0.5
-    clients.to_csv(other / "clients.csv", index=False)
+    shifted = clients.copy()
+    low, high = shifted["test_acc_best"].idxmin(), shifted["test_acc_best"].idxmax()  # the pooled accuracy stays
+    shifted.loc[low, "test_acc_best"] += 0.01 / shifted.loc[low, "test_samples"]
+    shifted.loc[high, "test_acc_best"] -= 0.01 / shifted.loc[high, "test_samples"]
+    shifted.to_csv(other / "clients.csv", index=False)
     with pytest.raises(store.StoreConflict, match="different results"):
+        store.put(other, destination)
+    clients.loc[0, "test_acc_best"] += 0.5  # one that does not pool to run.json's best: not even a valid record
+    clients.to_csv(other / "clients.csv", index=False)
+    with pytest.raises(UserError, match="test_acc_best pools to"):
         store.put(other, destination)
     assert (destination / "clients.csv").read_bytes() == (stored["record"] / "clients.csv").read_bytes()
 

@@ -11,17 +11,20 @@ def _cmd_check(args: argparse.Namespace) -> None:
     from fedgmh import store
 
     runs, problems = store.scan(args.stores)
-    groups = store.conflicts(runs)
+    groups, float_level = store.review(runs)
     for line in problems:
-        print(f"unreadable: {line}")
+        print(f"invalid: {line}")
     for group in groups:
         print("conflict: " + store.conflict_message(group))
+    for line in float_level:
+        print(f"float-level: {line}")
     keys = len({run.digest for run in runs})
     legacy = sum(1 for run in runs if (run.folder / store.LEGACY_INFO).is_file())
     if legacy:
         print(f"{legacy} record(s) still hold a {store.LEGACY_INFO} (the workflow's labels, from before run.json held them): "
               "`fedgmh store upgrade` folds them into run.json")
-    print(f"store check: {len(runs)} records of {keys} distinct runs, {len(groups)} conflict(s), {len(problems)} unreadable")
+    print(f"store check: {len(runs)} records of {keys} distinct runs, {len(groups)} conflict(s), {len(problems)} invalid, "
+          f"{len(float_level)} float-level difference(s)")
     if groups or problems:
         raise UserError("the store needs attention (lines above)")
 
@@ -30,15 +33,15 @@ def _cmd_merge(args: argparse.Namespace) -> None:
     from fedgmh import store
 
     outcome = store.merge(args.sources, args.into)
-    for kind in ("added", "conflict", "unreadable"):
+    for kind in ("added", "conflict", "invalid", "refused"):
         for line in outcome[kind]:
             print(f"{kind}: {line}")
     for line in outcome["present"]:
-        if " (+ " in line:  # a stored record completed with a file it lacked (e.g. clients.csv)
-            print(f"completed: {line}")
+        if " (" in line:  # completed with a file it lacked (e.g. clients.csv), or float-level differences
+            print(f"present: {line}")
     print(f"store merge: {len(outcome['added'])} added, {len(outcome['present'])} already present, "
-          f"{len(outcome['conflict'])} conflict(s), {len(outcome['unreadable'])} unreadable -> {args.into}")
-    if outcome["conflict"] or outcome["unreadable"]:
+          f"{len(outcome['conflict'])} conflict(s), {len(outcome['invalid'])} invalid, {len(outcome['refused'])} refused -> {args.into}")
+    if outcome["conflict"] or outcome["invalid"] or outcome["refused"]:
         raise UserError("some records were not merged (lines above); nothing in the store was overwritten")
 
 
@@ -60,7 +63,8 @@ def _cmd_put(args: argparse.Namespace) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("store", help="check, merge and fill stores of finished run records (docs/store.md)")
     verbs = p.add_subparsers(dest="verb", required=True)
-    v = verbs.add_parser("check", help="list records of the same run whose results differ, and unreadable records")
+    v = verbs.add_parser("check", help="list invalid records, records of the same run whose results differ, and float-level "
+                                       "differences (not conflicts)")
     v.add_argument("stores", nargs="+", help="store folders (searched at any depth for run.json)")
     v.set_defaults(func=_cmd_check)
     v = verbs.add_parser("merge", help="add the records found below SOURCES (another machine's results/, a GPU job's "

@@ -74,6 +74,14 @@ class EngineOptions:
         "to float tolerance, not bit-identical, so opt-in (BENCHMARKS.md)",
     )
 
+    def evaluates(self, rnd: int, rounds: int) -> bool:
+        """Whether round `rnd` (0 = the initial models, `rounds` = the final evaluation) of a run of
+        `rounds` rounds is evaluated, i.e. has a metrics.csv row: every `eval_every`-th and the last,
+        and with `eval_last` only the last `eval_last`."""
+        if self.eval_last and rnd <= rounds - self.eval_last:
+            return False
+        return rnd % self.eval_every == 0 or rnd == rounds
+
     def __post_init__(self) -> None:
         if not 0 < self.lr_decay <= 1:
             raise UserError(f"lr_decay must be in (0, 1], got {self.lr_decay}")

@@ -10,7 +10,6 @@ columns do. `measured_costs` reads finished runs.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ import torch
 
 from fedgmh.algorithms import REGISTRY, Exchange, get_algorithm, resolve_options
 from fedgmh.errors import UserError
+from fedgmh.record import load_record
 
 KB = 1024
 PSI_DTYPE = torch.bool  # the mask psi over the head, one byte per entry (NumPy / torch bool)
@@ -218,10 +218,9 @@ def measured_costs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
     rows = []
     for run_dir in map(Path, run_dirs):
         try:
-            run = json.loads((run_dir / "run.json").read_text())
-            metrics = pd.read_csv(run_dir / "metrics.csv")
-        except (OSError, ValueError) as err:
-            raise UserError(f"{run_dir}: not a finished run directory ({err})") from err
+            run, metrics = load_record(run_dir)
+        except UserError as err:
+            raise UserError(f"{run_dir}: not a valid finished run ({err})") from None
         if not {"bytes_up", "bytes_down"} <= set(metrics.columns):
             raise UserError(f"{run_dir}: metrics.csv has no bytes_up / bytes_down (a run from before traffic was counted)")
         trained = metrics[metrics["train_loss"].notna()]

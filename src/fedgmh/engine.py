@@ -490,9 +490,7 @@ def can_stack(models: list[Params]) -> bool:
 
 
 def should_evaluate(rnd: int, rounds: int, options: EngineOptions) -> bool:
-    if options.eval_last and rnd <= rounds - options.eval_last:
-        return False
-    return rnd % options.eval_every == 0 or rnd == rounds
+    return options.evaluates(rnd, rounds)
 
 
 _PACKED = "__fedgmh_packed__"  # marks a value that `_pack` turned into tensors and plain values

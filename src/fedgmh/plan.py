@@ -39,6 +39,7 @@ from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
 from fedgmh.report.claim_file import read_claims
 from fedgmh.report.names import format_number
+from fedgmh.store import run_subfolder
 from fedgmh.report.settings import assign_setting_ids, partition_id
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
@@ -404,7 +405,7 @@ class Plan:
     # ----------------------------------------------------------------------------- what the rules ask
 
     def run_dir(self, experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
-        return f"{self.results}/runs/{experiment}/{setting}/{algorithm}/seed{seed}"
+        return f"{self.results}/runs/{run_subfolder(experiment, setting, algorithm, seed)}"
 
     def train_job(self, experiment: str, setting: str, algorithm: str, seed: int | str) -> Run:
         """The run trained in this folder (a ConfigError if none is: not a run, or trained in another experiment's folder)."""

@@ -4,7 +4,8 @@ A *record* is a run folder holding `run.json` and `metrics.csv` (what `fedgmh tr
 its other tables when the code that made it wrote them (every other CSV of the folder:
 `clients.csv`, per-client accuracy, and an algorithm's own, e.g. pFedLA's `layer_weights.csv`):
 records without them stay valid, and one is added to a stored record of the same run that lacks it
-(merge, put). A
+(merge, put). Every record read is validated first (fedgmh.record: regular files, strict JSON,
+results that agree with the metrics); an invalid one is reported and never used. A
 *store* is any folder of records, at any depth (by default the workflow searches `paper_artifacts/`,
 where every config's records are committed). A record's *run key* is everything that decides its
 numbers: the results version of the code, dataset and its fingerprint, the partition (parameters
@@ -16,49 +17,44 @@ the execution-only engine options of `EXECUTION_OPTIONS`.
 A record is reused only when its run key equals the run's exactly. Options added to the code after
 a record was written are compared at their default (adding an option whose default reproduces the
 old behaviour needs no new results version); any change to the numbers a run produces bumps
-`fedgmh.RESULTS_VERSION`, after which no older record is reused. docs/store.md has the policy.
+`fedgmh.RESULTS_VERSION`, after which no older record is reused. Two records of one run are
+identical, differ at float level (not a conflict) or differ for real (a conflict: fedgmh.difference).
+`put` and `merge` never rewrite a stored record's results and hold the store's lock (`locked`).
+docs/store.md has the policy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
-import shutil
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
-
-import pandas as pd
+from typing import Any, Iterable, Iterator
 
 from fedgmh.algorithms.options import option_set
 from fedgmh.config import EngineOptions
+from fedgmh.difference import DIFFERENT, FLOAT_LEVEL, Difference, compare
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path, write_json
+from fedgmh.record import RECORD_FILES, load_record, optional_files, read_bytes, read_json
 
-RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; concurrent writers are the user's to avoid
+    fcntl = None
 
 #: engine options that choose how a run is computed, not what: never part of the key
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "eval_batched", "vectorise", "memory_format", "conv"})
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
 PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "num_classes", "num_clients",
                   "classes_per_client", "alpha", "train_ratio", "seed", "digest")
-#: metrics.csv columns that measure time, not results: ignored when two records are compared
-TIMING_COLUMNS = ("seconds",)
-#: metrics.csv columns added after records were written: compared only when both records have them
-#: (an older record without one is the same run as a newer one with it)
-ADDED_COLUMNS = ("clients_up",)
 #: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
 #: ...`); never part of the run key
 WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
-
-
-def optional_files(folder: Path) -> list[str]:
-    """A record's other tables: every CSV of its folder besides metrics.csv (clients.csv and the
-    algorithm's `extra_records`), compared like metrics.csv where both records have one, never
-    required. Temporaries of a write in progress (dot files) are not part of it."""
-    return sorted(p.name for p in Path(folder).glob("*.csv")
-                  if p.name not in RECORD_FILES and not p.name.startswith(".") and p.is_file())
 
 
 class StoreConflict(UserError):
@@ -125,7 +121,7 @@ def key_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 @dataclass
 class StoredRun:
-    """One record of a store."""
+    """One record of a store (validated: fedgmh.record)."""
 
     folder: Path
     record: dict[str, Any]
@@ -135,48 +131,26 @@ class StoredRun:
     def digest(self) -> str:
         return key_digest(self.key)
 
-    def metrics(self) -> pd.DataFrame:
-        frame = pd.read_csv(self.folder / "metrics.csv")
-        return frame.drop(columns=[c for c in TIMING_COLUMNS if c in frame.columns])
-
-    def optional(self, name: str) -> pd.DataFrame | None:
-        """One of its `optional_files`, or None when this record has none."""
-        path = self.folder / name
-        return pd.read_csv(path) if path.is_file() else None
+    def compare(self, other: "StoredRun") -> Difference:
+        """How this record's results differ from those of another record of the same run
+        (fedgmh.difference: identical, float-level or different)."""
+        if self.key != other.key:
+            return Difference(DIFFERENT, "; ".join(key_differences(self.key, other.key)))
+        return compare((self.folder, self.record), (other.folder, other.record))
 
     def same_results(self, other: "StoredRun") -> bool:
-        """Same key, the same metrics in every round (timing columns aside) and the same optional
-        files where both records have them."""
-        if self.key != other.key:
-            return False
-        mine, theirs = self.metrics(), other.metrics()
-        one_sided = [c for c in ADDED_COLUMNS if (c in mine.columns) != (c in theirs.columns)]
-        if not _same_frame(mine.drop(columns=one_sided, errors="ignore"), theirs.drop(columns=one_sided, errors="ignore")):
-            return False
-        for name in sorted(set(optional_files(self.folder)) & set(optional_files(other.folder))):
-            mine, theirs = self.optional(name), other.optional(name)
-            if mine is not None and theirs is not None and not _same_frame(mine, theirs):
-                return False
-        return True
+        """Same key, and results equal but for float-level differences in losses (not a conflict)."""
+        return self.compare(other).kind != DIFFERENT
 
     def missing(self, other: "StoredRun") -> list[str]:
         """The optional files that `other` has and this record lacks."""
         return sorted(set(optional_files(other.folder)) - set(optional_files(self.folder)))
 
 
-def _same_frame(mine: pd.DataFrame, theirs: pd.DataFrame) -> bool:
-    return mine.shape == theirs.shape and list(mine.columns) == list(theirs.columns) and mine.equals(theirs)
-
-
 def read_record(folder: Path | str) -> StoredRun:
+    """The record in `folder`, validated (fedgmh.record.load_record); UserError naming the file otherwise."""
     folder = Path(folder)
-    for name in RECORD_FILES:
-        if not (folder / name).is_file():
-            raise UserError(f"{folder} is not a run record: {name} is missing")
-    try:
-        record = json.loads((folder / "run.json").read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"{folder / 'run.json'} is unreadable ({err})") from None
+    record, _ = load_record(folder)
     try:
         return StoredRun(folder, record, run_key(record))
     except UserError as err:
@@ -184,8 +158,8 @@ def read_record(folder: Path | str) -> StoredRun:
 
 
 def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
-    """Every record below the store folders (missing folders are empty stores), and a line for
-    each run.json that could not be read as a record."""
+    """Every valid record below the store folders, in store order and then by path (missing folders
+    are empty stores), and a line for each record that is invalid (fedgmh.record), never used."""
     runs, problems, seen = [], [], set()
     for store in stores:
         store = Path(store)
@@ -203,30 +177,53 @@ def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
     return runs, problems
 
 
-def conflicts(runs: list[StoredRun]) -> list[list[StoredRun]]:
-    """Groups of records with the same run key whose results differ."""
+def review(runs: list[StoredRun]) -> tuple[list[list[StoredRun]], list[str]]:
+    """Groups of records with the same run key that conflict (two of them differ for real), and a
+    line for every other pair of records of one run that differ at float level."""
     by_key: dict[str, list[StoredRun]] = {}
     for run in runs:
         by_key.setdefault(run.digest, []).append(run)
-    return [group for group in by_key.values() if any(not group[0].same_results(other) for other in group[1:])]
+    groups, notes = [], []
+    for group in by_key.values():
+        pairs = [(a, b, a.compare(b)) for a, b in itertools.combinations(group, 2)]
+        if any(difference.kind == DIFFERENT for _, _, difference in pairs):
+            groups.append(group)
+        else:
+            notes += [f"{a.folder} ~ {b.folder}: {difference.describe()}" for a, b, difference in pairs if difference.kind == FLOAT_LEVEL]
+    return groups, notes
+
+
+def conflicts(runs: list[StoredRun]) -> list[list[StoredRun]]:
+    """Groups of records with the same run key whose results differ for real."""
+    return review(runs)[0]
 
 
 def conflict_message(group: list[StoredRun]) -> str:
     folders = ", ".join(str(run.folder) for run in group)
-    return (f"{len(group)} records of the same run ({describe_key(group[0].key)}) have different results: {folders}; "
+    first = next((d for a, b in itertools.combinations(group, 2) if (d := a.compare(b)).kind == DIFFERENT), None)
+    return (f"{len(group)} records of the same run ({describe_key(group[0].key)}) have different results"
+            f"{f' ({first.detail})' if first else ''}: {folders}; "
             "keep the one you trust and move the others out of the store (`fedgmh store check` lists every such case)")
 
 
+#: how `find`'s notes on invalid records begin
+INVALID_NOTE = "record not used, invalid: "
+
+
 def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun | None, list[str]]:
-    """The record of the run with this key, and notes on records of the same run that were not
-    used because their keys differ (the differing fields). Raises StoreConflict when two records of
-    the run disagree."""
-    runs, _ = scan(stores)
-    matches = [run for run in runs if run.key == key]
-    matches.sort(key=lambda run: -len(optional_files(run.folder)))  # the most complete first
-    if any(not matches[0].same_results(other) for other in matches[1:]):
+    """The record of the run with this key, and notes: the invalid records of the stores (never
+    used), the rule that chose among several equal records (the first by store order, then by
+    path), and records of the same run that were not used because their keys differ (the
+    differing fields). Raises StoreConflict when two records of the run differ for real."""
+    runs, problems = scan(stores)
+    notes = [f"{INVALID_NOTE}{line}" for line in problems]
+    matches = [run for run in runs if run.key == key]  # scan's order: store order, then path
+    if conflicts(matches):
         raise StoreConflict(conflict_message(matches))
-    notes = []
+    if len(matches) > 1:
+        others = "; ".join(f"{run.folder} ({matches[0].compare(run).describe()})" for run in matches[1:])
+        notes.append(f"{matches[0].folder} is the first of {len(matches)} equal records by store order, then path; "
+                     f"not used: {others}")
     if not matches:
         for run in runs:
             if all(run.key[k] == key[k] for k in ("algorithm", "dataset", "seed")):
@@ -236,64 +233,158 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
 
 def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
     """Copy a record's files (RECORD_FILES and its `optional_files`, or `names`; run.json
-    last), each atomically; nothing else of the folder (a checkpoint, a legacy run_info.json)."""
+    last), each atomically and read without following a link (fedgmh.record.read_bytes); nothing
+    else of the folder (a checkpoint, a legacy run_info.json)."""
+    if destination.is_symlink():
+        raise UserError(f"{destination} is a symbolic link; a record is written to a folder of the store only")
     destination.mkdir(parents=True, exist_ok=True)
     if names is None:
         names = [*optional_files(source), *RECORD_FILES]
     for name in sorted(names, key=lambda n: n == "run.json"):
+        content = read_bytes(source / name)
         with atomic_path(destination / name) as tmp:
-            shutil.copyfile(source / name, tmp)
+            tmp.write_bytes(content)
+
+
+LOCK_NAME = ".fedgmh-store.lock"
+
+
+@contextlib.contextmanager
+def locked(folder: Path | str) -> Iterator[None]:
+    """Hold the lock of the store folder `folder`, waiting while another process holds it: an
+    exclusive fcntl.flock on its LOCK_NAME file, created for the purpose and removed on release (a
+    waiter that then finds the file gone or replaced takes the new one), so no lock file stays."""
+    path = Path(folder) / LOCK_NAME
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:
+            raise UserError(f"cannot lock the store folder {path.parent} ({err.strerror or err}); is it writable?") from None
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            current = os.stat(path, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _keep_equal(stored: StoredRun, new: StoredRun, difference: Difference) -> str:
+    """What is done when `new` is a record of a run the store holds in `stored`, with the same
+    results (`difference`: identical or float-level): the optional tables `stored` lacks are added
+    from `new`, nothing else is touched. The outcome's words (+ each table added, and the
+    float-level differences where there are)."""
+    added = stored.missing(new)
+    copy_record(new.folder, stored.folder, added)
+    return "".join(f" (+ {name})" for name in added) + (f" ({difference.describe()})" if difference.kind == FLOAT_LEVEL else "")
 
 
 def put(source: Path | str, destination: Path | str) -> str:
-    """Copy the record in `source` to the folder `destination`; returns 'added' or 'updated' (the
-    same run's record was there). Refuses (StoreConflict) to replace a record of another run, or
-    one of the same run with other results."""
+    """Copy the record in `source` to the folder `destination`, under the store's lock; returns
+    'added', or 'present' when the same run's record is there with the same results (then only the
+    optional tables it lacks and `source`'s workflow labels are added: ' (+ clients.csv)',
+    ' (labels)'; its results are never rewritten). Refuses (StoreConflict) to replace a record of
+    another run, or one of the same run with other results, and (UserError) an invalid one."""
     new = read_record(source)
     destination = Path(destination)
-    if (destination / "run.json").exists():
+    with locked(destination.parent):  # the lock a merge takes to write a record there
+        if not os.path.lexists(destination / "run.json"):
+            copy_record(new.folder, destination)
+            return "added"
         old = read_record(destination)
         if old.key != new.key:
             raise StoreConflict(f"{destination} holds the record of another run ({'; '.join(key_differences(old.key, new.key))}); "
                                 "move it elsewhere (e.g. another store folder) before writing this one")
-        if not old.same_results(new):
+        difference = old.compare(new)
+        if difference.kind == DIFFERENT:
             raise StoreConflict(conflict_message([old, new]))
-        copy_record(new.folder, destination)
-        return "updated"
-    copy_record(new.folder, destination)
-    return "added"
+        outcome = "present" + _keep_equal(old, new, difference)
+        labels = new.record.get("workflow")
+        if labels and old.record.get("workflow") != labels:  # where the workflow files it: not part of the results
+            write_json({**read_json(destination / "run.json"), "workflow": labels}, destination / "run.json")
+            outcome += " (labels)"
+        return outcome
+
+
+def run_subfolder(experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
+    """Where the workflow files a run below a runs folder (results/<name>/runs, paper_artifacts/<name>/runs)."""
+    return f"{experiment}/{setting}/{algorithm}/seed{seed}"
+
+
+def _destination(run: StoredRun, source: Path) -> Path | str:
+    """Where, relative to the store, a record found below `source` goes: its path below `source`, or
+    for a single record (`source` is its folder) the workflow's place by its labels; a string says
+    why it has none."""
+    relative = run.folder.relative_to(source)
+    if relative != Path("."):
+        return relative
+    labels = run.record.get("workflow") or {}
+    if not (labels.get("experiment") and labels.get("setting")):
+        return (f"{run.folder} is a single record with no workflow labels (experiment, setting) to place it by: "
+                "merge the folder of records above it, or `fedgmh store put` it to a folder of your choice")
+    return Path(run_subfolder(labels["experiment"], labels["setting"], run.record["algorithm"], run.record["seed"]))
+
+
+def _add(run: StoredRun, target: Path, into: Path) -> Path | str:
+    """Copy a record that is new to the store `into` to `target`, or beside it when another run took
+    that place (`seed0-<digest>`); under the lock of the folder it goes in (`put` takes the same), and
+    only inside `into`. The folder written, or a string saying why none was."""
+    if not target.resolve().is_relative_to(into.resolve()):  # a link in the store leads elsewhere
+        return f"{run.folder} cannot go to {target}: it leads to {target.resolve()}, outside the store"
+    with locked(target.parent) if target.parent != into else contextlib.nullcontext():  # `into`'s is held already
+        if os.path.lexists(target / "run.json"):
+            target = target.with_name(f"{target.name}-{run.digest[:8]}")
+        if os.path.lexists(target / "run.json"):
+            return f"{run.folder} cannot go to {target}: taken"
+        copy_record(run.folder, target)
+    return target
 
 
 def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str]]:
     """Add every record found below `sources` to the store folder `into`, keeping each record's
-    path relative to its source folder. Records already in the store (same key, same results) are
-    skipped; conflicting ones are reported and left out. Returns lines per outcome."""
-    into = Path(into)
-    present, _ = scan([into])
-    by_digest = {run.digest: run for run in present}
-    outcome: dict[str, list[str]] = {"added": [], "present": [], "conflict": [], "unreadable": []}
+    path relative to its source folder (a source that is one record: its labels' place), under the
+    store's lock (`locked(into)`: the store is read under it, so a second merge waits and sees what
+    the first added). Records already in the store (same key, same results) are skipped, completed
+    with the optional tables they lack; conflicting, invalid and unplaceable ones are reported and
+    left out. Returns lines per outcome."""
+    into, sources = Path(into), [Path(source) for source in sources]
     for source in sources:
-        source = Path(source)
         if not source.is_dir():
             raise UserError(f"{source} is not a folder of run records")
-        runs, problems = scan([source])
-        outcome["unreadable"] += problems
-        for run in runs:
-            existing = by_digest.get(run.digest)
-            if existing is not None:
-                if existing.same_results(run):
-                    added = existing.missing(run)  # e.g. clients.csv for a record made before it existed
-                    copy_record(run.folder, existing.folder, added)
-                    outcome["present"].append(f"{run.folder} = {existing.folder}" + "".join(f" (+ {name})" for name in added))
-                else:
-                    outcome["conflict"].append(conflict_message([existing, run]))
-                continue
-            target = into / run.folder.relative_to(source)
-            if (target / "run.json").exists():
-                target = target.with_name(f"{target.name}-{run.digest[:8]}")  # that place holds another run
-            copy_record(run.folder, target)
-            by_digest[run.digest] = StoredRun(target, run.record, run.key)
-            outcome["added"].append(f"{run.folder} -> {target}")
+    outcome: dict[str, list[str]] = {"added": [], "present": [], "conflict": [], "invalid": [], "refused": []}
+    with locked(into):
+        present, _ = scan([into])
+        by_digest: dict[str, StoredRun] = {}
+        for run in present:
+            by_digest.setdefault(run.digest, run)
+        for source in sources:
+            runs, problems = scan([source])
+            outcome["invalid"] += problems
+            for run in runs:
+                existing = by_digest.get(run.digest)
+                if existing is not None:
+                    difference = existing.compare(run)
+                    if difference.kind == DIFFERENT:
+                        outcome["conflict"].append(conflict_message([existing, run]))
+                    else:
+                        outcome["present"].append(f"{run.folder} = {existing.folder}{_keep_equal(existing, run, difference)}")
+                    continue
+                relative = _destination(run, source)
+                target = relative if isinstance(relative, str) else _add(run, into / relative, into)
+                if isinstance(target, str):
+                    outcome["refused"].append(target)
+                    continue
+                by_digest[run.digest] = StoredRun(target, run.record, run.key)
+                outcome["added"].append(f"{run.folder} -> {target}")
     return outcome
 
 
@@ -316,10 +407,7 @@ def fold_legacy_info(folder: Path | str) -> bool:
     if not info_path.is_file():
         return False
     run = read_record(folder)
-    try:
-        info = json.loads(info_path.read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"{info_path} is unreadable ({err})") from None
+    info = read_json(info_path)
     unknown = sorted(set(info) - set(WORKFLOW_LABELS) - set(LEGACY_DUPLICATES))
     if unknown:
         raise UserError(f"{info_path}: unknown key(s) {', '.join(unknown)}; nothing changed")
@@ -345,7 +433,8 @@ def upgrade(stores: Iterable[Path | str]) -> list[Path]:
         store = Path(store)
         if not store.is_dir():
             raise UserError(f"{store} is not a folder of run records")
-        for path in sorted(store.rglob(LEGACY_INFO)):
-            if fold_legacy_info(path.parent):
-                changed.append(path.parent)
+        with locked(store):
+            for path in sorted(store.rglob(LEGACY_INFO)):
+                if fold_legacy_info(path.parent):
+                    changed.append(path.parent)
     return changed

@@ -4,7 +4,7 @@ Outputs (written atomically, so a killed run never leaves a file that looks fini
 RUNDIR/metrics.csv (one row per evaluated round), RUNDIR/clients.csv (each client's test accuracy
 in the best and in the last evaluated round), the algorithm's own tables when it has any
 (`Algorithm.extra_records`, e.g. pFedLA's layer_weights.csv) and RUNDIR/run.json, the run's one record (config,
-resolved options, versions, device, wall time, best accuracy, and under `workflow` the labels the
+resolved options, versions, device and `machine` (fedgmh.machine), wall time, best accuracy, and under `workflow` the labels the
 workflow gives the run: config name, experiment, setting, variant).
 """
 
@@ -14,6 +14,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -31,6 +32,8 @@ from fedgmh.config import EngineOptions, TrainConfig
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
+from fedgmh.machine import machine_facts
+from fedgmh.record import load_record, read_json, results_of
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
@@ -114,9 +117,10 @@ def label_record(out_dir: Path, record: dict, workflow: dict[str, str] | None) -
 def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
     """Copy the stored record of the run `identity` describes to `out_dir`; None when none exists."""
     found, notes = store.find(stores, store.run_key(identity))
-    say = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else (lambda line: None)
-    for line in notes:
-        say(f"[{identity['config']['algorithm']}] {line}")
+    warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    say = warn if progress else (lambda line: None)
+    for line in notes:  # an invalid record is a warning: said also when quiet
+        (warn if line.startswith(store.INVALID_NOTE) else say)(f"[{identity['config']['algorithm']}] {line}")
     if found is None:
         return None
     store.copy_record(found.folder, out_dir)
@@ -129,22 +133,25 @@ def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
     """The record of the finished run in `out_dir` (its run.json) when it is this very run, by the
     results store's notion of "the same run" (`store.run_key`: settings that decide the numbers,
     not device, threads or paths); None when there is none, it is incomplete, or `overwrite`.
-    A finished run of other settings is refused (UserError naming what differs) unless `overwrite`."""
+    A finished run of other settings, or an invalid record (fedgmh.record), is refused (UserError
+    naming what differs, or why) unless `overwrite`."""
     path = out_dir / "run.json"
-    if overwrite or not path.exists():
+    if overwrite or not os.path.lexists(path):
         return None
     advice = "choose another --out, or add --overwrite to replace it"
     try:
-        record = json.loads(path.read_text())
-        key = store.run_key(record)
-    except (OSError, ValueError) as err:
-        raise UserError(f"{out_dir} holds a run record that cannot be read ({path}: {err}); {advice}") from None
+        key = store.run_key(read_json(path))
     except UserError as err:
-        raise UserError(f"{out_dir} holds a file run.json that is {err}; {advice}") from None
+        raise UserError(f"{out_dir} holds a run record that cannot be read ({err}); {advice}") from None
     differences = store.key_differences(key, store.run_key(identity))
     if differences:
         raise UserError(f"{out_dir} holds a finished run of other settings (there vs here: {'; '.join(differences)}); {advice}")
-    return record if (out_dir / "metrics.csv").is_file() else None  # without its metrics: trained again
+    if not (out_dir / "metrics.csv").is_file():
+        return None  # without its metrics: trained again
+    try:
+        return load_record(out_dir)[0]
+    except UserError as err:
+        raise UserError(f"{out_dir} holds an invalid run record ({err}); {advice}") from None
 
 
 def check_trained(rows: list[dict], rounds: int) -> None:
@@ -316,10 +323,10 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     wall = time.perf_counter() - wall
     check_trained(rows, config.rounds)
     metrics = pd.DataFrame([{k: v for k, v in row.items() if k != "client_acc"} for row in rows])
-    best = metrics.loc[metrics["test_acc"].idxmax()]
+    results = results_of(metrics)
     clients = client_table(rows[int(metrics["test_acc"].idxmax())], rows[-1], fed)
     extra = algorithm_tables(algorithm)
-    record = {
+    run_record = {
         "algorithm": config.algorithm,
         "dataset": config.dataset,
         "seed": config.seed,
@@ -328,10 +335,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "engine_options": dataclasses.asdict(engine),
         "partition": partition_meta,
         "num_clients": fed.num_clients,
-        "best_test_acc": float(best["test_acc"]),
-        "best_round": int(best["round"]),
-        "final_test_acc": float(metrics["test_acc"].iloc[-1]),
-        "evaluated_rounds": len(metrics),
+        **results,
         "wall_time_s": wall,
         "memory": memory_record(fed, algorithm, device),
         "resumed_from_round": resumed["next_round"] if resumed else None,
@@ -340,6 +344,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "threads": torch.get_num_threads(),
         **({"jobs_per_gpu": jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
         "host": platform.node(),
+        "machine": machine_facts(device),
         "results_version": fedgmh.RESULTS_VERSION,
         "versions": {
             "fedgmh": fedgmh.__version__,
@@ -355,6 +360,6 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         write_csv(clients, out_dir / "clients.csv")
     for name, table in extra.items():
         write_csv(table, out_dir / name)
-    write_json(record, out_dir / "run.json")  # written last: its presence marks a finished run
+    write_json(run_record, out_dir / "run.json")  # written last: its presence marks a finished run
     checkpoint.remove()
-    return record
+    return run_record

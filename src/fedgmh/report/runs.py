@@ -9,6 +9,7 @@ round) and `run.json`, the run's one record: its `config`, the parameters of its
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,9 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv
+from fedgmh.record import load_record
 from fedgmh.report.names import (
-    BASE_COLUMNS, METRICS_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
+    BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
 )
 from fedgmh.report.settings import assign_setting_ids
 from fedgmh.report.values import jsonable, parse_options
@@ -28,44 +30,26 @@ LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 eva
 CURVE_COLUMNS = ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_loss", "clients_up")
 
 
-def _read_json(path: Path, run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise UserError(f"run {run_dir}: {path.name} is not valid JSON ({err}); re-run the training") from err
-    if not isinstance(data, dict):
-        raise UserError(f"run {run_dir}: {path.name} does not hold a JSON object")
-    return data
-
-
 def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     """One run's tidy record (without experiment / setting) and its metrics frame.
 
-    A missing or incomplete run raises a UserError that names the run directory.
+    A missing, incomplete or invalid run (fedgmh.record: its numbers disagree, a file is a link...)
+    raises a UserError that names the run directory.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run {run_dir}: directory not found (has the training run?)")
-    run_json, metrics_csv = run_dir / "run.json", run_dir / "metrics.csv"
-    missing = [p.name for p in (run_json, metrics_csv) if not p.is_file()]
+    missing = [name for name in ("run.json", "metrics.csv") if not os.path.lexists(run_dir / name)]
     if missing:
         raise UserError(f"run {run_dir}: {' and '.join(missing)} missing; the run is incomplete or failed (see its log) - re-run it")
-    record = _read_json(run_json, run_dir)
+    try:
+        record, metrics = load_record(run_dir)
+    except UserError as err:
+        raise UserError(f"run {run_dir}: {err}") from None
     absent = [k for k in RUN_JSON_KEYS if k not in record]
     if absent:
         raise UserError(f"run {run_dir}: run.json lacks {', '.join(absent)}; it was not written by a finished `fedgmh train`")
     config = record["config"]
-    if not isinstance(config, dict):
-        raise UserError(f"run {run_dir}: run.json's config is not a mapping")
-    try:
-        metrics = pd.read_csv(metrics_csv)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as err:
-        raise UserError(f"run {run_dir}: metrics.csv is unreadable ({err})") from err
-    absent = [c for c in METRICS_COLUMNS if c not in metrics.columns]
-    if absent:
-        raise UserError(f"run {run_dir}: metrics.csv lacks column(s) {', '.join(absent)}")
-    if metrics.empty:
-        raise UserError(f"run {run_dir}: metrics.csv has no evaluated round")
 
     partition = record.get("partition") if isinstance(record.get("partition"), dict) else {}
     absent = [k for k in PARTITION_FIELDS if partition.get(k) is None]
