@@ -239,11 +239,14 @@ def test_workflow_second_time_from_records_only(tmp_path: Path) -> None:
     assert "reused the record" in logs["fedavg"] and "reused the record" in logs["fedgmh"]
     assert "reused" not in logs["fedper"].replace("not reused", "") and "lr: 0.5 vs 0.05" in logs["fedper"]
     assert "] round 3/3" in logs["fedper"] and "] round 0/" not in logs["fedavg"]  # only FedPer trained
-    # ... and its record differs from the edited one, which `store put` refuses to replace
-    assert second.returncode != 0
-    assert "holds the record of another run" in (tmp_path / "logs" / "reuse" / "run_record" / "table2" / "digits_c2_a0.5"
+    # ... and its record goes beside the edited one, which is not replaced
+    assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+    assert "beside the record of another run" in (tmp_path / "logs" / "reuse" / "run_record" / "table2" / "digits_c2_a0.5"
                                                   / "fedper" / "seed0.log").read_text()
     assert edited.read_text() == json.dumps(record)
+    beside = [p for p in edited.parent.parent.glob("seed0-*/run.json")]
+    assert len(beside) == 1 and json.loads(beside[0].read_text())["config"]["lr"] == 0.05
+    shutil.rmtree(beside[0].parent)  # so that the edited record alone holds FedPer's run below
 
     # the edit undone: the whole table comes from the records, identical to the first time
     record["config"]["lr"] = 0.05

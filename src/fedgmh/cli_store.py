@@ -57,7 +57,8 @@ def _cmd_upgrade(args: argparse.Namespace) -> None:
 def _cmd_put(args: argparse.Namespace) -> None:
     from fedgmh import store
 
-    print(f"store put: {store.put(args.source, args.destination)} {args.destination}")
+    outcome = store.put(args.source, args.destination, beside_other_run=args.beside_other_run)
+    print(f"store put: {outcome}" + ("" if " in " in outcome else f" {args.destination}"))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -79,5 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v = verbs.add_parser("put", help="copy one run's record to a given folder of a store (the workflow's run_record rule)")
     v.add_argument("source")
     v.add_argument("destination")
+    v.add_argument("--beside-other-run", action="store_true",
+                   help="when DESTINATION holds the record of another run, keep it and put this one beside it (DESTINATION-<digest>)")
     v.set_defaults(func=_cmd_put)
 

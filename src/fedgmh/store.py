@@ -288,18 +288,26 @@ def _keep_equal(stored: StoredRun, new: StoredRun, difference: Difference) -> st
     return "".join(f" (+ {name})" for name in added) + (f" ({difference.describe()})" if difference.kind == FLOAT_LEVEL else "")
 
 
-def put(source: Path | str, destination: Path | str) -> str:
+def put(source: Path | str, destination: Path | str, beside_other_run: bool = False) -> str:
     """Copy the record in `source` to the folder `destination`, under the store's lock; returns
     'added', or 'present' when the same run's record is there with the same results (then only the
     optional tables it lacks and `source`'s workflow labels are added: ' (+ clients.csv)',
     ' (labels)'; its results are never rewritten). Refuses (StoreConflict) to replace a record of
-    another run, or one of the same run with other results, and (UserError) an invalid one."""
+    another run, or one of the same run with other results, and (UserError) an invalid one. With
+    `beside_other_run`, a record of another run at `destination` stays and this one goes beside it
+    (`seed0-<digest>`, as `merge` does): the workflow's run_record rule, after a config edit; the
+    outcome then names the folder."""
     new = read_record(source)
     destination = Path(destination)
     with locked(destination.parent):  # the lock a merge takes to write a record there
+        if beside_other_run and os.path.lexists(destination / "run.json") and read_record(destination).key != new.key:
+            destination = destination.with_name(f"{destination.name}-{new.digest[:8]}")
+            where = f" in {destination} (beside the record of another run)"
+        else:
+            where = ""
         if not os.path.lexists(destination / "run.json"):
             copy_record(new.folder, destination)
-            return "added"
+            return "added" + where
         old = read_record(destination)
         if old.key != new.key:
             raise StoreConflict(f"{destination} holds the record of another run ({'; '.join(key_differences(old.key, new.key))}); "
@@ -307,7 +315,7 @@ def put(source: Path | str, destination: Path | str) -> str:
         difference = old.compare(new)
         if difference.kind == DIFFERENT:
             raise StoreConflict(conflict_message([old, new]))
-        outcome = "present" + _keep_equal(old, new, difference)
+        outcome = "present" + where + _keep_equal(old, new, difference)
         labels = new.record.get("workflow")
         if labels and old.record.get("workflow") != labels:  # where the workflow files it: not part of the results
             write_json({**read_json(destination / "run.json"), "workflow": labels}, destination / "run.json")

@@ -33,8 +33,9 @@ rule train:
 rule run_record:
     """A finished run's record (metrics per round, run.json) put into the store next to the
     artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed and a fresh
-    clone reuses it instead of training (docs/store.md). `fedgmh store put` refuses to replace a
-    record of other settings; the marker file tells Snakemake the record is in place."""
+    clone reuses it instead of training (docs/store.md). A record of other settings in its place
+    (the config was edited since) stays, and this one goes beside it; the store never rewrites a
+    record's results. The marker file tells Snakemake the record is in place."""
     input:
         metrics=rules.train.output.metrics,
         record=rules.train.output.record,
@@ -47,7 +48,7 @@ rule run_record:
         source=lambda wildcards, input: os.path.dirname(input.record),
         destination=lambda wildcards: PLAN.record_destination(train_job(wildcards)),
     shell:
-        "fedgmh store put {params.source:q} {params.destination:q} > {log:q} 2>&1"
+        "fedgmh store put --beside-other-run {params.source:q} {params.destination:q} > {log:q} 2>&1"
 
 
 rule all_runs:
