@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -109,3 +110,23 @@ def digits_partition(digits_root, tmp_path):
     assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
                  "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
     return out
+
+
+
+@contextlib.contextmanager
+def stopping_after_a_snapshot():
+    """Inside it, a training run writes its next snapshot and is then interrupted (what a killed
+    session leaves: a snapshot and no record)."""
+    from fedgmh import engine
+
+    real_save = engine.Checkpoint.save
+
+    def save_then_stop(self, snapshot):
+        real_save(self, snapshot)
+        raise KeyboardInterrupt
+
+    engine.Checkpoint.save = save_then_stop
+    try:
+        yield
+    finally:
+        engine.Checkpoint.save = real_save

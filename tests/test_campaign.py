@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import stopping_after_a_snapshot
 from test_workflow import SMOKE
 
-from fedgmh import engine
 from fedgmh.campaign import load_campaign, next_runs, run_campaign, state
 from fedgmh.cli import main
 from fedgmh.errors import UserError
@@ -74,17 +74,8 @@ def test_the_campaign_trains_cut_off_runs_first_and_resumes_them_exactly(tmp_pat
     prepare(entries, [], SNAKEFILE, tmp_path, say=lambda line: None)
     cut = entries[2]
     words = cut.plan.train_arguments(cut.run, cut.partition, 1)
-    real_save = engine.Checkpoint.save
-
-    def save_then_stop(self, snapshot):
-        real_save(self, snapshot)
-        raise KeyboardInterrupt
-
-    engine.Checkpoint.save = save_then_stop
-    try:
+    with stopping_after_a_snapshot():
         assert main(["train", *words, "--quiet"]) != 0
-    finally:
-        engine.Checkpoint.save = real_save
     assert state(cut, tmp_path) == "cut off"
     assert next_runs(entries, tmp_path) == [entries[2], entries[0], entries[1]]
 
@@ -116,3 +107,56 @@ def test_status_lists_every_run(tmp_path: Path, capsys) -> None:
     assert main(["campaign", "status", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE)]) == 0
     out = capsys.readouterr().out
     assert "# tiny (camp.yaml)" in out and "table2/digits_c2_a0.5/fedper/seed1" in out and "0 done, 0 running, 0 cut off, 1 to do" in out
+
+
+def test_a_record_of_other_settings_or_an_invalid_one_is_not_done(tmp_path: Path) -> None:
+    """Only a valid record of exactly the entry's run counts as done: not one of a trial with other
+    settings in its place, not a tampered one, and `--config` overrides count."""
+    from fedgmh.campaign import record_problem
+
+    config = tiny_config(tmp_path)
+    path = write(tmp_path, [{"config": config, "runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
+    entry = load_campaign(path, tmp_path, SNAKEFILE)[0]
+    assert record_problem(entry, tmp_path) == "no record"
+    lines: list[str] = []
+    assert run_campaign([entry], 1, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append)["finished"] == [entry.name]
+    assert record_problem(entry, tmp_path) is None and state(entry, tmp_path) == "done"
+    # the same campaign asked for 2 rounds: that record is not this run
+    other = load_campaign(path, tmp_path, SNAKEFILE, ["rounds=2"])[0]
+    assert "a record of other settings: rounds 4 (wanted 2)" in record_problem(other, tmp_path)
+    assert state(other, tmp_path) == "to do"
+    # a tampered record is not done either
+    run_json = tmp_path / entry.record
+    record = json.loads(run_json.read_text())
+    run_json.write_text(json.dumps({**record, "best_test_acc": 0.999}))
+    assert record_problem(entry, tmp_path).startswith("invalid record") and state(entry, tmp_path) == "to do"
+
+
+def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path) -> None:
+    """A second `campaign run` in the same folder is refused; SIGTERM to the campaign reaches the
+    training runs (they snapshot at the end of their round and stop), which are then "cut off": the
+    next campaign takes them first (resumption itself: the test above)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = yaml.safe_load((tmp_path / tiny_config(tmp_path)).read_text())
+    config.update(rounds=400)  # long enough to be stopped mid-run
+    (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
+    path = write(tmp_path, [{"config": "camp.yaml", "runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
+    entry = load_campaign(path, tmp_path, SNAKEFILE)[0]
+    command = [sys.executable, "-m", "fedgmh.cli", "campaign", "run", "--file", str(path), "--directory", str(tmp_path),
+               "--snakefile", str(SNAKEFILE), "--jobs", "1"]
+    campaign = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    snapshot, deadline = tmp_path / entry.snapshot, time.time() + 300
+    while not snapshot.exists() and time.time() < deadline and campaign.poll() is None:
+        time.sleep(0.2)
+    assert snapshot.exists(), "no snapshot was written"
+    second = subprocess.run(command, capture_output=True, text=True)
+    assert second.returncode == 2 and "another `fedgmh campaign run` is under way" in second.stderr
+    campaign.send_signal(signal.SIGTERM)
+    out, _ = campaign.communicate(timeout=300)
+    assert "stopped; the next `campaign run` resumes it from its snapshot" in out, out
+    assert snapshot.exists() and not (tmp_path / entry.run.run_dir / "run.json").exists()
+    assert state(entry, tmp_path) == "cut off"

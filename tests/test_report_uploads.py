@@ -242,8 +242,9 @@ def test_an_algorithm_names_its_record_tables_apart_from_the_engines() -> None:
     from fedgmh.train import algorithm_tables
 
     table = pd.DataFrame({"a": [1]})
-    tables_of = lambda **tables: algorithm_tables(SimpleNamespace(name="toy", extra_records=lambda: tables))  # noqa: E731
+    tables_of = lambda **tables: algorithm_tables(SimpleNamespace(name="toy", extra_records=lambda: tables,  # noqa: E731
+                                                                  record_tables=("layer_weights", "metrics", "clients")))
     assert list(tables_of(layer_weights=table)) == ["layer_weights.csv"]
-    for bad in ("metrics", "clients", "Weights", "../x"):
+    for bad in ("metrics", "clients", "Weights", "../x", "not_listed"):  # not_listed: missing from record_tables
         with pytest.raises(ValueError, match="names a record table"):
             tables_of(**{bad: table})

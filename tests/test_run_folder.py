@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from conftest import stopping_after_a_snapshot
 from test_train_safety import setup, train_args  # noqa: F401 - `setup` is a fixture
 
 from fedgmh.cli import main
@@ -39,8 +40,9 @@ def test_a_folder_without_a_finished_record_loses_its_stray_tables(setup, tmp_pa
     out = tmp_path / "run"
     out.mkdir()
     (out / "layer_weights.csv").write_text("layer,weight\nconv1,0.5\n")
+    (out / "notes.csv").write_text("what,kept\na user's own file,yes\n")  # not a record's table: left alone
     assert main(train_args(setup, out)) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["clients.csv", "metrics.csv", "run.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["clients.csv", "metrics.csv", "notes.csv", "run.json"]
 
 
 def test_a_snapshot_of_other_settings_is_refused_and_replaced_with_overwrite(setup, tmp_path, capsys):
@@ -79,19 +81,8 @@ def test_a_snapshot_with_edited_metric_rows_is_not_resumed(setup, tmp_path, caps
     reference = pd.read_csv(out / "metrics.csv")
     # keep a mid-run snapshot: run it again and stop right after the snapshot of round 1
     (out / "run.json").unlink()
-    from fedgmh import engine
-
-    real_save = engine.Checkpoint.save
-
-    def save_then_stop(self, snapshot):
-        real_save(self, snapshot)
-        raise KeyboardInterrupt
-
-    engine.Checkpoint.save = save_then_stop
-    try:
+    with stopping_after_a_snapshot():
         assert main(args) != 0
-    finally:
-        engine.Checkpoint.save = real_save
     capsys.readouterr()
     honest = (out / "checkpoint.pt").read_bytes()
     snapshot = torch.load(out / "checkpoint.pt", weights_only=True)

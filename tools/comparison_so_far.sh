@@ -16,9 +16,11 @@
 #   bash tools/comparison_so_far.sh [OUT]       (default paper_artifacts/paper/so_far)
 set -euo pipefail
 out=${1:-paper_artifacts/paper/so_far}
-# one record per run: where both configs hold a run (same folder below runs/), paper/'s
+# one record per run: where both configs hold a run (same folder below runs/), paper/'s; records the
+# workflow filed beside another run's (seed<k>-<digest>, after a config edit) are not Table 2's runs
 mapfile -t runs < <(for config in paper table2_mnist; do
-        find "paper_artifacts/$config/runs/table2" -name run.json 2>/dev/null | sed "s#^paper_artifacts/$config/runs/##; s#/run.json\$# $config#"
+        find "paper_artifacts/$config/runs/table2" -regextype posix-extended -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
+            | sed "s#^paper_artifacts/$config/runs/##; s#/run.json\$# $config#"
     done | LC_ALL=C sort -u -k1,1 | awk '{print "paper_artifacts/" $2 "/runs/" $1}')
 [ ${#runs[@]} -gt 0 ] || { echo "no full-protocol record of Table 2 is committed" >&2; exit 1; }
 mkdir -p "$out"
@@ -31,7 +33,8 @@ fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "$out/table2
     --title "The paper's claims on the full-protocol records committed so far (Table 2's reading)" \
     --out "$out/claims.md" --csv "$out/claims.csv"
 
-mapfile -t official < <(find paper_artifacts/paper/runs/table2_pflib -path '*@official/*' -name run.json 2>/dev/null \
+mapfile -t official < <(find paper_artifacts/paper/runs/table2_pflib -path '*@official/*' -regextype posix-extended \
+        -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
     | sed 's#/run.json$##' | LC_ALL=C sort)
 if [ ${#official[@]} -gt 0 ]; then
     fedgmh aggregate --runs "${official[@]}" --experiment table2 --out "$out/table2_pflib_results.csv" --curves "$curves/pflib.csv"

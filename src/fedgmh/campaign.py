@@ -11,19 +11,26 @@ what to ask for next. Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from fedgmh.algorithms.options import resolve_options
 from fedgmh.errors import UserError
 from fedgmh.plan import Plan, Run, with_defaults
+from fedgmh.record import load_record
+from fedgmh.store import EXECUTION_OPTIONS
 
 #: where the campaign keeps its processes' logs and the pid files of the runs it is training
 CAMPAIGN_LOGS = Path("logs") / "campaign"
@@ -64,17 +71,31 @@ class Entry:
         return f"{self.plan.name}--{self.name.replace('/', '--')}"
 
 
-def _plan(config_path: str, base: Path, workflow_dir: Path, schema: dict) -> Plan:
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """Snakemake's `--config KEY=VALUE ...`: top-level keys, each value read as YAML."""
+    parsed = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"campaign: --config {item!r} is not KEY=VALUE")
+        parsed[key] = yaml.safe_load(value)
+    return parsed
+
+
+def _plan(config_path: str, base: Path, workflow_dir: Path, schema: dict, overrides: dict[str, Any]) -> Plan:
     path = base / config_path
     if not path.is_file():
         raise UserError(f"campaign: config {config_path} not found in {base}")
-    return Plan(with_defaults(yaml.safe_load(path.read_text()), schema), basedir=workflow_dir)
+    return Plan(with_defaults({**yaml.safe_load(path.read_text()), **overrides}, schema), basedir=workflow_dir)
 
 
-def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | str = "Snakefile") -> list[Entry]:
+def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | str = "Snakefile",
+                  overrides: list[str] = ()) -> list[Entry]:
     """The campaign file's entries in priority order, each checked against its config's plan (config
-    paths are relative to `base`, the folder the workflow runs in)."""
+    paths are relative to `base`, the folder the workflow runs in), with the `--config` overrides the
+    runs will get applied: an override that changes a run (rounds, lr, ...) changes what counts as done."""
     base, path, workflow_dir = Path(base), Path(path), Path(snakefile).resolve().parent
+    config_overrides = parse_overrides(list(overrides))
     try:
         spec = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -92,7 +113,7 @@ def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | st
             raise UserError(f"{where}.runs must be a list of experiment/setting/algorithm/seedN")
         config = str(group["config"])
         if config not in plans:
-            plans[config] = _plan(config, base, workflow_dir, schema)
+            plans[config] = _plan(config, base, workflow_dir, schema, config_overrides)
         plan = plans[config]
         for name in group["runs"]:
             parts = name.split("/")
@@ -116,10 +137,37 @@ def _running_pid(entry: Entry, base: Path) -> int | None:
     return pid
 
 
+def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
+    """Why the record at the entry's place in the store is not this run's finished record (None: it
+    is): missing, invalid (record.load_record), or of other settings (config edited, a trial run)."""
+    folder = Path(base) / entry.record.parent
+    if not (folder / "run.json").is_file():
+        return "no record"
+    try:
+        record, _ = load_record(folder)
+    except UserError as err:
+        return f"invalid record: {err}"
+    run = entry.run
+    algorithm_options, engine_options = resolve_options(run.algorithm, dict(run.options))
+    partition, config = record.get("partition", {}), record.get("config", {})
+    wanted = {("config", k): getattr(run, k) for k in ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs",
+                                                       "batch_size", "lr", "seed")}
+    wanted |= {("partition", "classes_per_client"): run.classes_per_client, ("partition", "alpha"): run.alpha,
+               ("partition", "num_clients"): run.clients, ("partition", "seed"): entry.plan.config["partition_seed"],
+               ("partition", "train_ratio"): entry.plan.config["train_ratio"]}
+    wanted |= {("algorithm_options", k): v for k, v in dataclasses.asdict(algorithm_options).items()}
+    wanted |= {("engine_options", k): v for k, v in dataclasses.asdict(engine_options).items() if k not in EXECUTION_OPTIONS}
+    found = {"config": config, "partition": partition, "algorithm_options": record.get("algorithm_options", {}),
+             "engine_options": record.get("engine_options", {})}
+    differences = [f"{k} {found[part][k]!r} (wanted {v!r})" for (part, k), v in wanted.items()
+                   if k in found[part] and found[part][k] != v]
+    return f"a record of other settings: {', '.join(differences)}" if differences else None
+
+
 def state(entry: Entry, base: Path | str = ".") -> str:
     """done | running | cut off | to do."""
     base = Path(base)
-    if (base / entry.record).is_file():
+    if record_problem(entry, base) is None:
         return "done"
     if _running_pid(entry, base) is not None:
         return "running"
@@ -173,6 +221,25 @@ def run_campaign(entries: list[Entry], jobs: int, overrides: list[str], snakefil
     stops the runs in progress (they snapshot at the end of their round) and returns."""
     base, snakefile = Path(base).resolve(), Path(snakefile).resolve()
     (base / CAMPAIGN_LOGS / "running").mkdir(parents=True, exist_ok=True)
+    with _one_campaign(base):
+        return _run(entries, jobs, overrides, snakefile, base, max_runs, poll_s, say)
+
+
+@contextlib.contextmanager
+def _one_campaign(base: Path) -> Iterator[None]:
+    """One campaign process per folder: a second one would start the same runs (each Snakemake runs
+    with --nolock), two trainers in one run folder."""
+    with open(base / CAMPAIGN_LOGS / "campaign.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"another `fedgmh campaign run` is under way in {base} (it holds {lock.name}); "
+                            "`fedgmh campaign status` shows its runs") from None
+        yield
+
+
+def _run(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path, base: Path, max_runs: int | None,
+         poll_s: float, say: Callable[[str], None]) -> dict[str, list[str]]:
     queue = next_runs(entries, base)[:max_runs]
     outcome: dict[str, list[str]] = {"finished": [], "failed": []}
     if not queue:
@@ -190,11 +257,14 @@ def run_campaign(entries: list[Entry], jobs: int, overrides: list[str], snakefil
         while (queue or running) and stop["signal"] is None:
             while queue and len(running) < jobs:
                 entry = queue.pop(0)
+                if state(entry, base) in ("done", "running"):  # since the queue was made (e.g. by hand)
+                    continue
                 how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
                 log = base / CAMPAIGN_LOGS / f"{entry.slug}.log"
                 with open(log, "w") as out:
                     process = subprocess.Popen(snakemake_command([entry.target], entry.config, overrides, 1, snakefile, base, True),
-                                               stdout=out, stderr=subprocess.STDOUT, env=_environment(), cwd=base)
+                                               stdout=out, stderr=subprocess.STDOUT, env=_environment(), cwd=base,
+                                               start_new_session=True)  # its own group: a stop reaches `fedgmh train`
                 (base / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid").write_text(str(process.pid))
                 running[entry.slug] = (entry, process)
                 say(f"campaign: {entry.plan.name}/{entry.name} {how} (pid {process.pid}, log {log})")
@@ -204,20 +274,25 @@ def run_campaign(entries: list[Entry], jobs: int, overrides: list[str], snakefil
                     continue
                 del running[slug]
                 (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
-                if process.returncode == 0 and (base / entry.record).is_file():
+                if process.returncode == 0:  # trained (or reused) and stored by the workflow's run_record rule
                     outcome["finished"].append(entry.name)
-                    say(f"campaign: {entry.plan.name}/{entry.name} finished; its record: {entry.record}")
+                    where = entry.record if record_problem(entry, base) is None else \
+                        f"beside {entry.record} (which holds a record of other settings)"
+                    say(f"campaign: {entry.plan.name}/{entry.name} finished; its record: {where}")
                 else:
                     outcome["failed"].append(entry.name)
                     say(f"campaign: {entry.plan.name}/{entry.name} failed (exit {process.returncode}; "
                         f"log {base / CAMPAIGN_LOGS / (slug + '.log')})")
     finally:
-        for slug, (entry, process) in running.items():  # asked to stop: the runs snapshot and stop
-            process.send_signal(signal.SIGTERM)
+        for slug, (entry, process) in running.items():  # asked to stop: the runs snapshot at the end of their round
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)  # Snakemake alone would wait for its job to finish
         for slug, (entry, process) in running.items():
             process.wait()
             (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
-            say(f"campaign: {entry.plan.name}/{entry.name} stopped; the next `campaign run` resumes it from its snapshot")
+            resumes = (base / entry.snapshot).is_file()
+            say(f"campaign: {entry.plan.name}/{entry.name} stopped; the next `campaign run` "
+                + ("resumes it from its snapshot" if resumes else "starts it again (no snapshot yet)"))
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return outcome

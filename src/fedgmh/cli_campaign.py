@@ -13,11 +13,11 @@ DEFAULT_FILE = "config/campaign.yaml"
 def _entries(args: argparse.Namespace):
     from fedgmh.campaign import load_campaign
 
-    return load_campaign(args.file, args.directory, args.snakefile)
+    return load_campaign(args.file, args.directory, args.snakefile, args.config)
 
 
 def _cmd_status(args: argparse.Namespace) -> None:
-    from fedgmh.campaign import state
+    from fedgmh.campaign import record_problem, state
 
     entries = _entries(args)
     counts: dict[str, int] = {}
@@ -28,7 +28,9 @@ def _cmd_status(args: argparse.Namespace) -> None:
             print(f"# {group} ({entry.config})")
         now = state(entry, args.directory)
         counts[now] = counts.get(now, 0) + 1
+        problem = record_problem(entry, args.directory) if now != "done" else None
         where = f"  {entry.record}" if now == "done" else f"  {entry.snapshot}" if now == "cut off" else ""
+        where += f"  ({entry.record}: {problem})" if problem and problem != "no record" else ""
         print(f"{index:3d}. {entry.name:55s} {now}{where}")
     print("campaign: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("done", "running", "cut off", "to do")))
 
@@ -68,10 +70,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.add_argument("--file", default=DEFAULT_FILE, help=f"the campaign's priority list (default {DEFAULT_FILE})")
         v.add_argument("--directory", default=".", help="the repository root: where results/ and paper_artifacts/ are (default .)")
         v.add_argument("--snakefile", default="Snakefile", help="the workflow (default Snakefile)")
+        v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                       help="Snakemake --config overrides for every run, e.g. device=cpu mirror=../shared/data; "
+                       "one that changes a run (rounds=2) changes which records count as done")
         v.set_defaults(func=func)
         if name == "run":
             v.add_argument("--jobs", type=int, default=2, help="runs at once (default 2: one per core of a 2-core CPU)")
             v.add_argument("--max-runs", type=int, default=None, help="start at most this many runs, then stop when they end")
-            v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
-                           help="Snakemake --config overrides for every run, e.g. device=cpu mirror=../shared/data")
             v.add_argument("--background", action="store_true", help="detach and return at once; progress goes to logs/campaign/campaign.log")

@@ -1,5 +1,5 @@
 """Where a run was computed: the facts that decide its floating-point rounding, recorded in run.json
-as `machine` (issue 27). Two records of one run made with the same facts (and threads) should be
+as `machine`. Two records of one run made with the same facts (and threads) should be
 bit-identical; across machines, libraries or flags the accuracies should agree exactly and the
 losses to rounding (fedgmh.difference, docs/store.md "Three kinds of difference")."""
 

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ EXACT_FLOATS = {"float_precision": "round_trip"} if int(pd.__version__.split("."
 
 def is_accuracy(name: str) -> bool:
     """An accuracy column or field (test_acc, test_acc_mean, test_acc_std, clients.csv's test_acc_best...)."""
-    return "acc" in name
+    return re.search(r"(^|_)acc(_|$)", name) is not None
 
 
 def optional_files(folder: Path | str) -> list[str]:

@@ -27,7 +27,7 @@ import torch
 
 import fedgmh
 from fedgmh import data, gpu_slots, store
-from fedgmh.algorithms import get_algorithm, resolve_options
+from fedgmh.algorithms import REGISTRY, get_algorithm, resolve_options
 from fedgmh.config import EngineOptions, TrainConfig
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
@@ -164,10 +164,12 @@ def check_trained(rows: list[dict], rounds: int) -> None:
 
 
 def clear_record(out_dir: Path) -> None:
-    """Remove the record files of a run folder (run.json and every CSV but dot files: the store takes
-    them as part of the record), before another run's record is trained or copied into it."""
-    for path in [out_dir / "run.json", *out_dir.glob("*.csv")]:
-        if not path.name.startswith(".") and (path.is_symlink() or path.is_file()):  # dot files: not the record's
+    """Remove the record files of a run folder (run.json and the tables a record can hold: the
+    engine's and every algorithm's `record_tables`), before another run's record is trained or
+    copied into it; other files of the folder are left alone."""
+    tables = {*ENGINE_TABLES, *(name for algorithm in REGISTRY.values() for name in algorithm.record_tables)}
+    for path in [out_dir / "run.json", *(out_dir / f"{name}.csv" for name in sorted(tables))]:
+        if path.is_symlink() or path.is_file():
             path.unlink()
 
 
@@ -217,10 +219,11 @@ def algorithm_tables(algorithm) -> dict[str, pd.DataFrame]:
     """The algorithm's own tables of the finished run (`Algorithm.extra_records`, e.g. pFedLA's
     layer_weights.csv) by file name; the store keeps every CSV of a record (store.optional_files)."""
     tables = algorithm.extra_records()
-    bad = sorted(name for name in tables if name in ENGINE_TABLES or not re.fullmatch(r"[a-z][a-z0-9_]*", name))
+    bad = sorted(name for name in tables if name in ENGINE_TABLES or not re.fullmatch(r"[a-z][a-z0-9_]*", name)
+                 or name not in algorithm.record_tables)
     if bad:
         raise ValueError(f"algorithm {algorithm.name} names a record table {', '.join(map(repr, bad))}: "
-                         f"use lower-case letters, digits and _, not {' or '.join(ENGINE_TABLES)}")
+                         f"use lower-case letters, digits and _, not {' or '.join(ENGINE_TABLES)}, listed in its record_tables")
     return {f"{name}.csv": table for name, table in tables.items()}
 
 

@@ -54,6 +54,9 @@ class Algorithm:
     #: False when evaluating the same model twice can give different numbers (random forward
     #: passes): then no evaluation result is reused
     deterministic_eval: ClassVar[bool] = True
+    #: the names of the tables `extra_records` returns (NAME.csv in the record): a run folder's
+    #: record files are known by name, so `fedgmh train` replaces only those
+    record_tables: ClassVar[tuple[str, ...]] = ()
     #: attributes that `__init__` rebuilds and a checkpoint therefore leaves out (views of the
     #: federation, per-round caches)
     transient: ClassVar[tuple[str, ...]] = ()

@@ -111,6 +111,7 @@ class CEPFL(FedPer):
     """
 
     name = "cepfl"
+    record_tables = ("participations", "cluster_rounds")
     display_name = "CE-pFL (Huang & Chen 2025)"
     paper_row = None  # not in the FedGMH paper's tables
     traffic_per_label = True

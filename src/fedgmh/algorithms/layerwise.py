@@ -93,6 +93,8 @@ def normalise(alpha: torch.Tensor, client: int) -> torch.Tensor:
 class LayerwiseAggregation(Algorithm):
     """pFedLA / HeurpFedLA; `options.k` chooses (0: every layer mixed)."""
 
+    record_tables = ("layer_weights",)
+
     paper_row = None  # not in the FedGMH paper's tables (source document 003)
     transient = ("layers", "_mixed", "_memo", "_uploads")
 
