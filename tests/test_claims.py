@@ -17,6 +17,7 @@ from fedgmh.errors import UserError
 from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import TESTS, read_claims
 from fedgmh.report.claims_report import Runs, evaluate_claims
+from fedgmh.report.rounds import first_round_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIMS = REPO / "reference" / "fedgmh_paper_claims.yaml"
@@ -81,6 +82,43 @@ def test_rounds_value_after_and_order() -> None:
     assert kinds.rounds_order("few", fast, (110.0, {0: 100.0, 1: 120.0})).verdict == INCONCLUSIVE
 
 
+def test_where_a_curve_puts_its_first_round_at_the_target() -> None:
+    r, inf = np.arange(0, 301), math.inf
+    acc = np.where(r >= 68, 75.0, 60.0)
+    assert first_round_bounds(r, acc, 70, 300) == (68, 68)
+    assert first_round_bounds(r[281:], acc[281:], 70, 300) == (0, 281)  # eval_last 20: it may have been reached at round 0
+    assert first_round_bounds(r[::5], acc[::5], 70, 300) == (1, 70)  # every 5th round evaluated
+    assert first_round_bounds(r[:9], acc[:9], 70, 300) == (9, inf)  # cut short at round 8: not by then
+    assert first_round_bounds(r, np.full(301, 60.0), 70, 300) == (inf, inf)  # never in the paper's 300 rounds
+    assert first_round_bounds(r[:201], np.full(201, 60.0), 70, inf) == (201, inf)  # the paper's rounds unknown
+    assert first_round_bounds(r[281:], np.full(20, 60.0), 70, 300) == (0, inf)  # not in the rounds evaluated
+
+
+def test_rounds_of_runs_cut_short_or_evaluated_in_part_decide_only_what_they_cover() -> None:
+    inf = math.inf
+    by8 = {s: (9.0, inf) for s in range(3)}  # every seed's run ends at round 8 below the target
+    assert kinds.rounds_after("r", (9.0, inf), by8, 200).verdict == INCONCLUSIVE
+    assert kinds.rounds_value("r", (9.0, inf), by8, 68).verdict == INCONCLUSIVE
+    assert kinds.rounds_order("r", ((9.0, inf), by8), ((9.0, inf), by8)).verdict == INCONCLUSIVE
+    # a claim on rounds the runs cover is decided: none of them reached it by round 100
+    by100 = {s: (101.0, inf) for s in range(3)}
+    assert kinds.rounds_value("r", (101.0, inf), by100, 68).verdict == FAILS
+    assert kinds.rounds_after("r", (101.0, inf), by100, 100).verdict == HOLDS
+    assert kinds.rounds_order("r", (60.0, {0: 60.0, 1: 70.0, 2: 65.0}), ((101.0, inf), by100)).verdict == HOLDS
+    # only rounds 281-300 evaluated, every one at the target: the first round is somewhere in 0-281
+    late = {s: (0.0, 281.0) for s in range(3)}
+    part = kinds.rounds_after("r", (0.0, 281.0), late, 200)
+    assert part.verdict == INCONCLUSIVE and "3 unknown" in part.evidence and math.isnan(part.estimate)
+    assert kinds.rounds_value("r", (0.0, 281.0), late, 68).verdict == INCONCLUSIVE
+    assert kinds.rounds_after("r", (0.0, 281.0), late, 290).verdict == FAILS  # by round 281 at the latest
+    assert kinds.rounds_order("r", ((0.0, 281.0), late), (100.0, {0: 100.0, 1: 120.0, 2: 110.0})).verdict == INCONCLUSIVE
+    # never in the paper's rounds (a run of the whole protocol) is evidence: later than any round of it
+    never = {s: (inf, inf) for s in range(3)}
+    assert kinds.rounds_after("r", inf, never, 200).verdict == HOLDS
+    assert kinds.rounds_value("r", inf, never, 68).verdict == FAILS
+    assert kinds.rounds_order("r", (inf, never), (inf, never)).verdict == FAILS  # a tie is not "before"
+
+
 # ----------------------------------------------------------------------------- trend and bound
 
 
@@ -107,6 +145,29 @@ def test_bound() -> None:
     assert kinds.bound("beta", points([75.0, 77.6, 77.4, 78.5]), tolerance=1.0).verdict == FAILS
     assert kinds.bound("beta", points([77.0, 77.6, 77.4, 78.0], noise=3.0), tolerance=1.0).verdict == INCONCLUSIVE
     assert kinds.bound("beta", points([77.5, 77.6, 77.4, 77.5], seeds=2), tolerance=1.0).verdict == INCONCLUSIVE
+
+
+def ten_betas(top: float, spread: list[float]) -> list[tuple[float, dict[int, float]]]:
+    """Ten cells (Table 6's betas): nine alike, the last `top` points higher with seed-to-seed `spread`."""
+    base = {s: 77.0 + NOISE[s] for s in range(5)}
+    cells = [(round(0.1 * (i + 1), 1), {s: v + 0.01 * i for s, v in base.items()}) for i in range(9)]
+    return cells + [(1.0, {s: v + top + spread[s] for s, v in base.items()})]
+
+
+def test_bound_refutes_only_beyond_the_chance_of_the_widest_of_every_pair() -> None:
+    spread = [0.3, -0.3, 0.2, -0.2, 0.0]
+    # the widest pair is 1.5 points apart, beyond the tolerance at one-sided p ~ 0.006: chosen from 45 pairs, no refutation
+    chosen = kinds.bound("beta", ten_betas(1.5, spread), tolerance=1.0)
+    assert chosen.verdict == INCONCLUSIVE and chosen.estimate == pytest.approx(1.5)
+    assert stats.ttest_1samp(np.asarray(spread) + 1.5, 1.0, alternative="greater").pvalue < 0.05
+    assert "refuting below 0.00056 (45 pairs)" in chosen.evidence
+    assert kinds.bound("beta", ten_betas(4.0, spread), tolerance=1.0).verdict == FAILS
+    assert kinds.bound("beta", ten_betas(0.2, spread), tolerance=1.0).verdict == HOLDS
+    # holds only when every pair is within the tolerance: a noisy middle cell leaves it open
+    base = {s: 77.0 + NOISE[s] for s in range(5)}
+    noisy = [1.2, -1.2, 1.0, -1.0, 0.0]
+    three = [(0.1, base), (0.5, {s: v + 0.5 for s, v in base.items()}), (1.0, {s: v + 0.25 + noisy[s] for s, v in base.items()})]
+    assert kinds.bound("beta", three, tolerance=1.0).verdict == INCONCLUSIVE
 
 
 # ----------------------------------------------------------------------------- convergence
@@ -234,6 +295,53 @@ def test_runs_at_another_protocol_say_so(tmp_path: Path) -> None:
         Runs(pd.concat([results, results.head(1)]), None)
 
 
+ROUNDS_CLAIMS = {"claims": [
+    {"id": "after-200", "where": "Figure 3", "claim": "FedPer reaches 70 % only after round 200.", "test": "rounds",
+     "curves": f"table2/{SETTING}", "target": 70, "after": 200, "algorithms": ["fedper"]},
+    {"id": "at-68", "where": "Figure 3", "claim": "FedGMH reaches 70 % at round 68.", "test": "rounds", "curves": f"table2/{SETTING}",
+     "target": 70, "paper": {"fedgmh": 68}},
+    {"id": "first", "where": "Figure 3", "claim": "FedGMH reaches 70 % before FedPer.", "test": "rounds",
+     "curves": f"table2/{SETTING}", "target": 70, "earlier": ["fedgmh"], "later": ["fedper"]},
+]}
+
+
+def rounds_verdicts(tmp_path: Path, rounds: range, accuracy: float) -> dict[str, str]:
+    """The verdicts of ROUNDS_CLAIMS on three seeds of FedGMH and FedPer evaluated at `rounds` with a flat `accuracy`."""
+    curves = pd.DataFrame([{"experiment": "table2", "setting": SETTING, "dataset": "cifar100", "algorithm": alg, "seed": seed,
+                            "round": r, "test_acc": accuracy + 0.001 * seed} for alg in ("fedgmh", "fedper") for seed in range(3)
+                           for r in rounds])
+    path = tmp_path / "rounds_claims.yaml"
+    path.write_text(yaml.safe_dump(ROUNDS_CLAIMS, sort_keys=False))
+    frame, _ = evaluate_claims(read_claims(path), Runs(None, curves))
+    return frame.set_index("id")["verdict"].to_dict()
+
+
+def test_rounds_claims_on_runs_cut_short_or_evaluated_in_part_are_inconclusive(tmp_path: Path) -> None:
+    # config/mini.yaml's 8 rounds, never at 70 %: when they would get there is unknown
+    assert rounds_verdicts(tmp_path, range(0, 9), 0.40) == {"after-200": INCONCLUSIVE, "at-68": INCONCLUSIVE, "first": INCONCLUSIVE}
+    # preset=official evaluates only the last 20 of 300 rounds: a first hit "at 281" is only "by 281"
+    assert rounds_verdicts(tmp_path, range(281, 301), 0.75) == {"after-200": INCONCLUSIVE, "at-68": INCONCLUSIVE,
+                                                               "first": INCONCLUSIVE}
+    # the whole protocol, never at 70 %: later than round 200 and than 68, and neither method before the other
+    assert rounds_verdicts(tmp_path, range(0, 301), 0.40) == {"after-200": HOLDS, "at-68": FAILS, "first": FAILS}
+
+
+def test_a_refutation_is_judged_among_the_comparisons_tested(tmp_path: Path) -> None:
+    # FedAvg below FedPer at one-sided p ~ 0.02 (3 seeds): refuted at 0.05 / 1 though the claim names 11 comparisons,
+    # 9 without runs and one (FedRep) with 2 seeds only, so neither can refute
+    others = ["fedamp", "fedcp", "fedfomo", "fedgh", "fedprox", "fedrod", "lgfedavg", "ditto", "gmh_o"]
+    claims = {"claims": [{"id": "avg-best", "where": "Table 2", "claim": "FedAvg above the rest.", "test": "ranking",
+                          "above": {f"table2/{SETTING}": ["fedavg"]}, "below": {f"table2/{SETTING}": ["fedper", "fedrep", *others]}}]}
+    values = {"fedavg": [0.01, 0.02, 0.03], "fedper": [0.013, 0.021, 0.034], "fedrep": [0.5, 0.5]}
+    results = pd.DataFrame([{"experiment": "table2", "setting": SETTING, "dataset": "cifar100", "algorithm": alg, "seed": seed,
+                             "best_test_acc": v} for alg, accs in values.items() for seed, v in enumerate(accs)])
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump(claims, sort_keys=False))
+    frame, parts = evaluate_claims(read_claims(path), Runs(results, None))
+    assert frame.loc[0, "verdict"] == FAILS and frame.loc[0, "parts"] == "1 does not hold, 1 inconclusive, 9 not run of 11"
+    assert "refuting below 0.05" in parts["avg-best"][0].evidence
+
+
 def test_the_report_has_a_section_of_claims(tmp_path: Path) -> None:
     from fedgmh.report.document import build_document
 
@@ -318,10 +426,14 @@ def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
 def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
     from test_workflow import SMOKE, job_counts, snakemake
 
-    result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "1", "--configfile", str(SMOKE), timeout=300)
+    result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "1", "--configfile", str(SMOKE),
+                       "--config", "table_accuracy=last", timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert job_counts(out)["claims"] == 1
     command = next(line for line in out.splitlines() if "fedgmh claims " in line)
     assert f"--claims {CLAIMS}" in command and "--out paper_artifacts/smoke/claims.md --csv paper_artifacts/smoke/claims.csv" in command
     assert "--curves results/smoke/aggregate/table2.curves.csv" in command and "table7.results.csv" in command
+    # the tables follow table_accuracy; the paper's claims are about the best accuracy whatever it is
+    assert "--accuracy last" in next(line for line in out.splitlines() if "fedgmh table " in line)
+    assert "--accuracy" not in command

@@ -70,7 +70,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 def _cmd_claims(args: argparse.Namespace) -> None:
     from fedgmh.report.claims_report import counts_text, write_claims
 
-    frame = write_claims(args.claims, args.results, args.curves, args.out, args.csv, accuracy=args.accuracy, title=args.title)
+    frame = write_claims(args.claims, args.results, args.curves, args.out, args.csv, title=args.title)
     print(f"claims: {counts_text(frame)} -> {args.out}, {args.csv}")
 
 
@@ -209,7 +209,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--curves", nargs="*", default=[], help="curves CSVs from `fedgmh aggregate --curves` (rounds to target, convergence)")
     p.add_argument("--out", required=True, help="Markdown report (.md): every claim's verdict and evidence, then every comparison")
     p.add_argument("--csv", required=True, help="one row per claim: verdict, evidence and the numbers of the comparison that decides it")
-    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
     p.add_argument("--title", default="The paper's claims", help="the report's title")
     p.set_defaults(func=_cmd_claims)
 

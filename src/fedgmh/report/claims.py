@@ -8,9 +8,10 @@ and why these: docs/claims.md.
 
 - `ranking`: A above B, a one-sided paired t-test over the seeds both cells have.
 - `rounds_value` / `rounds_after` / `rounds_order`: rounds to a target accuracy, each seed's own first
-  round against the paper's round, a bound, or another method's rounds.
+  round against the paper's round, a bound, or another method's rounds; a first round known only to
+  lie in a range (a run cut short, rounds not evaluated) decides only what holds across the range.
 - `trend`: a monotone trend over a swept parameter (Spearman's sign, the first-to-last change, each step).
-- `bound`: "little effect": the spread of the cell means within a tolerance.
+- `bound`: "little effect": every two cells within a tolerance.
 - `convergence`: a per-seed measure of the curve's end (fluctuation, drop below the best) against a threshold.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 from scipy import stats
@@ -32,6 +34,9 @@ MIN_SEEDS = 3
 
 Cell = Mapping[int, float]
 Curve = Mapping[int, tuple[np.ndarray, np.ndarray]]
+#: a first round at the target: a number when known (inf: never in the paper's rounds), else (low, high),
+#: the range it is known to lie in (`fedgmh.report.rounds.first_round_bounds`)
+Round = float | tuple[float, float]
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,11 @@ class Part:
     p_value: float = math.nan  # of the claimed direction
     n_seeds: int = 0
     reference: float = math.nan  # the threshold, tolerance or paper value it is held against
+
+    @property
+    def tested(self) -> bool:
+        """Whether a significance test was made: one not run, or with too few seeds or rounds, has no p-value."""
+        return not math.isnan(self.p_value)
 
 
 @dataclass(frozen=True)
@@ -115,48 +125,80 @@ def ranking(label: str, above: Cell, below: Cell, against_alpha: float = ALPHA) 
 # ----------------------------------------------------------------------------- rounds to a target
 
 
-def _seed_rounds(rounds: Mapping[int, float]) -> str:
-    return ", ".join(_num(r) for _, r in sorted(rounds.items()))
+def _span(first: Round) -> tuple[float, float]:
+    return (float(first[0]), float(first[1])) if isinstance(first, tuple) else (float(first), float(first))
 
 
-def rounds_value(label: str, mean_round: float, rounds: Mapping[int, float], paper: float) -> Part:
+def _round_text(first: Round) -> str:
+    low, high = _span(first)
+    return _num(low) if low == high else f"{low:g}-{_num(high)}"
+
+
+def _seed_rounds(rounds: Mapping[int, Round]) -> str:
+    return ", ".join(_round_text(r) for _, r in sorted(rounds.items()))
+
+
+def _exact(first: Round) -> float:
+    """The round where it is known, nan where only a range is."""
+    low, high = _span(first)
+    return low if low == high else math.nan
+
+
+def _unknown(n: int) -> str:
+    """The evidence's note on seeds whose first round is known only as a range."""
+    return (f"; {n} unknown (a-b: somewhere from round a to b, as rounds before b were not evaluated or the run ends "
+            "before the paper's last round)" if n else "")
+
+
+def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], paper: float) -> Part:
     """Claim: the method first reaches the target at round `paper`. Holds when `paper` lies within
-    the range of our seeds' first rounds (a seed that never reaches it: infinitely late)."""
+    the range of our seeds' first rounds (never: later than every round) wherever in their ranges the
+    unknown ones are, does not hold when it lies outside wherever they are."""
     if len(rounds) < MIN_SEEDS:
         return _few(label, len(rounds), "seed")
-    low, high = min(rounds.values()), max(rounds.values())
-    verdict = HOLDS if low <= paper <= high else FAILS
-    evidence = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_num(mean_round)}), paper {paper:g}"
-    return Part(label, verdict, evidence, "first round of the mean curve", mean_round, low, high, n_seeds=len(rounds), reference=paper)
+    lows, highs = zip(*(_span(r) for r in rounds.values()))
+    verdict = HOLDS if min(highs) <= paper <= max(lows) else FAILS if paper < min(lows) or paper > max(highs) else INCONCLUSIVE
+    unknown = sum(low != high for low, high in zip(lows, highs))
+    evidence = (f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}), paper {paper:g}"
+                + _unknown(unknown))
+    return Part(label, verdict, evidence, "first round of the mean curve", _exact(mean_round), min(lows), max(highs),
+                n_seeds=len(rounds), reference=paper)
 
 
-def rounds_after(label: str, mean_round: float, rounds: Mapping[int, float], bound: float) -> Part:
+def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bound: float) -> Part:
     """Claim: the method reaches the target only after round `bound`. Holds when every seed's first
-    round is later, does not hold when none is."""
+    round is known to be later, does not hold when every seed's is known not to be."""
     if len(rounds) < MIN_SEEDS:
         return _few(label, len(rounds), "seed")
-    later = sum(r > bound for r in rounds.values())
-    verdict = HOLDS if later == len(rounds) else FAILS if later == 0 else INCONCLUSIVE
-    evidence = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_num(mean_round)}): {later} of {len(rounds)} after round {bound:g}"
-    return Part(label, verdict, evidence, "first round of the mean curve", mean_round, min(rounds.values()), max(rounds.values()),
-                n_seeds=len(rounds), reference=bound)
+    spans = [_span(r) for r in rounds.values()]
+    later, earlier = sum(low > bound for low, _ in spans), sum(high <= bound for _, high in spans)
+    verdict = HOLDS if later == len(spans) else FAILS if earlier == len(spans) else INCONCLUSIVE
+    evidence = (f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}): {later} of {len(spans)} "
+                f"after round {bound:g}" + _unknown(len(spans) - later - earlier))
+    return Part(label, verdict, evidence, "first round of the mean curve", _exact(mean_round), min(low for low, _ in spans),
+                max(high for _, high in spans), n_seeds=len(spans), reference=bound)
 
 
-def rounds_order(label: str, earlier: tuple[float, Mapping[int, float]], later: tuple[float, Mapping[int, float]]) -> Part:
+def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: tuple[Round, Mapping[int, Round]]) -> Part:
     """Claim: one method reaches the target before another. Per shared seed, whose first round comes
-    first; holds when the first method is earlier in every shared seed, does not hold when it is
-    earlier in none (both never reaching it is a tie)."""
+    first; holds when the first method is known to be earlier in every shared seed, does not hold
+    when it is known not to be in every one (both never reaching it is a tie)."""
     (mean_a, a), (mean_b, b) = earlier, later
     shared = sorted(set(a) & set(b))
     if len(shared) < MIN_SEEDS:
         return _few(label, len(shared))
-    first = sum(a[s] < b[s] for s in shared)
-    verdict = HOLDS if first == len(shared) else FAILS if first == 0 else INCONCLUSIVE
-    gaps = [b[s] - a[s] for s in shared if not (math.isinf(a[s]) and math.isinf(b[s]))]  # both never: no gap
+    pairs = [(_span(a[s]), _span(b[s])) for s in shared]
+    first = sum(a_high < b_low for (_, a_high), (b_low, _) in pairs)
+    not_first = sum(a_low >= b_high for (a_low, _), (_, b_high) in pairs)
+    verdict = HOLDS if first == len(shared) else FAILS if not_first == len(shared) else INCONCLUSIVE
+    # the rounds from the first method's to the other's, seed by seed (never minus never: none)
+    gaps = [(b_low - a_high, b_high - a_low) for (a_low, a_high), (b_low, b_high) in pairs]
     evidence = (f"earlier in {first} of {len(shared)} shared seeds (first rounds {_seed_rounds({s: a[s] for s in shared})} "
-                f"vs {_seed_rounds({s: b[s] for s in shared})}); mean curves {_num(mean_a)} vs {_num(mean_b)}")
-    return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", mean_b - mean_a,
-                min(gaps, default=math.nan), max(gaps, default=math.nan), n_seeds=len(shared))
+                f"vs {_seed_rounds({s: b[s] for s in shared})}); mean curves {_round_text(mean_a)} vs {_round_text(mean_b)}"
+                + _unknown(len(shared) - first - not_first))
+    return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", _exact(mean_b) - _exact(mean_a),
+                min((low for low, _ in gaps if not math.isnan(low)), default=math.nan),
+                max((high for _, high in gaps if not math.isnan(high)), default=math.nan), n_seeds=len(shared))
 
 
 # ----------------------------------------------------------------------------- trend and bound over a swept parameter
@@ -212,23 +254,35 @@ def trend(label: str, points: Sequence[tuple[float, Cell]], increasing: bool, ag
                 few)
 
 
-def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float) -> Part:
-    """Claim: the parameter has little effect. The highest and the lowest cell mean's paired
-    difference: holds when its one-sided 95 % upper bound is within `tolerance`, does not hold when
-    its lower bound is beyond it. (Picking the extremes can only widen the spread: conservative.)"""
+def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float, against_alpha: float = ALPHA) -> Part:
+    """Claim: the parameter has little effect, every two cells within `tolerance` points. Holds when
+    every pair's paired difference has its 90 % interval within +-tolerance (two one-sided tests a
+    pair; a claim on every pair needs no correction); does not hold when some pair's difference is
+    beyond the tolerance, on either side, at against_alpha / (k(k-1)) (Bonferroni over the k(k-1)/2
+    pairs, each two-sided), so that the widest pair, chosen after seeing the data, refutes a true
+    claim with probability at most against_alpha. The numbers shown: the highest minus the lowest cell."""
     few = min(len(cell) for _, cell in points)
     if few < MIN_SEEDS:
         return _few(label, few, "seed in a cell")
+    within, beyond = [], []  # per pair: p-value of |difference| < tolerance (TOST), of > tolerance (the likelier side)
+    for (x0, a), (x1, b) in combinations(points, 2):
+        diffs = paired(b, a)
+        if len(diffs) < MIN_SEEDS:
+            return _few(label, len(diffs))
+        up, down = t_test(diffs, null=tolerance), t_test(diffs, null=-tolerance)
+        within.append(max(up.p_less, down.p_greater))
+        beyond.append((min(up.p_greater, down.p_less), f"{x1:g} minus {x0:g}"))
+    p_within, (p_beyond, widest) = max(within), min(beyond)
+    level = against_alpha / (len(points) * (len(points) - 1))
+    verdict = HOLDS if p_within < ALPHA else FAILS if p_beyond < level else INCONCLUSIVE
     means = _means(points)
     top, bottom = points[int(np.argmax(means))], points[int(np.argmin(means))]
-    diffs = paired(top[1], bottom[1])
-    if len(diffs) < MIN_SEEDS:
-        return _few(label, len(diffs))
-    test = t_test(diffs, null=tolerance)
-    verdict = HOLDS if test.high <= tolerance else FAILS if test.low > tolerance else INCONCLUSIVE
+    test = t_test(paired(top[1], bottom[1]))
     evidence = (f"cell means {min(means):.2f} to {max(means):.2f}: highest ({top[0]:g}) minus lowest ({bottom[0]:g}) "
-                f"{test.mean:.2f} points (90% CI {test.low:.2f} to {test.high:.2f}), tolerance {tolerance:g}")
-    return Part(label, verdict, evidence, "highest minus lowest cell (points)", test.mean, test.low, test.high, test.p_less, few,
+                f"{test.mean:.2f} points (90% CI {test.low:.2f} to {test.high:.2f}), tolerance {tolerance:g}; every pair within "
+                f"it p = {p_within:.2g}; beyond it most clearly {widest}, p = {p_beyond:.2g}, refuting below {level:.2g} "
+                f"({len(within)} pairs)")
+    return Part(label, verdict, evidence, "highest minus lowest cell (points)", test.mean, test.low, test.high, p_within, few,
                 tolerance)
 
 

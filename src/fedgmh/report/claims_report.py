@@ -1,10 +1,12 @@
 """The paper's claims against a config's runs: each claim's verdict and the numbers behind it.
 
 `evaluate_claims` reads what each claim needs (`Claim.needs`) from the aggregated results (the
-accuracy of every run) and curves (`fedgmh aggregate`), runs the claim's test kind
-(`fedgmh.report.claims`) on every comparison it makes, and returns one row per claim (claims.csv)
-with its comparisons (`Part`s, listed in claims.md). A comparison whose cells this config did not
-run is "not run"; a trend or bound with some of its points missing is at best inconclusive. Where
+best accuracy of every run: the paper's claims are about it) and curves (`fedgmh aggregate`), runs
+the claim's test kind (`fedgmh.report.claims`) on every comparison it makes, and returns one row
+per claim (claims.csv) with its comparisons (`Part`s, listed in claims.md). A comparison whose cells
+this config did not run is "not run"; a trend or bound with some of its points missing is at best
+inconclusive; a refutation is tested at ALPHA over the number of the claim's comparisons that make
+a test (Bonferroni: one not run, or with too few seeds, cannot refute). Where
 the runs differ from the paper's protocol (rounds, clients, E, rho, batch, lr), the `protocol`
 column says how: the verdict is then about those runs, not the paper's.
 """
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +29,26 @@ from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import Claim, Need, read_claims, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
 from fedgmh.report.names import SWEEP_DIMS, algorithm_name, format_number
-from fedgmh.report.paper import PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
-from fedgmh.report.rounds import accuracy_by_seed, first_rounds
+from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
+from fedgmh.report.rounds import accuracy_by_seed, first_round_bounds
 from fedgmh.report.runs import read_curves, read_results
-from fedgmh.report.summary import DEFAULT_ACCURACY, accuracy_column
+from fedgmh.report.summary import accuracy_column
 
 COLUMNS = ["id", "where", "test", "claim", "verdict", "parts", "deciding_part", "measure", "estimate", "ci_low", "ci_high",
            "p_value", "n_seeds", "reference", "protocol", "not_run", "evidence"]
 CELL_KEY = ["experiment", "setting", "algorithm"]
+#: one comparison of a claim, made at the level that refutes it
+Comparison = Callable[[float], kinds.Part]
 
 
 class Runs:
-    """The runs' accuracies (percent, per seed) and curves, by (experiment, setting, algorithm)."""
+    """The runs' best accuracies (percent, per seed) and curves, by (experiment, setting, algorithm)."""
 
-    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None, accuracy: str = DEFAULT_ACCURACY) -> None:
+    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None) -> None:
         self.values: dict[tuple, dict[int, float]] = {}
         self.rows: dict[tuple, list[dict[str, Any]]] = {}
         if results is not None and not results.empty:
-            column = accuracy_column(results, accuracy)
+            column = accuracy_column(results, PAPER_ACCURACY)
             twice = results[results.duplicated(CELL_KEY + ["seed"], keep=False)]
             if not twice.empty:
                 first = twice.iloc[0]
@@ -53,8 +58,11 @@ class Runs:
                 key = (rec["experiment"], rec["setting"], rec["algorithm"])
                 self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
                 self.rows.setdefault(key, []).append(rec)
-        self.curves = {} if curves is None or curves.empty else {
-            key: accuracy_by_seed(frame) for key, frame in curves.groupby(CELL_KEY, sort=False)}
+        groups = [] if curves is None or curves.empty else list(curves.groupby(CELL_KEY, sort=False))
+        self.curves = {key: accuracy_by_seed(frame) for key, frame in groups}
+        # the paper's number of rounds for the curve's dataset (inf: unknown)
+        self.paper_rounds = {key: float(PAPER_ROUNDS.get(str(frame["dataset"].iloc[0]), math.inf)) if "dataset" in frame
+                             else math.inf for key, frame in groups}
 
     def cell(self, need: Need) -> dict[int, float] | None:
         return self.values.get(need[:3])
@@ -62,6 +70,21 @@ class Runs:
     def curve(self, need: Need) -> pd.DataFrame | None:
         """Accuracy in percent, round x seed (`accuracy_by_seed`)."""
         return self.curves.get(need[:3])
+
+    def seed_curves(self, need: Need) -> kinds.Curve | None:
+        """Each seed's evaluated rounds and accuracy (percent)."""
+        acc = self.curve(need)
+        return None if acc is None else {int(s): (acc[s].dropna().index.to_numpy(), acc[s].dropna().to_numpy()) for s in acc.columns}
+
+    def first_rounds(self, need: Need, target: float) -> tuple[kinds.Round, dict[int, kinds.Round]] | None:
+        """Where the mean-over-seeds curve (the rounds every seed evaluated) and each seed's curve first
+        reach `target` percent (`first_round_bounds`); None: no curves."""
+        acc = self.curve(need)
+        if acc is None:
+            return None
+        horizon, mean = self.paper_rounds[need[:3]], acc.dropna().mean(axis=1)
+        return (first_round_bounds(mean.index.to_numpy(), mean.to_numpy(), target, horizon),
+                {s: first_round_bounds(rounds, values, target, horizon) for s, (rounds, values) in self.seed_curves(need).items()})
 
     def has(self, need: Need) -> bool:
         return need[:3] in (self.curves if need.curve else self.values)
@@ -96,17 +119,22 @@ def _name(need: Need) -> str:
     return algorithm_name(need.algorithm)
 
 
-def _not_run(label: str, needs: Sequence[Need]) -> kinds.Part:
-    return kinds.Part(label, kinds.NOT_RUN, "no runs of " + "; ".join(f"{n.cell} {n.algorithm}" for n in needs))
+def _decided(part: kinds.Part) -> Comparison:
+    """A comparison whose verdict no level changes (not run; rounds to a target: a rule, not a test)."""
+    return lambda _level: part
 
 
-def _ranking(claim: Claim, runs: Runs) -> list[kinds.Part]:
+def _not_run(label: str, needs: Sequence[Need]) -> Comparison:
+    return _decided(kinds.Part(label, kinds.NOT_RUN, "no runs of " + "; ".join(f"{n.cell} {n.algorithm}" for n in needs)))
+
+
+def _ranking(claim: Claim, runs: Runs) -> list[Comparison]:
     spec = claim.spec
     sides = [[Need(*split_cell(cell), alg) for cell, algs in spec[side].items() for alg in algs] for side in ("above", "below")]
     # within each cell both sides name (e.g. per dataset); sides without a common cell: every pair
     common = {a.cell for a in sides[0]} & {b.cell for b in sides[1]}
     pairs = [(a, b) for a in sides[0] for b in sides[1] if a != b and (a.cell == b.cell or not common)]
-    parts = []
+    comparisons = []
     for a, b in pairs:
         label = f"{_name(a)} > {_name(b)} ({a.cell})" if a.cell == b.cell else f"{_name(a)} ({a.cell}) > {_name(b)} ({b.cell})"
         wanted = [a, b]
@@ -115,83 +143,89 @@ def _ranking(claim: Claim, runs: Runs) -> list[kinds.Part]:
             wanted += [Need(*split_cell(spec["minus"]), a.algorithm), Need(*split_cell(spec["minus"]), b.algorithm)]
         missing = [need for need in wanted if not runs.has(need)]
         if missing:
-            parts.append(_not_run(label, missing))
+            comparisons.append(_not_run(label, missing))
             continue
         values = [runs.cell(need) for need in wanted]
         if "minus" in spec:  # each seed's gain over the same method's accuracy in the `minus` cell
             values = [{s: v[s] - base[s] for s in sorted(set(v) & set(base))} for v, base in zip(values[:2], values[2:])]
-        parts.append(kinds.ranking(label, values[0], values[1], kinds.ALPHA / len(pairs)))
-    return parts
+        comparisons.append(partial(kinds.ranking, label, values[0], values[1]))
+    return comparisons
 
 
-def _rounds(claim: Claim, runs: Runs) -> list[kinds.Part]:
+def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
     spec, target = claim.spec, claim.spec["target"]
     experiment, setting = split_cell(spec["curves"])
-    reached: dict[str, tuple[float, dict[int, float]] | None] = {}
-    for alg in rounds_algorithms(spec):
-        acc = runs.curve(Need(experiment, setting, alg, True))
-        reached[alg] = None if acc is None else first_rounds(acc, target)
-    need = {alg: Need(experiment, setting, alg, True) for alg in reached}
-    parts, at = [], f"{format_number(target)} %"
+    need = {alg: Need(experiment, setting, alg, True) for alg in rounds_algorithms(spec)}
+    reached = {alg: runs.first_rounds(need[alg], target) for alg in need}
+    comparisons, at = [], f"{format_number(target)} %"
     if "paper" in spec:
         for alg, paper in spec["paper"].items():
             label = f"{algorithm_name(alg)} reaches {at} at round {format_number(paper)}"
-            parts.append(_not_run(label, [need[alg]]) if reached[alg] is None else kinds.rounds_value(label, *reached[alg], paper))
+            comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
+                               _decided(kinds.rounds_value(label, *reached[alg], paper)))
     elif "after" in spec:
         for alg in spec["algorithms"]:
             label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
-            parts.append(_not_run(label, [need[alg]]) if reached[alg] is None else kinds.rounds_after(label, *reached[alg], spec["after"]))
+            comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
+                               _decided(kinds.rounds_after(label, *reached[alg], spec["after"])))
     else:
         for a in spec["earlier"]:
             for b in (b for b in spec["later"] if b != a):
                 label = f"{algorithm_name(a)} reaches {at} before {algorithm_name(b)}"
                 missing = [need[alg] for alg in (a, b) if reached[alg] is None]
-                parts.append(_not_run(label, missing) if missing else kinds.rounds_order(label, reached[a], reached[b]))
-    return parts
+                comparisons.append(_not_run(label, missing) if missing else _decided(kinds.rounds_order(label, reached[a], reached[b])))
+    return comparisons
 
 
-def _over_points(claim: Claim, runs: Runs) -> list[kinds.Part]:
-    """trend and bound: one part per algorithm over the claim's points."""
+def _partly_run(compare: Comparison, run: int, points: int, level: float) -> kinds.Part:
+    """A trend or bound tested on `run` of its `points`: at best inconclusive."""
+    part = compare(level)
+    verdict = kinds.INCONCLUSIVE if part.verdict == kinds.HOLDS else part.verdict
+    return dataclasses.replace(part, verdict=verdict, evidence=f"{run} of {points} points run: {part.evidence}")
+
+
+def _over_points(claim: Claim, runs: Runs) -> list[Comparison]:
+    """trend and bound: one comparison per algorithm over the claim's points."""
     spec = claim.spec
     parameter = spec.get("parameter", "the parameter")
-    parts = []
+    comparisons: list[Comparison] = []
     for alg in spec["algorithms"]:
         label = f"{algorithm_name(alg)} over {parameter}"
         needs = {x: Need(*split_cell(cell), alg) for x, cell in spec["points"].items()}
         present = [(x, runs.cell(need)) for x, need in needs.items() if runs.has(need)]
         missing = [need for need in needs.values() if not runs.has(need)]
         if len(present) < 2:
-            parts.append(_not_run(label, missing) if not present else
-                         kinds.Part(label, kinds.INCONCLUSIVE, f"only 1 of {len(needs)} points run", n_seeds=len(present[0][1])))
+            comparisons.append(_not_run(label, missing) if not present else _decided(
+                kinds.Part(label, kinds.INCONCLUSIVE, f"only 1 of {len(needs)} points run", n_seeds=len(present[0][1]))))
             continue
         if claim.test == "trend":
-            part = kinds.trend(label, present, spec["direction"] == "increasing", kinds.ALPHA / len(spec["algorithms"]))
+            compare = partial(kinds.trend, label, present, spec["direction"] == "increasing")
         else:
-            part = kinds.bound(label, present, spec["tolerance"])
-        if missing:
-            verdict = kinds.INCONCLUSIVE if part.verdict == kinds.HOLDS else part.verdict
-            part = dataclasses.replace(part, verdict=verdict, evidence=f"{len(present)} of {len(needs)} points run: {part.evidence}")
-        parts.append(part)
-    return parts
+            compare = partial(kinds.bound, label, present, spec["tolerance"])
+        comparisons.append(partial(_partly_run, compare, len(present), len(needs)) if missing else compare)
+    return comparisons
 
 
-def _convergence(claim: Claim, runs: Runs) -> list[kinds.Part]:
+def _convergence(claim: Claim, runs: Runs) -> list[Comparison]:
     spec = claim.spec
-    needs = claim.needs()
-    parts = []
-    for need in needs:
+    comparisons = []
+    for need in claim.needs():
         label = f"{_name(need)} ({need.cell})"
-        acc = runs.curve(need)
-        if acc is None:
-            parts.append(_not_run(label, [need]))
-            continue
-        curve = {int(s): (acc[s].dropna().index.to_numpy(), acc[s].dropna().to_numpy()) for s in acc.columns}
-        parts.append(kinds.convergence(label, curve, spec["measure"], spec["last"], spec["threshold"], spec["expect"] == "above",
-                                       kinds.ALPHA / len(needs)))
-    return parts
+        curve = runs.seed_curves(need)
+        comparisons.append(_not_run(label, [need]) if curve is None else partial(
+            kinds.convergence, label, curve, spec["measure"], spec["last"], spec["threshold"], spec["expect"] == "above"))
+    return comparisons
 
 
 TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence}
+
+
+def _run_comparisons(comparisons: Sequence[Comparison]) -> list[kinds.Part]:
+    """A claim's comparisons, each refuting at ALPHA over the number of them that make a test
+    (Bonferroni over the tests made: one not run, or with too few seeds or rounds, cannot refute)."""
+    first = [compare(kinds.ALPHA) for compare in comparisons]
+    tested = sum(part.tested for part in first)
+    return [compare(kinds.ALPHA / tested) if part.tested and tested > 1 else part for compare, part in zip(comparisons, first)]
 
 
 def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
@@ -216,7 +250,7 @@ def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
 
 def evaluate_claims(claims: Sequence[Claim], runs: Runs) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
     """One row per claim (COLUMNS) and every claim's comparisons, by claim id."""
-    parts = {claim.id: TESTS[claim.test](claim, runs) for claim in claims}
+    parts = {claim.id: _run_comparisons(TESTS[claim.test](claim, runs)) for claim in claims}
     rows = [_row(claim, parts[claim.id], runs) for claim in claims]
     return pd.DataFrame(rows, columns=COLUMNS), parts
 
@@ -284,9 +318,9 @@ def read_frames(paths: Sequence[Path | str], reader) -> pd.DataFrame | None:
 
 
 def write_claims(claims_path: Path | str, results: Sequence[Path | str], curves: Sequence[Path | str], out_md: Path | str,
-                 out_csv: Path | str, accuracy: str = DEFAULT_ACCURACY, title: str = "The paper's claims") -> pd.DataFrame:
+                 out_csv: Path | str, title: str = "The paper's claims") -> pd.DataFrame:
     claims = read_claims(claims_path)
-    runs = Runs(read_frames(results, read_results), read_frames(curves, read_curves), accuracy)
+    runs = Runs(read_frames(results, read_results), read_frames(curves, read_curves))
     frame, parts = evaluate_claims(claims, runs)
     write_text(claims_markdown(frame, parts, title, Path(claims_path).name) + "\n", out_md)
     write_csv(frame, out_csv)

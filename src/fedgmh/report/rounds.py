@@ -35,6 +35,28 @@ def _first_round(rounds: np.ndarray, accuracy: np.ndarray, target: float) -> flo
     return float(rounds[hits[0]]) if len(hits) else math.inf
 
 
+def first_round_bounds(rounds: np.ndarray, accuracy: np.ndarray, target: float, horizon: float = math.inf) -> tuple[float, float]:
+    """Where the first round at or above `target` lies, from a curve evaluated at `rounds` (increasing;
+    round 0 is the initial model), as (low, high).
+
+    Reached at round h: (h, h) when every round before h was evaluated, else (the first round not
+    evaluated, h), since the target may have been reached there. Not reached: (inf, inf), never,
+    when every round up to the last was evaluated and the last is at least `horizon` (the paper's
+    number of rounds: the run covers the paper's protocol); else (the first round not evaluated, or
+    the last + 1, inf).
+    """
+    if not len(rounds):
+        return 0.0, math.inf
+    hit = _first_round(rounds, accuracy, target)
+    end = hit if not math.isinf(hit) else float(rounds[-1]) + 1
+    unevaluated = np.setdiff1d(np.arange(int(end)), rounds)
+    if len(unevaluated):
+        return float(unevaluated[0]), hit
+    if not math.isinf(hit) or end > horizon:
+        return hit, hit
+    return end, math.inf
+
+
 def accuracy_by_seed(data: pd.DataFrame) -> pd.DataFrame:
     """Curves rows of one algorithm (one experiment and setting) as accuracy in percent: round x seed."""
     return data.assign(acc=100.0 * data["test_acc"]).pivot_table(index="round", columns="seed", values="acc")
