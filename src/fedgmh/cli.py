@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | layer-weights | document | costs | store`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | layer-weights | document | costs | store | campaign`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
@@ -9,7 +9,8 @@ target accuracy (CE-pFL's Table 1), `controls` the label-prior controls'
 summary, `clients` the per-client accuracy figure, `layer-weights` the per-layer aggregation
 weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
-2.3's costs (cli_costs.py) and `store` keeps finished run records (cli_store.py); `fedgmh
+2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
+trains the full-protocol campaign's next runs (cli_campaign.py); `fedgmh
 --version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2;
 Ctrl-C and SIGTERM as one line with exit status 130 and 143 (a training run with checkpoints
