@@ -175,7 +175,7 @@ def read_record(folder: Path | str) -> StoredRun:
             raise UserError(f"{folder} is not a run record: {name} is missing")
     try:
         record = json.loads((folder / "run.json").read_text())
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # RecursionError: JSON nested too deeply
         raise UserError(f"{folder / 'run.json'} is unreadable ({err})") from None
     try:
         return StoredRun(folder, record, run_key(record))
