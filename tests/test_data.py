@@ -118,9 +118,17 @@ def test_unknown_name(tmp_path: Path, call) -> None:
 
 
 def test_dataset_table() -> None:
-    assert data.DATASETS["cifar100"] == data.DatasetInfo("cifar100", 3, 32, 32, 100)
+    assert data.DATASETS["cifar100"] == data.DatasetInfo("cifar100", 3, 32, 32, 100, 60_000)
     assert data.DATASETS["fashion_mnist"].channels == 1
     assert set(data.DATASETS) == {"mnist", "fashion_mnist", "cifar10", "cifar100", "digits"}
+
+
+def test_dataset_sizes_are_the_data_s(digits_root: Path) -> None:
+    """The sizes the workflow's plan checks `clients` against: the embedded set's, and every committed record's."""
+    assert len(data.load_labels("digits", digits_root).labels) == data.DATASETS["digits"].num_samples
+    records = [json.loads(path.read_text()) for path in (Path(__file__).resolve().parents[1] / "paper_artifacts").rglob("run.json")]
+    sizes = {(record["partition"]["dataset"], record["partition"]["num_samples"]) for record in records}
+    assert sizes and all(data.DATASETS[name].num_samples == size for name, size in sizes), sizes
 
 
 def test_network_failure_suggests_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -142,9 +142,23 @@ def test_train_runtime_grows_with_the_work() -> None:
         (lambda c: c["rounds_to_target"].update(paper={"fedgmh": [1]}), "config: rounds_to_target.paper.fedgmh has 1 rounds for 2 targets"),
         (lambda c: c.update(reference_tables="nowhere.csv"), "config: reference_tables 'nowhere.csv' not found"),
         (lambda c: c.update(name="../up"), "config: name '../up' is not allowed"),
+        # what a job would refuse: ExDir's class draw (N x C = K almost never covers every class), the data's size,
+        # a participation that selects no client
+        (lambda c: c["experiments"]["table2"]["settings"][0].update(clients=5),
+         "config: experiments.table2.settings[0]: ExDir(2, 0.5) of digits over experiments.table2.settings[0].clients = 5 "
+         "clients cannot be drawn with partition_seed 1: could not give every class 1 holders in 1000 draws"),
+        (lambda c: c["experiments"]["table2"]["settings"][0].update(clients=200),
+         "config: experiments.table2.settings[0].clients = 200 clients, but digits has 1797 samples and ExDir gives every "
+         "client at least 10 of them: use at most 179 clients"),
+        (lambda c: c.update(join_ratio=0.05), "config: join_ratio (0.05) x clients (10) < 1: a round would select no client"),
+        (lambda c: c["experiments"]["table2_pflib"]["variants"].update({"--overwrite": {}}),
+         "config: experiments.table2_pflib.variants: '--overwrite' is not allowed"),
+        (lambda c: c.update(name="n" * 300), "config: name is 300 characters long; at most 64"),
+        (lambda c: c["experiments"].update({"t" * 300: c["experiments"].pop("table7")}),
+         "bytes long; file systems allow at most 255"),
     ],
     ids=["unknown-option", "options-together", "same-setting-twice", "classes", "inf", "figure-algorithms", "rounds-to-target",
-         "reference", "name"],
+         "reference", "name", "exdir-undrawable", "too-many-clients", "join-ratio", "variant-flag", "long-name", "long-folder"],
 )
 def test_a_config_the_workflow_cannot_run_names_the_key(change, message: str) -> None:
     config = load("smoke.yaml")
@@ -161,10 +175,42 @@ def test_schema_problems_name_the_key() -> None:
     config["experiments"]["audit"]["variants"]["bad/name"] = {}
     config["mirror"] = "x;touch y"
     assert plan.schema_problems(config, SCHEMA) == [
-        "  experiments.audit.variants: 'bad/name' does not match '^[A-Za-z0-9_.=+-]+$'",
+        "  experiments.audit.variants: 'bad/name' is not allowed: "
+        + SCHEMA["$defs"]["experiment"]["properties"]["variants"]["propertyNames"]["x-message"],
         "  experiments.table2.settings[0].alpha: -1 is less than or equal to the minimum of 0",
         "  mirror: 'x;touch y' is not allowed: " + SCHEMA["properties"]["mirror"]["x-message"],
     ]
+
+
+def test_schema_limits_what_becomes_a_folder_or_a_command_word() -> None:
+    config = load("smoke.yaml")
+    config["name"] = "n" * 65
+    config["experiments"]["table2_pflib"]["variants"]["--overwrite"] = {}
+    config["experiments"]["table2_pflib"]["variants"]["v" * 65] = {}
+    config["experiments"]["e" * 65] = config["experiments"]["table7"]
+    config["train_options"] = {"k" * 65: "x" * 65}
+    variant_names = SCHEMA["$defs"]["experiment"]["properties"]["variants"]["propertyNames"]
+    assert plan.schema_problems(config, SCHEMA) == [
+        "  experiments: 65 characters long; at most 64",
+        "  experiments.table2_pflib.variants: '--overwrite' is not allowed: " + str(variant_names.get("x-message")),
+        "  experiments.table2_pflib.variants: 65 characters long; at most 64",
+        "  name: 65 characters long; at most 64",
+        "  train_options: 65 characters long; at most 64",
+        "  train_options." + "k" * 65 + ": 65 characters long; at most 64",
+    ]
+
+
+def test_every_train_job_s_words_parse_back_to_its_run() -> None:
+    """The words reach `fedgmh train` as its parser reads them: each value where it belongs, none taken for a flag."""
+    from fedgmh.cli import build_parser
+
+    smoke = Plan(load("smoke.yaml"), basedir=REPO)
+    parser = build_parser()
+    for run in smoke.train_jobs.values():
+        args = parser.parse_args(["train", *smoke.train_arguments(run, "p.npz", 1)])
+        assert (args.experiment, args.setting, args.variant or "", args.out, args.algorithm, args.seed) == \
+            (run.experiment, run.setting, run.variant, run.run_dir, run.algorithm, run.seed)
+        assert args.set == [f"{k}={plan.set_text(v)}" for k, v in sorted(run.options.items())]
 
 
 def test_gpu_visible_respects_cuda_visible_devices(monkeypatch) -> None:

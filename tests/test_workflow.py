@@ -87,7 +87,7 @@ def test_bad_nested_value_and_figure_reference(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(config))
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(bad), timeout=120)
     assert result.returncode != 0
-    assert "experiments.audit.variants: 'bad/name' does not match" in result.stdout + result.stderr
+    assert "experiments.audit.variants: 'bad/name' is not allowed: use letters" in result.stdout + result.stderr
     del config["experiments"]["audit"]["variants"]["bad/name"]
     bad.write_text(yaml.safe_dump(config))
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(bad), timeout=120)

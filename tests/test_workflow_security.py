@@ -219,11 +219,20 @@ def _setting(config: dict[str, Any]) -> dict[str, Any]:
          "experiments.table2.settings[0].classes_per_client is 11, but digits has only 10 classes; use 1..10"),
         (lambda c: c.update(clients=4),
          "clients (4) x experiments.table2.settings[0].classes_per_client (2) < the 10 classes of digits"),
+        # what the jobs would refuse: ExDir's class draw, the data's size, a round without clients
+        (lambda c: c.update(clients=5), "ExDir(2, 0.5) of digits over clients = 5 clients cannot be drawn with partition_seed 1"),
+        (lambda c: c.update(clients=200), "clients = 200 clients, but digits has 1797 samples"),
+        (lambda c: c.update(join_ratio=0.05), "join_ratio (0.05) x clients (10) < 1: a round would select no client"),
+        # strings that would become a flag or a folder name too long for the file system
+        (lambda c: c["experiments"]["table2"].update(variants={"--overwrite": {}}),
+         "experiments.table2.variants: '--overwrite' is not allowed"),
+        (lambda c: c.update(name="n" * 300), "name: 300 characters long; at most 64"),
     ],
     ids=["seed-negative", "seed-2**32", "experiment-seed", "partition-seed-negative", "partition-seed-2**32", "one-client",
-         "classes-per-client", "classes-uncovered"],
+         "classes-per-client", "classes-uncovered", "exdir-undrawable", "too-many-clients", "join-ratio", "variant-flag",
+         "long-name"],
 )
-def test_bad_seeds_clients_and_classes_fail_the_dry_run(tmp_path: Path, change: Callable, message: str) -> None:
+def test_bad_seeds_clients_classes_and_names_fail_the_dry_run(tmp_path: Path, change: Callable, message: str) -> None:
     config = tiny_config()
     change(config)
     path = write_config(tmp_path / "config.yaml", config)
@@ -260,3 +269,52 @@ def test_bad_options_fail_the_dry_run_naming_the_key(tmp_path: Path, change: Cal
     out = result.stdout + result.stderr
     assert result.returncode != 0, out[-3000:]
     assert message in out, out[-3000:]
+
+
+def test_free_text_that_looks_like_a_flag_reaches_the_commands_as_a_value(tmp_path: Path) -> None:
+    """Every command of a dry run parses as `fedgmh` reads it, and titles or a layer name such as -h
+    arrive as values (`--title=VALUE`), not as flags."""
+    import shlex
+
+    from fedgmh.cli import build_parser
+
+    config = tiny_config()
+    config["experiments"]["table2"].update(title="-h", algorithms=["fedavg", "fedgmh", "pfedla"])
+    config["figures"]["figure3"]["title"] = "--help"
+    config.update(controls_summary="table2",
+                  uploads_to_target={"experiment": "table2", "setting": "digits_c2_a0.5", "targets": [30], "title": "--version"},
+                  layer_weights={"experiment": "table2", "setting": "digits_c2_a0.5", "algorithms": ["pfedla"], "layer": "-h",
+                                 "title": "--version"})
+    path = write_config(tmp_path / "config.yaml", config)
+    result = snakemake(tmp_path, "-n", "-p", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-3000:]
+    parser, parsed = build_parser(), {}
+    for line in out.splitlines():
+        if line.startswith("Shell command: fedgmh "):
+            words = shlex.split(line.removeprefix("Shell command: "))
+            words = words[1:words.index(">")]
+            try:
+                args = parser.parse_args(words)
+            except SystemExit:
+                pytest.fail(f"`fedgmh` does not read the command as meant: {line}")
+            parsed[args.command] = args
+    assert parsed["table"].title == "-h" and parsed["controls"].title == "-h" and parsed["curves"].title == "--help"
+    assert parsed["uploads"].title == "--version"
+    assert (parsed["layer-weights"].title, parsed["layer-weights"].layer) == ("--version", "-h")
+
+
+def test_device_cuda_without_a_gpu_warns_in_a_dry_run_and_stops_a_local_run_before_any_job(tmp_path: Path, monkeypatch) -> None:
+    """A dry run of a GPU config stays possible on a machine without a GPU (a cluster's login node checks
+    the plan so); run here, the config stops before its first job, naming the key."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides every GPU, as on a machine without one
+    config = tiny_config()
+    config["device"] = "cuda"
+    path = write_config(tmp_path / "config.yaml", config)
+    message = "config: device is 'cuda', but this machine shows no GPU"
+    dry = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    assert dry.returncode == 0 and message in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-3000:]
+    result = snakemake(tmp_path, "all", "--cores", "1", "--configfile", str(path), timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0 and message in out, out[-3000:]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "data").exists()  # stopped before any job

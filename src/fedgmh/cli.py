@@ -12,15 +12,20 @@ weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
 trains the full-protocol campaign's next runs (cli_campaign.py); `fedgmh
 --version` prints the version and git commit.
-User errors (bad input, missing files) are reported as one line on stderr with exit status 2;
+User errors (bad input, missing files) are reported as one line on stderr with exit status 2, and
+so are, from `main` alone (`error_line`), an operating-system error (a full disk, a read-only or
+missing folder), a malformed input file (marked by `fedgmh.io.reading`) and running out of memory;
 Ctrl-C and SIGTERM as one line with exit status 130 and 143 (a training run with checkpoints
 finishes and snapshots its round on SIGTERM first, saying so on a line of its own: fedgmh.stopping).
+Any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import re
 import signal
 import sys
 import threading
@@ -68,8 +73,8 @@ def _check_partition_args(args: argparse.Namespace) -> None:
             f"{args.clients + args.classes_per_client - 1} of the {info.num_classes} classes of {args.dataset} (clients + C - 1 "
             "must reach the number of classes); use more clients or a larger C"
         )
-    if not (math.isfinite(args.alpha) and args.alpha > 0):
-        raise UserError(f"--alpha {args.alpha}: must be a positive finite number")
+    if not 0 < args.alpha <= partition.MAX_ALPHA:
+        raise UserError(f"--alpha {args.alpha:g}: must be in (0, {partition.MAX_ALPHA:g}] (1e6 already gives near-equal shares)")
     if not (math.isfinite(args.train_ratio) and 0 < args.train_ratio < 1):
         raise UserError(f"--train-ratio {args.train_ratio}: must be strictly between 0 and 1")
     if not 0 <= args.seed <= partition.MAX_SEED:
@@ -189,6 +194,8 @@ def _cmd_train(args: argparse.Namespace) -> None:
 
     if args.jobs_per_gpu < 1:
         raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
+    if args.checkpoint_every < 0:
+        raise UserError(f"--checkpoint-every {args.checkpoint_every}: must be >= 0 (rounds between snapshots; 0: none)")
     config = train_config(args)
     workflow = {name: getattr(args, name) for name in WORKFLOW_LABELS if getattr(args, name) is not None}
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
@@ -341,6 +348,53 @@ def _signals_interrupt() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+#: what to do about an operating-system error, by its errno
+OS_ADVICE = {
+    errno.ENOSPC: "the disk is full: free some space and run the same command again (a training run resumes from its last snapshot)",
+    errno.EDQUOT: "the disk quota is used up: free some space and run the same command again",
+    errno.EROFS: "that file system is read-only: choose a writable folder",
+    errno.EACCES: "this user may not use it: check its permissions or choose another path",
+    errno.EPERM: "this user may not use it: check its permissions or choose another path",
+    errno.ENOTDIR: "a folder on that path is a file: choose another path",
+    errno.EISDIR: "it is a folder, not a file: choose another path",
+    errno.ENOENT: "it does not exist: check the path",
+    errno.ENAMETOOLONG: "a name on that path is too long for the file system: choose a shorter one",
+}
+
+
+#: how torch says an allocation failed (a RuntimeError: the CPU allocator's words, CUDA's OutOfMemoryError)
+OUT_OF_MEMORY = r"can't allocate memory|out of memory"
+
+
+def error_line(err: Exception) -> str | None:
+    """The one line a command that failed with `err` prints (after `fedgmh CMD: error: `), or None when
+    `err` is a bug, whose traceback is shown. The one place that turns exceptions into lines."""
+    if isinstance(err, UserError):
+        return _one_line(str(err))
+    if isinstance(err, OSError):
+        return _one_line(str(_os_error(err, OS_ADVICE.get(err.errno, "check the path"))))
+    if isinstance(err, MemoryError) or (isinstance(err, RuntimeError) and re.search(OUT_OF_MEMORY, str(err), re.I)):
+        asked = re.search(r"tried to allocate [^.;]+", str(err), re.I)
+        return ("out of memory" + (f" ({asked.group(0)})" if asked else "") + "; use smaller settings (e.g. fewer clients "
+                "or smaller --set sizes) or a machine with more memory")
+    source = getattr(err, "input_file", None)  # fedgmh.io.reading marks errors of malformed input files
+    if source is not None:
+        if isinstance(err, RecursionError):
+            what = "it is nested too deeply to read"
+        elif isinstance(err, UnicodeDecodeError):
+            what = "it is not UTF-8 text"
+        elif isinstance(err, KeyError):
+            what = f"it lacks {err.args[0]!r}" if err.args else "a field is missing"
+        else:
+            what = f"{type(err).__name__}: {err}"
+        return _one_line(f"{source} is malformed ({what}); was it written by fedgmh, and completely?")
+    return None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -350,12 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _signals_interrupt():
             args.func(args)
-    except UserError as err:
-        print(f"fedgmh {args.command}: error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: one line, exit 128 + signal (130, 143)
         print(f"fedgmh {args.command}: {getattr(err, 'message', 'interrupted')}", file=sys.stderr)
         return 128 + getattr(err, "signum", signal.SIGINT)
+    except Exception as err:
+        line = error_line(err)
+        if line is None:
+            raise
+        print(f"fedgmh {args.command}: error: {line}", file=sys.stderr)
+        return 2
     return 0
 
 

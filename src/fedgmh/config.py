@@ -123,14 +123,24 @@ class TrainConfig:
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:
-    """['beta=0.3', 'drop_last=true'] -> {'beta': '0.3', 'drop_last': 'true'}."""
+    """['beta=0.3', 'drop_last=true'] -> {'beta': '0.3', 'drop_last': 'true'}; a key given twice is
+    refused (which of its values was meant?)."""
     result: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise UserError(f"--set expects KEY=VALUE, got {pair!r}")
-        result[key.strip()] = value.strip()
+        if key in result:
+            raise UserError(f"--set {key} is given more than once ({result[key]!r} and {value.strip()!r}); give each key once")
+        result[key] = value.strip()
     return result
+
+
+def selects_a_client(num_clients: int, join_ratio: float) -> bool:
+    """Whether rounds of `join_ratio` draw at least one of `num_clients` clients (`fedgmh train`
+    refuses a run whose rounds draw none; the workflow's plan refuses its config)."""
+    return num_clients * join_ratio >= 1
 
 
 def _convert(cls: type, name: str, kind: type, raw: Any) -> Any:

@@ -15,16 +15,18 @@ class DatasetInfo:
     height: int
     width: int
     num_classes: int
+    #: samples of the pooled train and test splits, which partitions divide among the clients
+    num_samples: int
 
 
 DATASETS: dict[str, DatasetInfo] = {
     info.name: info
     for info in (
-        DatasetInfo("mnist", 1, 28, 28, 10),
-        DatasetInfo("fashion_mnist", 1, 28, 28, 10),
-        DatasetInfo("cifar10", 3, 32, 32, 10),
-        DatasetInfo("cifar100", 3, 32, 32, 100),
-        DatasetInfo("digits", 1, 28, 28, 10),
+        DatasetInfo("mnist", 1, 28, 28, 10, 70_000),
+        DatasetInfo("fashion_mnist", 1, 28, 28, 10, 70_000),
+        DatasetInfo("cifar10", 3, 32, 32, 10, 60_000),
+        DatasetInfo("cifar100", 3, 32, 32, 100, 60_000),
+        DatasetInfo("digits", 1, 28, 28, 10, 1_797),
     )
 }
 

@@ -536,18 +536,38 @@ def _identity_text(identity) -> str:
 
 
 def _same_identity(stored, identity) -> bool:
-    """Whether a snapshot's identity is `identity`, options added since it was written counting at
-    their defaults (`store.with_option_defaults`), so that a new option does not orphan the
-    snapshots of runs under way."""
+    """Whether a snapshot's identity is `identity`, compared without what does not decide a run's numbers:
+    of its config only the store's `CONFIG_KEYS` (not the data's and the partition's paths, which may name
+    the same files otherwise, nor device or threads), options added since the snapshot counting at their
+    defaults (`store.with_option_defaults`, so that a new option does not orphan the snapshots of runs under way)."""
     if _identity_text(stored) == _identity_text(identity):
         return True
-    from fedgmh.store import with_option_defaults  # here: the store imports the algorithms, which import the engine
+    from fedgmh.store import CONFIG_KEYS, with_option_defaults  # here: the store imports the algorithms, which import the engine
 
     try:
         filled = [with_option_defaults(json.loads(_identity_text(x))) for x in (stored, identity)]
+        deciding = [{**run, "config": {k: run["config"][k] for k in CONFIG_KEYS if k in run["config"]}} for run in filled]
     except (ValueError, KeyError, TypeError, AttributeError, UserError):  # not a run's identity: only equal text matches
         return False
-    return _identity_text(filled[0]) == _identity_text(filled[1])
+    return _identity_text(deciding[0]) == _identity_text(deciding[1])
+
+
+class _WriteRecorder:
+    """A file for torch.save that keeps what stopped a write: torch.save turns any exception of the
+    file's `write` (a full disk's OSError, a Ctrl-C's KeyboardInterrupt) into a RuntimeError of its own."""
+
+    def __init__(self, handle) -> None:
+        self.handle, self.error = handle, None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except BaseException as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
 
 
 def rows_digest(identity: dict | str, rows: list[dict]) -> str:
@@ -591,11 +611,19 @@ class Checkpoint:
         return self.every > 0 and rnd < rounds and (rnd + 1) % self.every == 0
 
     def save(self, snapshot: dict) -> None:
+        """Write the snapshot atomically: a failed or interrupted write (a full disk, Ctrl-C) leaves the
+        previous one as it was and raises what stopped it (`_WriteRecorder`)."""
         from fedgmh.io import atomic_path
 
-        with atomic_path(self.path) as tmp:
-            torch.save({"identity": _identity_text(self.identity), "rows_digest": rows_digest(self.identity, snapshot.get("rows", [])),
-                        **_pack(snapshot)}, tmp)
+        with atomic_path(self.path) as tmp, open(tmp, "wb") as handle:
+            writer = _WriteRecorder(handle)
+            try:
+                torch.save({"identity": _identity_text(self.identity), "rows_digest": rows_digest(self.identity, snapshot.get("rows", [])),
+                            **_pack(snapshot)}, writer)
+            except RuntimeError:
+                if writer.error is None:
+                    raise
+                raise writer.error from None
 
     def _read(self) -> dict:
         """The file's contents, read without running code from it."""

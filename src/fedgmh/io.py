@@ -4,6 +4,9 @@ Every writer goes through `atomic_path`, which hands out a temporary name in the
 folder and renames it over the destination only when the block finishes without an exception.
 Before the rename the temporary file is flushed to the disk (fsync), and after it the folder is,
 so that after a power loss the destination holds either the old or the new complete content.
+A write that fails (a full disk, a read-only folder) raises an OSError naming the destination.
+
+`reading` marks the errors of a malformed input file with the file, for the CLI's one line.
 """
 
 from __future__ import annotations
@@ -19,23 +22,41 @@ from typing import Any, Iterator
 import pandas as pd
 
 
+#: errors of a write itself, whatever file the system names (shutil names the source it copies from)
+WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
-    """Yield a temporary path next to `path` (same suffix); rename it to `path` on success."""
+    """Yield a temporary path next to `path` (same suffix); rename it to `path` on success. An OSError
+    that names no file or the temporary one, or is a failed write, is raised naming `path`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp: Path | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
         yield tmp
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are ordinary readable files
         _fsync(tmp)  # the content reaches the disk before the rename makes it visible
         os.replace(tmp, path)
         _fsync(path.parent, directory=True)  # and so does the rename itself
+    except OSError as err:
+        if err.errno in WRITE_ERRORS or _names_no_file_or_a_temporary(err, path):
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             tmp.unlink()
+
+
+def _names_no_file_or_a_temporary(err: OSError, path: Path) -> bool:
+    """Whether `err` names no file, or one of `atomic_path(path)`'s temporaries (which the user never sees)."""
+    if not isinstance(err.filename, (str, os.PathLike)):
+        return True
+    named = Path(err.filename)
+    return named.parent == path.parent and named.name.startswith(f".{path.stem}.")
 
 
 def _fsync(path: Path, directory: bool = False) -> None:
@@ -96,6 +117,23 @@ def remove_leftovers(path: Path | str) -> None:
     path = Path(path)
     for leftover in path.parent.glob(f".{path.stem}.*{path.suffix or '.tmp'}"):
         leftover.unlink(missing_ok=True)
+
+
+#: what interpreting a file of the wrong shape raises: bad bytes, JSON or CSV (ValueError and its kin), a field
+#: missing or of another type, nesting past the interpreter's recursion limit
+MALFORMED = (ValueError, KeyError, TypeError, IndexError, RecursionError)
+
+
+@contextlib.contextmanager
+def reading(path: Path | str) -> Iterator[None]:
+    """Mark a `MALFORMED` error raised while the block reads and interprets `path` with it (`input_file`, the
+    innermost file when blocks nest), so the CLI prints one line naming the file; the error passes on unchanged."""
+    try:
+        yield
+    except MALFORMED as err:
+        if getattr(err, "input_file", None) is None:
+            err.input_file = Path(path)
+        raise
 
 
 def write_json(data: Any, path: Path | str) -> None:

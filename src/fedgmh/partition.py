@@ -27,12 +27,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
 
 MIN_CLIENT_SIZE = 10  # the reference's `min_require_size`
+#: the largest alpha: far beyond where the shares are equal to double precision (1e6 is near-equal already), and
+#: far below where the Dirichlet draw overflows (N gamma variates of mean alpha summing past 1.8e308: 0/inf shares)
+MAX_ALPHA = 1e100
+MAX_ATTEMPTS = 1000  # draws of each level before the parameters are declared undrawable
 PARTITION_KEYS = ("train_indices", "train_offsets", "test_indices", "test_offsets")
 #: level 1 of ExDir, which clients hold which classes: `random` (each client draws C classes, the
 #: reference's) or `chain` (client i holds classes i, i+1, ..., i+C-1 mod K: neighbours share C-1)
@@ -77,20 +80,32 @@ def _check_parameters(labels: np.ndarray, num_clients: int, classes_per_client: 
     num_classes = len(classes)
     if not np.array_equal(classes, np.arange(num_classes)):
         raise PartitionError(f"labels must be 0..K-1 with every class present; got classes {classes.tolist()[:20]}")
-    described = f"ExDir(C={classes_per_client}, alpha={alpha}) with N={num_clients} clients on {len(labels)} samples of {num_classes} classes"
+    check_parameters(len(labels), num_classes, num_clients, classes_per_client, alpha, train_ratio)
+    return num_classes
+
+
+def check_parameters(num_samples: int, num_classes: int, num_clients: int, classes_per_client: int, alpha: float,
+                     train_ratio: float) -> None:
+    """Raise PartitionError for ExDir parameters no draw can satisfy, whatever the labels (the workflow's
+    plan checks a config's settings with it, from the datasets' sizes)."""
+    described = f"ExDir(C={classes_per_client}, alpha={alpha}) with N={num_clients} clients on {num_samples} samples of {num_classes} classes"
     if num_clients < 2:
         raise PartitionError(f"{described}: need at least 2 clients")
     if not 1 <= classes_per_client <= num_classes:
         raise PartitionError(f"{described}: classes per client C must be between 1 and K={num_classes}")
-    if not alpha > 0 or not np.isfinite(alpha):
-        raise PartitionError(f"{described}: alpha must be a positive finite number")
+    if not 0 < alpha <= MAX_ALPHA:
+        raise PartitionError(f"{described}: alpha must be a positive number, at most {MAX_ALPHA:g} (1e6 already gives near-equal shares)")
     if not 0 < train_ratio < 1:
         raise PartitionError(f"{described}: train ratio must be strictly between 0 and 1")
     if num_clients * classes_per_client < num_classes:
         raise PartitionError(f"{described}: N*C < K, so some class could never be held by any client")
-    if num_clients * MIN_CLIENT_SIZE > len(labels):
+    if num_clients > max_clients(num_samples):
         raise PartitionError(f"{described}: every client needs at least {MIN_CLIENT_SIZE} samples; use fewer clients")
-    return num_classes
+
+
+def max_clients(num_samples: int) -> int:
+    """The most clients `num_samples` samples can make: every client gets at least MIN_CLIENT_SIZE."""
+    return num_samples // MIN_CLIENT_SIZE
 
 
 def check_seed(seed: int) -> None:
@@ -113,6 +128,18 @@ def _assign_classes(rng: np.random.RandomState, num_clients: int, num_classes: i
         f"could not give every class {need} holders in {max_attempts} draws "
         f"(N={num_clients}, C={c}, K={num_classes}); use more clients or a larger C"
     )
+
+
+def class_holders(rng: np.random.RandomState, num_clients: int, num_classes: int, classes_per_client: int,
+                  assignment: str = "random", max_attempts: int = MAX_ATTEMPTS) -> list[list[int]]:
+    """Level 1 of ExDir, the clients holding each class: `_assign_classes` draws them with `rng` (the first
+    draws of a partition's generator, so the workflow's plan replays them from the seed alone) or
+    `chain_holders` deals them out; PartitionError when no draw gives every class its holders."""
+    if assignment not in ASSIGNMENTS:
+        raise PartitionError(f"assignment {assignment!r} is not one of {', '.join(ASSIGNMENTS)}")
+    if assignment == "chain":
+        return chain_holders(num_clients, num_classes, classes_per_client)
+    return _assign_classes(rng, num_clients, num_classes, classes_per_client, max_attempts)
 
 
 def chain_holders(num_clients: int, num_classes: int, c: int) -> list[list[int]]:
@@ -189,7 +216,7 @@ def exdir(
     alpha: float,
     train_ratio: float = 0.75,
     seed: int = 1,
-    max_attempts: int = 1000,
+    max_attempts: int = MAX_ATTEMPTS,
     assignment: str = "random",
 ) -> Partition:
     """Partition pooled `labels` over `num_clients` clients exactly like the PFLlib ExDir generator.
@@ -198,16 +225,13 @@ def exdir(
     (each client draws C classes); `chain` gives client i the classes i..i+C-1 mod K (`chain_holders`)
     and draws nothing there. Level 2 (Dirichlet(alpha) shares of each class over its holders, the
     balance cap) and the train/test split are the same for both: alpha = 1e6 gives near-equal shares."""
+    from sklearn.model_selection import train_test_split  # here: the workflow's plan imports this module to check configs
+
     labels = np.asarray(labels).astype(np.int64, copy=False)
     num_classes = _check_parameters(labels, num_clients, classes_per_client, alpha, train_ratio)
     check_seed(seed)
-    if assignment not in ASSIGNMENTS:
-        raise PartitionError(f"assignment {assignment!r} is not one of {', '.join(ASSIGNMENTS)}")
     rng = np.random.RandomState(seed)
-    if assignment == "chain":
-        holders = chain_holders(num_clients, num_classes, classes_per_client)
-    else:
-        holders = _assign_classes(rng, num_clients, num_classes, classes_per_client, max_attempts)
+    holders = class_holders(rng, num_clients, num_classes, classes_per_client, assignment, max_attempts)
     samples = _split_samples(rng, labels, holders, alpha, num_clients, max_attempts)
     train, test = [], []
     for client_samples in samples:

@@ -17,8 +17,11 @@ other experiments' tables read that folder.
 
 Everything that can be checked without data is checked when the plan is made (so a dry run
 reports it), each problem as a `ConfigError` naming the config key: every run's options are
-resolved exactly as `fedgmh train --set` will resolve them, and every setting's
-classes_per_client is compared with its dataset's number of classes.
+resolved exactly as `fedgmh train --set` will resolve them; every setting's ExDir parameters are
+checked as `fedgmh partition` checks them (the datasets' sizes stand in for their labels) and its
+class draw, which depends on partition_seed alone, is replayed; a join ratio must select a client;
+names that become folders or command words are checked (no leading -, folder names short enough).
+The sample draw of ExDir, which needs the labels, is checked by the partition job.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from fedgmh import partition
 from fedgmh.algorithms import options as algorithm_options
 from fedgmh.algorithms.options import algorithm_names, resolve_options
-from fedgmh.config import parse_overrides
+from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
 from fedgmh.report.claim_file import read_claims
@@ -44,6 +50,12 @@ from fedgmh.report.settings import assign_setting_ids, partition_id
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+#: a variant's name ends setting ids and is a word of `fedgmh train --variant` / `fedgmh aggregate --variant`: never an option
+VARIANT_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
+#: the longest config name and variant name (as the schema's maxLength), so that every folder name stays short
+MAX_NAME_CHARS = 64
+#: the longest folder name file systems allow (bytes)
+MAX_FOLDER_NAME_BYTES = 255
 #: what a training job asks of a cluster by default (profiles may override it): the largest peak
 #: RSS among the committed records is 2511 MiB (run.json `memory.peak_rss_bytes`, MNIST, 200 rounds)
 TRAIN_MEM_MB = 4000
@@ -87,6 +99,8 @@ def _describe(error: Any) -> str:
     message = error.message
     if error.validator == "pattern" and "x-message" in error.schema:  # the schema's own advice for this key
         message = f"{error.instance!r} is not allowed: {error.schema['x-message']}"
+    if error.validator == "maxLength":  # without the (long) value itself
+        message = f"{len(error.instance)} characters long; at most {error.validator_value}"
     return f"  {where or '(top level)'}: {message}"
 
 
@@ -147,17 +161,15 @@ class Plan:
     def __init__(self, config: dict[str, Any], basedir: Path | str = ".") -> None:
         self.config = config
         self.name = str(config["name"])
-        if not NAME_PATTERN.fullmatch(self.name):  # the schema says the same; this keeps the rules safe regardless
-            raise ConfigError(
-                f"config: name {self.name!r} is not allowed: outputs go to results/<name>/, so use one folder name of "
-                "letters, digits and _ . - that does not start with . or - (e.g. smoke, paper, mini_v2)"
-            )
+        self._check_names()
         self.data = config["data_root"].rstrip("/")
         self.results, self.logs, self.artifacts = f"results/{self.name}", f"logs/{self.name}", f"paper_artifacts/{self.name}"
         check_finite(config)
+        self._drawable: set[tuple] = set()  # ExDir class draws found drawable (one per partition shape)
         self._check_settings()
         self._checked_options: set[tuple] = set()
         self.runs = self._expand()
+        self._check_folder_names()
         #: the runs that are trained, by their run directory
         self.train_jobs = {run.run_dir: run for run in self.runs if run.owner}
         self.partitions = {run.partition: run for run in self.runs}
@@ -181,9 +193,39 @@ class Plan:
 
     # ----------------------------------------------------------------------------- checks
 
+    def _check_names(self) -> None:
+        """The config's name and its variants' names (the schema says the same; this keeps the rules safe regardless)."""
+        if len(self.name) > MAX_NAME_CHARS:
+            raise ConfigError(f"config: name is {len(self.name)} characters long; at most {MAX_NAME_CHARS} (it names folders)")
+        if not NAME_PATTERN.fullmatch(self.name):
+            raise ConfigError(
+                f"config: name {self.name!r} is not allowed: outputs go to results/<name>/, so use one folder name of "
+                "letters, digits and _ . - that does not start with . or - (e.g. smoke, paper, mini_v2)"
+            )
+        for exp_name, exp in self.config["experiments"].items():
+            for variant in exp.get("variants") or {}:
+                if not VARIANT_PATTERN.fullmatch(variant) or len(variant) > MAX_NAME_CHARS:
+                    raise ConfigError(
+                        f"config: experiments.{exp_name}.variants: {variant!r} is not allowed: a variant's name ends setting ids "
+                        f"and is a command word, so use up to {MAX_NAME_CHARS} letters, digits and _ . = + - that do not "
+                        "start with . = + or -"
+                    )
+
+    def _check_folder_names(self) -> None:
+        """Every folder name of a run directory fits the file system (long experiment ids, option values or variants)."""
+        for run in self.runs:
+            for part in Path(run.run_dir).parts:
+                if len(part.encode()) > MAX_FOLDER_NAME_BYTES:
+                    raise ConfigError(
+                        f"config: experiment {run.experiment[:40]!r}: the folder name {part[:40]!r}... of its runs is "
+                        f"{len(part.encode())} bytes long; file systems allow at most {MAX_FOLDER_NAME_BYTES}: shorten what it "
+                        "is made of (the experiment id, the setting's swept options, the variant)"
+                    )
+
     def _check_settings(self) -> None:
         """ExDir(C, alpha) must be drawable: 1 <= C <= the dataset's classes, and N * C >= classes (N: the
-        setting's `clients`, else the config's); the chain assignment needs N + C - 1 >= classes."""
+        setting's `clients`, else the config's); the chain assignment needs N + C - 1 >= classes; then
+        `_check_partition`. A round must select a client: N x join_ratio >= 1."""
         for exp_name, exp in self.config["experiments"].items():
             for index, setting in enumerate(exp["settings"]):
                 where = f"experiments.{exp_name}.settings[{index}]"
@@ -192,6 +234,12 @@ class Plan:
                 clients = int(setting.get("clients", self.config["clients"]))
                 classes, dataset = int(setting["classes_per_client"]), setting["dataset"]
                 num_classes = DATASETS[dataset].num_classes
+                join_ratio, join_key = self._inherited(setting, exp, "join_ratio", where, f"experiments.{exp_name}")
+                if not selects_a_client(clients, join_ratio):
+                    raise ConfigError(
+                        f"config: {join_key} ({format_number(join_ratio)}) x {clients_key} ({clients}) < 1: a round would select "
+                        f"no client (`fedgmh train` refuses it); use a join_ratio of at least 1/{clients}"
+                    )
                 if setting.get("assignment", "random") == "chain" and classes > num_classes:
                     raise ConfigError(
                         f"config: {where}.assignment is chain, but {key} ({classes}) > the {num_classes} classes of {dataset}: "
@@ -210,6 +258,39 @@ class Plan:
                         f"{num_classes} classes of {dataset}: the chain of classes i..i+C-1 would miss some class; "
                         "raise clients or classes_per_client"
                     )
+                self._check_partition(where, clients_key, setting, clients)
+
+    def _check_partition(self, where: str, clients_key: str, setting: dict, clients: int) -> None:
+        """What `fedgmh partition` would refuse of a setting, without its data: the parameters (the dataset's
+        size standing in for its labels) and ExDir's class draw, replayed from partition_seed (`partition.class_holders`)."""
+        info, classes, alpha = DATASETS[setting["dataset"]], int(setting["classes_per_client"]), setting["alpha"]
+        if clients > partition.max_clients(info.num_samples):
+            raise ConfigError(
+                f"config: {clients_key} = {clients} clients, but {info.name} has {info.num_samples} samples and ExDir gives every "
+                f"client at least {partition.MIN_CLIENT_SIZE} of them: use at most {partition.max_clients(info.num_samples)} clients"
+            )
+        draw = (info.num_classes, clients, classes, setting.get("assignment", "random"))
+        seed = self.config["partition_seed"]
+        try:
+            partition.check_parameters(info.num_samples, info.num_classes, clients, classes, alpha, self.config["train_ratio"])
+            if draw not in self._drawable:
+                partition.class_holders(np.random.RandomState(seed), clients, info.num_classes, classes, draw[3])
+        except partition.PartitionError as err:
+            raise ConfigError(
+                f"config: {where}: ExDir({classes}, {format_number(alpha)}) of {info.name} over {clients_key} = {clients} clients "
+                f"cannot be drawn with partition_seed {seed}: {err}"
+            ) from None
+        self._drawable.add(draw)
+
+    def _inherited(self, setting: dict, experiment: dict, key: str, where: str = "setting",
+                   exp_where: str = "experiment") -> tuple[Any, str]:
+        """A setting's value of `key` (its own, else its experiment's, else the config's) and the config key it came
+        from (`where`: the setting's, `exp_where`: its experiment's)."""
+        if key in setting:
+            return setting[key], f"{where}.{key}"
+        if key in experiment:
+            return experiment[key], f"{exp_where}.{key}"
+        return self.config[key], key
 
     def _check_options(self, algorithm: str, options: dict[str, Any], sources: dict[str, str], exp_name: str) -> None:
         """Resolve one run's options as `fedgmh train` will (same strings, same resolver): a bad key or
@@ -328,6 +409,18 @@ class Plan:
             raise ConfigError(f"config: {key} {path!r} not found (neither in the working directory nor in {basedir})")
         return path
 
+    @property
+    def device_problem(self) -> str | None:
+        """Why this machine cannot train the config's jobs itself: device cuda[:N] and no GPU visible here.
+        None when it can. Not an error while planning: a dry run, or a cluster's login node sending the jobs
+        to GPU nodes, is fine; the workflow stops a local run with it before the first job."""
+        device = self.config["device"]
+        if not device.startswith("cuda") or gpu_visible():
+            return None
+        return (f"config: device is {device!r}, but this machine shows no GPU (no NVIDIA driver entry, or CUDA_VISIBLE_DEVICES "
+                "hides them), so training jobs run here would fail: use device cpu or auto, or run the workflow where its jobs "
+                "reach a GPU (on a GPU machine, or with a cluster executor)")
+
     def _uses_gpu(self) -> bool:
         """Whether training jobs occupy a GPU: device cuda[:N], or auto on a machine with a GPU."""
         device = self.config["device"]
@@ -372,10 +465,10 @@ class Plan:
                         "assignment": setting.get("assignment", "random"),
                         "algorithm": algorithm,
                         "rounds": int(setting.get("rounds", config["rounds"])),
-                        "local_epochs": int(setting.get("local_epochs", exp.get("local_epochs", config["local_epochs"]))),
-                        "join_ratio": setting.get("join_ratio", exp.get("join_ratio", config["join_ratio"])),
-                        "batch_size": int(setting.get("batch_size", exp.get("batch_size", config["batch_size"]))),
-                        "lr": setting.get("lr", exp.get("lr", config["lr"])),
+                        "local_epochs": int(self._inherited(setting, exp, "local_epochs")[0]),
+                        "join_ratio": self._inherited(setting, exp, "join_ratio")[0],
+                        "batch_size": int(self._inherited(setting, exp, "batch_size")[0]),
+                        "lr": self._inherited(setting, exp, "lr")[0],
                         "options": options,
                     }
 

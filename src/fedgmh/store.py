@@ -256,11 +256,8 @@ def locked(folder: Path | str) -> Iterator[None]:
     waiter that then finds the file gone or replaced takes the new one), so no lock file stays."""
     path = Path(folder) / LOCK_NAME
     while True:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        except OSError as err:
-            raise UserError(f"cannot lock the store folder {path.parent} ({err.strerror or err}); is it writable?") from None
+        path.parent.mkdir(parents=True, exist_ok=True)  # an OSError here is one line by cli.error_line
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:

@@ -28,7 +28,7 @@ import torch
 import fedgmh
 from fedgmh import data, gpu_slots, store
 from fedgmh.algorithms import REGISTRY, get_algorithm, resolve_options
-from fedgmh.config import EngineOptions, TrainConfig
+from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
@@ -37,6 +37,9 @@ from fedgmh.record import load_record, read_json, results_of
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN
 from fedgmh.partition import load_partition
+
+
+DEVICES = "cpu, cuda, cuda:N, cuda:auto or auto"  # what --device takes
 
 
 def pick_device(name: str, jobs_per_gpu: int = 1) -> torch.device:
@@ -53,7 +56,9 @@ def pick_device(name: str, jobs_per_gpu: int = 1) -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError as err:
-        raise UserError(f"unknown device {name!r}; use cpu, cuda, cuda:N, cuda:auto or auto") from err
+        raise UserError(f"unknown device {name!r}; use {DEVICES}") from err
+    if device.type not in ("cpu", "cuda"):  # meta, mps, xla, ...: tensors without data, or backends never tested here
+        raise UserError(f"device {name!r} is not supported; use {DEVICES}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {name!r} requested but CUDA is not available; use --device cpu")
     return device
@@ -127,6 +132,19 @@ def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progr
     say(f"[{identity['config']['algorithm']}] reused the record in {found.folder} (trained on {found.record.get('device')}, "
         f"{found.record.get('started_utc')}); no training")
     return found.record
+
+
+#: the files of the output folder that a run reads (a finished record, a snapshot)
+READ_FILES = ("run.json", "checkpoint.pt")
+
+
+def check_read_files(out_dir: Path) -> None:
+    """Refuse an output folder whose run.json or checkpoint.pt is not a regular file: reading a FIFO
+    would wait forever, a folder or device is no record."""
+    for name in READ_FILES:
+        path = out_dir / name
+        if path.exists() and not path.is_file():
+            raise UserError(f"{path} is not a regular file (a FIFO, a folder or a device); move it away or choose another --out")
 
 
 def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
@@ -271,6 +289,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     device = pick_device(config.device, jobs_per_gpu)
     out_dir = Path(out_dir)
     check_writable_folder(out_dir)  # now, not when the run ends
+    check_read_files(out_dir)
     if device.type == "cuda":  # same config + seed = same result, also with cuDNN
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
@@ -278,7 +297,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if config.threads:
         torch.set_num_threads(config.threads)
     fed, partition_meta = build_federation(config, engine, device)
-    if fed.num_clients * config.join_ratio < 1:
+    if not selects_a_client(fed.num_clients, config.join_ratio):
         raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
     if engine.drop_last and fed.train_sizes().max() < config.batch_size:
         raise UserError(f"with drop_last no client has a full batch of {config.batch_size} (the largest train split has "

@@ -8,12 +8,14 @@
 # classes, figure and table references), so a dry run reports every problem, naming the config key.
 #
 # Shell commands: every value and path goes through Snakemake's `{x:q}` (shlex quoting, element by
-# element for lists); params that are optional flags are lists of words (`["--title", title]` or
-# `[]`), so they are quoted the same way.
+# element for lists); params that are optional flags are lists of words (`["--layer", layer]` or
+# `[]`), so they are quoted the same way. Free text (titles, a layer's name) is one word with its flag,
+# `--title={params.title:q}` or `[f"--title={title}"]`, so that a title such as `-h` is a value, not an option.
 
 import json
 import os
 import re
+import sys
 
 import yaml
 from snakemake.exceptions import WorkflowError
@@ -39,6 +41,16 @@ except UserError as _err:
     raise WorkflowError(str(_err)) from None
 
 NAME, DATA, RESULTS, LOGS, ARTIFACTS = PLAN.name, PLAN.data, PLAN.results, PLAN.logs, PLAN.artifacts
+
+# device cuda on a machine without a GPU: a warning while planning (a dry run, or a cluster's login node whose
+# executor sends the training jobs to GPU nodes), an error before the first job of a run on this machine
+if PLAN.device_problem:
+    print(f"warning: {PLAN.device_problem}", file=sys.stderr)
+
+
+onstart:
+    if PLAN.device_problem and workflow.local_exec:
+        raise WorkflowError(PLAN.device_problem)
 
 
 wildcard_constraints:

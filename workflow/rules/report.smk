@@ -56,7 +56,7 @@ rule table:
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
         accuracy=config["table_accuracy"],
     shell:
-        "fedgmh table --results {input.results:q} --experiment {wildcards.experiment:q} --title {params.title:q}"
+        "fedgmh table --results {input.results:q} --experiment {wildcards.experiment:q} --title={params.title:q}"
         " --accuracy {params.accuracy:q} --out {output.tex:q} --csv {output.csv:q} --cells {output.cells:q}"
         " {params.reference:q} > {log:q} 2>&1"
 
@@ -82,7 +82,7 @@ rule curves:
             else []
         ),
         title=lambda wildcards: (
-            ["--title", config["figures"][wildcards.figure]["title"]] if config["figures"][wildcards.figure].get("title") else []
+            [f"--title={config['figures'][wildcards.figure]['title']}"] if config["figures"][wildcards.figure].get("title") else []
         ),
     shell:
         "fedgmh curves --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
@@ -108,7 +108,7 @@ rule client_accuracy:
         title=lambda wildcards: f"Per-client test accuracy: {config['experiments'][CLIENTS_FIGURE].get('title', CLIENTS_FIGURE)}",
     shell:
         "fedgmh clients --results {input.results:q} --experiment {params.experiment:q} --round {params.round:q}"
-        " --title {params.title:q} --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
+        " --title={params.title:q} --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule rounds_to_target:
@@ -154,7 +154,7 @@ rule uploads_to_target:
         title=UPLOADS_TO_TARGET.get("title") or "Client uploads to target",
     shell:
         "fedgmh uploads --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
-        " --target {params.targets:q} --metric {params.metric:q} --paper {params.paper:q} --title {params.title:q}"
+        " --target {params.targets:q} --metric {params.metric:q} --paper {params.paper:q} --title={params.title:q}"
         " --out {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
@@ -175,9 +175,9 @@ rule layer_weights:
         experiment=lambda wildcards: LAYER_WEIGHTS["experiment"],
         setting=lambda wildcards: LAYER_WEIGHTS["setting"],
         algorithms=lambda wildcards: LAYER_WEIGHTS["algorithms"],
-        layer=lambda wildcards: ["--layer", LAYER_WEIGHTS["layer"]] if LAYER_WEIGHTS.get("layer") is not None else [],
+        layer=lambda wildcards: [f"--layer={LAYER_WEIGHTS['layer']}"] if LAYER_WEIGHTS.get("layer") is not None else [],
         seed=lambda wildcards: ["--seed", str(LAYER_WEIGHTS["seed"])] if LAYER_WEIGHTS.get("seed") is not None else [],
-        title=lambda wildcards: ["--title", LAYER_WEIGHTS["title"]] if LAYER_WEIGHTS.get("title") else [],
+        title=lambda wildcards: [f"--title={LAYER_WEIGHTS['title']}"] if LAYER_WEIGHTS.get("title") else [],
     shell:
         "fedgmh layer-weights --results {input.results:q} --experiment {params.experiment:q} --setting {params.setting:q}"
         " --algorithm {params.algorithms:q} {params.layer:q} {params.seed:q} {params.title:q}"
@@ -272,7 +272,7 @@ rule controls_summary:
         title=lambda wildcards: config["experiments"][CONTROLS].get("title", CONTROLS),
     shell:
         "fedgmh controls --results {input.results:q} --stats {input.stats:q} --out {output.md:q} --csv {output.csv:q}"
-        " --title {params.title:q} > {log:q} 2>&1"
+        " --title={params.title:q} > {log:q} 2>&1"
 
 
 rule all_tables:
@@ -344,7 +344,7 @@ rule report_pdf:
         claims=lambda wildcards, input: ["--claims", input.claims[0]] if input.claims else [],
         accuracy=config["table_accuracy"],
     shell:
-        "fedgmh document --out {output.tex:q} --title {params.title:q} --results {input.results:q} --titles {params.titles:q}"
+        "fedgmh document --out {output.tex:q} --title={params.title:q} --results {input.results:q} --titles {params.titles:q}"
         " {params.reference:q} {params.claims:q} --accuracy {params.accuracy:q} --input {input.tables:q} --figure {input.figures:q}"
         " --captions {params.captions:q}"
         " --pdf {output.pdf:q} --log {log.latex:q} > {log.main:q} 2>&1"

@@ -315,6 +315,11 @@ class CEPFLOptions(AveragingOptions):
         return None if self.gamma == "median" else float(self.gamma)
 # ---------------------------------------------------------- pFedLA, HeurpFedLA (layerwise.py)
 
+#: the widest hypernetwork layer (embedding_dim, hidden_dim): 4096 already makes each client's hypernetwork
+#: ~200 MB; a far larger value would fail allocating memory
+MAX_HN_WIDTH = 4096
+
+
 @dataclass(frozen=True)
 class LayerwiseOptions:
     hn_lr: float = option(5e-3, "learning rate of the per-client hypernetworks' SGD step (both anchors: 5e-3); 0 = hypernetworks never move")
@@ -343,8 +348,11 @@ class LayerwiseOptions:
     def __post_init__(self) -> None:
         if not 0 <= self.hn_lr < math.inf:
             raise UserError(f"hn_lr must be a finite number >= 0, got {self.hn_lr}")
-        if self.embedding_dim < 1 or self.hidden_dim < 1:
-            raise UserError(f"embedding_dim and hidden_dim must be >= 1, got {self.embedding_dim}, {self.hidden_dim}")
+        for name in ("embedding_dim", "hidden_dim"):
+            value = getattr(self, name)
+            if not 1 <= value <= MAX_HN_WIDTH:
+                raise UserError(f"{name} must be from 1 to at most {MAX_HN_WIDTH}, got {value} (every client's hypernetwork holds "
+                                "hidden_dim x (embedding_dim + 2 hidden_dim) weights; the anchors use 100)")
         if self.k < 0:
             raise UserError(f"k must be >= 0, got {self.k}")
         if not 0 <= self.hn_clip < math.inf:
@@ -372,6 +380,11 @@ class FedBABUOptions(AveragingOptions):
             raise UserError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
 
 
+#: Per-FedAvg's smallest finite-difference step: float32's resolution (2**-23); a smaller step vanishes in
+#: w + delta * v, so the difference quotient is 0 / (2 delta) -- NaN once 2 delta underflows
+MIN_FD_STEP = 2.0**-23
+
+
 @dataclass(frozen=True)
 class PerFedAvgOptions(AveragingOptions):
     order: str = choice(
@@ -392,8 +405,9 @@ class PerFedAvgOptions(AveragingOptions):
     def __post_init__(self) -> None:
         if not 0 <= self.beta < math.inf:
             raise UserError(f"beta must be a finite number >= 0, got {self.beta}")
-        if not 0 < self.delta < math.inf:
-            raise UserError(f"delta must be a finite number > 0, got {self.delta}")
+        if not MIN_FD_STEP <= self.delta < math.inf:
+            raise UserError(f"delta must be a finite number of at least {MIN_FD_STEP:.3g} (2**-23, float32's resolution: a smaller "
+                            f"finite-difference step vanishes in w + delta * v), got {self.delta:g}")
         if self.eval_steps < 0:
             raise UserError(f"eval_steps must be >= 0, got {self.eval_steps}")
 

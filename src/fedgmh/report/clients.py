@@ -106,7 +106,7 @@ def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
     if len(missing):
         fig.text(0.01, 0.0, _missing_text(missing), fontsize=8, color="0.35", ha="left", va="top", wrap=True)
     fig.tight_layout()

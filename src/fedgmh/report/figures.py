@@ -88,7 +88,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     legend = [handles[a] for a in order if a in handles]
     fig.legend(legend, [h.get_label() for h in legend], loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
     fig.tight_layout()
     save_figure(fig, out, png)
     plt.close(fig)

@@ -112,7 +112,7 @@ def plot_layer_weights(results: pd.DataFrame, experiment: str, setting: str, alg
             fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
             panels.append((algorithm, name))
             drawn.append(frame[frame["layer"] == name].assign(algorithm=algorithm, seed=run_seed, run_dir=runs[algorithm]))
-    fig.suptitle(title or f"Per-layer aggregation weights at the last round: {head}", fontsize=10)
+    fig.suptitle(title or f"Per-layer aggregation weights at the last round: {head}", fontsize=10, parse_math=False)
     fig.tight_layout()
     save_figure(fig, out, png)
     plt.close(fig)

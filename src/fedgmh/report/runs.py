@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import write_csv
+from fedgmh.io import reading, write_csv
 from fedgmh.record import load_record
 from fedgmh.report.names import (
     BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
@@ -105,7 +105,8 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
         if key in seen:
             raise UserError(f"run {run_dir} is listed twice")
         seen[key] = str(run_dir)
-        row, metrics = load_run(run_dir)
+        with reading(run_dir):
+            row, metrics = load_run(run_dir)
         row["variant"] = variants[index] if variants is not None else ""
         if experiment is not None:
             row["experiment"] = experiment
@@ -171,12 +172,13 @@ def _read_aggregate_csv(path: Path | str, what: str, flag: str, value_columns: l
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} file {path} not found; make it with `fedgmh aggregate {flag} {path}`")
-    frame = pd.read_csv(path)
-    absent = [c for c in IDENTITY_COLUMNS + value_columns if c not in frame.columns]
-    if absent:
-        raise UserError(f"{what} file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate {flag}`?")
-    frame["experiment"] = frame["experiment"].fillna("").astype(str)
-    frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
+    with reading(path):
+        frame = pd.read_csv(path)
+        absent = [c for c in IDENTITY_COLUMNS + value_columns if c not in frame.columns]
+        if absent:
+            raise UserError(f"{what} file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate {flag}`?")
+        frame["experiment"] = frame["experiment"].fillna("").astype(str)
+        frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
     return frame
 
 
