@@ -29,7 +29,8 @@ WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 @contextlib.contextmanager
 def atomic_path(path: Path | str) -> Iterator[Path]:
     """Yield a temporary path next to `path` (same suffix); rename it to `path` on success. An OSError
-    that names no file or the temporary one, or is a failed write, is raised naming `path`."""
+    with an errno that names no file or the temporary one, or is a failed write, is raised naming `path`
+    (one without an errno passes unchanged: its message is all it has)."""
     path = Path(path)
     tmp: Path | None = None
     try:
@@ -43,7 +44,7 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
         os.replace(tmp, path)
         _fsync(path.parent, directory=True)  # and so does the rename itself
     except OSError as err:
-        if err.errno in WRITE_ERRORS or _names_no_file_or_a_temporary(err, path):
+        if err.errno is not None and (err.errno in WRITE_ERRORS or _names_no_file_or_a_temporary(err, path)):
             raise OSError(err.errno, err.strerror, str(path)) from err
         raise
     finally:
