@@ -77,3 +77,41 @@ def test_heatmap_is_wide_for_few_classes(tmp_path: Path, monkeypatch) -> None:
     plot_heatmap(stats, tmp_path / "h.png", title="MNIST ExDir(2, 0.5)")
     width, height = sizes[0]
     assert width > 2 * height  # 100 clients along x, 10 classes along y
+
+
+def _curves(finals: dict[str, tuple[float, int]], rounds: int = 40) -> pd.DataFrame:
+    """Curves rising to each method's final accuracy (method -> (final, seeds)), seeds a little apart."""
+    rows = []
+    for algorithm, (final, seeds) in finals.items():
+        for seed in range(seeds):
+            for r in range(rounds + 1):
+                rows.append({"experiment": "table2", "setting": "mnist_c2_a0.5", "dataset": "mnist", "classes_per_client": 2,
+                             "alpha": 0.5, "clients": 100, "assignment": "random", "algorithm": algorithm, "variant": "",
+                             "seed": seed, "round": r, "test_acc": final * (1 - 0.9 * 0.8 ** r) + 0.001 * seed})
+    return pd.DataFrame(rows)
+
+
+def test_curves_zoom_on_the_last_rounds_band_only_the_highlighted_and_count_seeds(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append((self, k)))
+    finals = {"fedavg": (0.85, 3), "ditto": (0.984, 1), "fedper": (0.986, 2), "fedrep": (0.95, 3), "fedgmh": (0.989, 3)}
+    report.plot_curves(_curves(finals), tmp_path / "f.pdf")
+    fig, kwargs = drawn[0]
+    assert kwargs["metadata"] == {"CreationDate": None}  # the same records draw the same bytes
+    full, zoom = fig.axes
+    assert "seed" not in full.get_title()  # the counts differ per method: the legend gives them
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[:5] == ["FedAvg (3 seeds)", "Ditto (1 seed)", "FedPer (2 seeds)", "FedRep (3 seeds)", "FedGMH (3 seeds)"]
+    assert "FedGMH, FedPer" in labels[5]  # bands: FedGMH and the best other method only
+    assert len(full.collections) == 2
+    low, high = zoom.get_ylim()  # 98.4 vs 98.9 readable: FedRep's 95 is the lowest method in the zoom
+    assert 93 < low < 95 and 99 < high < 99.5 and zoom.get_xlim() == (29, 40)
+
+
+def test_figures_carry_no_creation_date(tmp_path: Path) -> None:
+    report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "a.pdf")
+    report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "b.pdf")
+    assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
+    assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
