@@ -115,3 +115,23 @@ def test_figures_carry_no_creation_date(tmp_path: Path) -> None:
     report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "b.pdf")
     assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
     assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
+
+
+def test_client_accuracy_leaves_out_a_setting_without_any_clients_csv(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    from fedgmh.report.clients import plot_client_accuracy
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    dirs = []
+    for ds, c in (("mnist", 2), ("cifar100", 5)):
+        for alg, best in (("fedavg", 0.3), ("fedgmh", 0.8)):
+            dirs.append(make_run(tmp_path / "runs", dataset=ds, c=c, algorithm=alg, best=best))
+            if ds == "mnist":  # the CIFAR-100 records predate clients.csv
+                _with_clients(dirs[-1], best)
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    assert plot_client_accuracy(results, tmp_path / "c.png") == (2, 2)
+    panels = [ax for ax in drawn[0].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["MNIST ExDir(2, 0.5)"]  # no empty panel
+    assert "not drawn, none of their runs has one: CIFAR-100 ExDir(5, 0.5)" in " ".join(t.get_text() for t in drawn[0].texts)
