@@ -135,3 +135,26 @@ def test_client_accuracy_leaves_out_a_setting_without_any_clients_csv(tmp_path: 
     panels = [ax for ax in drawn[0].axes if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == ["MNIST ExDir(2, 0.5)"]  # no empty panel
     assert "not drawn, none of their runs has one: CIFAR-100 ExDir(5, 0.5)" in " ".join(t.get_text() for t in drawn[0].texts)
+
+
+def test_dot_plot_draws_each_seed_beside_the_papers_mean_and_std(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    dirs = [make_run(tmp_path / "runs", algorithm="fedgmh", seed=s, best=b) for s, b in enumerate((0.988, 0.989, 0.990))]
+    dirs.append(make_run(tmp_path / "runs", algorithm="fedavg", best=0.85))
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    results_csv, reference = tmp_path / "results.csv", tmp_path / "paper.csv"
+    results.to_csv(results_csv, index=False)
+    pd.DataFrame([{"table": "table2", "dataset": "MNIST", "C": 2, "alpha": 0.5, "algorithm": "FedGMH", "local_epochs": 2,
+                   "join_ratio": 0.2, "beta": 0.5, "eta_h": 1.0, "mean": 98.4, "std": 0.1}]).to_csv(reference, index=False)
+    assert cli_main(["dots", "--results", str(results_csv), "--reference", str(reference), "--experiment", "table2",
+                     "--out", str(tmp_path / "d.pdf")]) == 0
+    fedavg, fedgmh = drawn[0].axes
+    seeds = fedgmh.lines[0].get_xdata()
+    assert sorted(seeds) == pytest.approx([98.8, 98.9, 99.0])  # every seed, not only the mean
+    assert fedgmh.containers[0].lines[0].get_xdata()[0] == pytest.approx(98.4)  # the paper's mean with its ± std
+    low, high = fedgmh.get_xlim()
+    assert low < 98.3 and high > 99.0 and high - low < 2  # the cell's own range: half a point is visible
+    assert not fedavg.containers and fedavg.get_ylabel() == "FedAvg"  # the paper has no FedAvg row here

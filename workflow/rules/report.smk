@@ -17,6 +17,18 @@ LAYER_WEIGHTS = PLAN.layer_weights
 CLAIMS = PLAN.claims
 
 
+def reference_tables(path):
+    """The table names of the paper's reference CSV (column `table`)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        return {row["table"] for row in csv.DictReader(handle)}
+
+
+# the experiments named like a table of the paper get a dot plot of their seeds next to its values
+DOT_PLOTS = [name for name in config["experiments"] if REFERENCE and name in reference_tables(REFERENCE)]
+
+
 rule aggregate:
     input:
         records=lambda wildcards: [f"{d}/run.json" for d in PLAN.experiment_run_dirs(wildcards.experiment)],
@@ -109,6 +121,29 @@ rule client_accuracy:
     shell:
         "fedgmh clients --results {input.results:q} --experiment {params.experiment:q} --round {params.round:q}"
         " --title={params.title:q} --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
+
+
+rule dots:
+    """Each seed's accuracy per cell of a paper table's experiment, next to the paper's mean ± std."""
+    wildcard_constraints:
+        experiment="|".join(re.escape(name) for name in DOT_PLOTS) or "(?!)",
+    input:
+        results=rules.aggregate.output.results,
+        reference=[REFERENCE] if REFERENCE else [],
+    output:
+        pdf=f"{ARTIFACTS}/{{experiment}}_seeds.pdf",
+        png=report(f"{ARTIFACTS}/{{experiment}}_seeds.png", caption="../report/dots.rst", category="Figures",
+                   labels={"figure": "{experiment} seeds"}),
+    log:
+        f"{LOGS}/report/dots_{{experiment}}.log",
+    localrule: True
+    params:
+        title=lambda wildcards: f"{config['experiments'][wildcards.experiment].get('title', wildcards.experiment)}: each seed "
+        "(dots; bar: our mean) and the paper's mean ± std (diamond)",
+        accuracy=config["table_accuracy"],
+    shell:
+        "fedgmh dots --results {input.results:q} --reference {input.reference:q} --experiment {wildcards.experiment:q}"
+        " --accuracy {params.accuracy:q} --title={params.title:q} --out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
 
 
 rule rounds_to_target:
@@ -295,6 +330,7 @@ rule all_figures:
     accuracy of experiment `clients_figure` and the layer-weight heat-maps (config `layer_weights`)."""
     input:
         expand(rules.curves.output, figure=list(config["figures"])),
+        expand(rules.dots.output, experiment=DOT_PLOTS),
         rules.client_accuracy.output if CLIENTS_FIGURE else [],
         rules.layer_weights.output if LAYER_WEIGHTS else [],
 
@@ -315,6 +351,7 @@ rule report_pdf:
         ],
         figures=[
             *expand(rules.curves.output.pdf, figure=list(config["figures"])),
+            *expand(rules.dots.output.pdf, experiment=DOT_PLOTS),
             *([rules.client_accuracy.output.pdf] if CLIENTS_FIGURE else []),
             *([rules.layer_weights.output.pdf] if LAYER_WEIGHTS else []),
             *expand(rules.partition.output.heatmap, partition=list(PLAN.partitions)),
