@@ -368,14 +368,19 @@ rule report_pdf:
         titles=json.dumps({name: exp.get("title", name) for name, exp in config["experiments"].items()}),
         captions=json.dumps({
             **{
-                name: f"{fig.get('title', name)}: test accuracy per round, mean over seeds (band: ±1 std), one line per "
-                f"method; experiment {fig['experiment']}, setting {fig['setting']}."
+                name: f"{fig.get('title') or config['experiments'][fig['experiment']].get('title', fig['experiment'])}: test "
+                "accuracy per round, mean over seeds; right: the last rounds; shaded: ±1 std of FedGMH and the best other method."
                 for name, fig in config["figures"].items()
             },
-            "client_accuracy": "Per-client test accuracy per method and setting (the runs' clients.csv; runs recorded "
-            "before it existed are named, not drawn).",
-            "layer_weights": "Per-layer aggregation weights at the last round (the runs' layer_weights.csv): row = the client "
-            "whose model is built, column = the peer whose parameters it weighs; the diagonal outlined.",
+            **{
+                f"{name}_seeds": f"{config['experiments'][name].get('title', name)}: each seed (dots; bar: our mean) next to "
+                "the paper's mean ± std (diamond)."
+                for name in DOT_PLOTS
+            },
+            "client_accuracy": "Per-client test accuracy per method and setting; settings whose runs predate per-client "
+            "results are named, not drawn.",
+            "layer_weights": "Per-layer aggregation weights at the last round: row = the client whose model is built, column "
+            "= the peer whose parameters it weighs; the diagonal outlined.",
         }),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
         claims=lambda wildcards, input: ["--claims", input.claims[0]] if input.claims else [],
