@@ -123,7 +123,7 @@ def _cmd_partition(args: argparse.Namespace) -> None:
 def _partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
     from fedgmh.io import write_csv
-    from fedgmh.report.names import dataset_name
+    from fedgmh.report.names import dataset_name, format_number
 
     _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
@@ -158,7 +158,7 @@ def _partition(args: argparse.Namespace) -> None:
     write_csv(stats, stats_path)
     for heatmap in args.heatmap:
         scheme = "chain" if args.assignment == "chain" else "ExDir"
-        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} {scheme}({args.classes_per_client}, {args.alpha:g})"
+        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} {scheme}({args.classes_per_client}, {format_number(args.alpha)})"
                                + (f", {args.clients} clients" if args.assignment == "chain" else ""))
     sizes = part.client_sizes()
     print(
