@@ -167,3 +167,12 @@ def test_heatmap_title_and_colour_scale(digits_root, tmp_path, monkeypatch):
     # near-equal counts: a linear scale from 0, not a log scale stretched over a few samples
     assert type(even.collections[0].norm).__name__ == "Normalize" and even.collections[0].norm.vmin == 0
     assert type(skewed.collections[0].norm).__name__ == "LogNorm"  # counts spanning a factor of 10 and more
+
+
+def test_heatmap_pdf_has_no_creation_date(digits_root, tmp_path):
+    args = ["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "8", "--classes-per-client", "2",
+            "--alpha", "0.5"]
+    for name in ("a", "b"):
+        assert main([*args, "--out", str(tmp_path / f"{name}.npz"), "--heatmap", str(tmp_path / f"{name}.pdf")]) == 0
+    assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
+    assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()  # a re-run leaves a clone clean

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import atomic_path
+from fedgmh.io import FIGURE_NO_DATE, atomic_path
 
 MIN_CLIENT_SIZE = 10  # the reference's `min_require_size`
 #: the largest alpha: far beyond where the shares are equal to double precision (1e6 is near-equal already), and
@@ -525,5 +525,5 @@ def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
     ax.set_title(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=figure_format, dpi=150)
+        fig.savefig(tmp, format=figure_format, dpi=150, metadata=FIGURE_NO_DATE.get(figure_format))
     plt.close(fig)

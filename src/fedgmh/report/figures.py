@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import atomic_path
+from fedgmh.io import FIGURE_NO_DATE, atomic_path
 from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name
 from fedgmh.report.settings import setting_extra, setting_label
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
@@ -27,16 +27,12 @@ def setting_title(data: pd.DataFrame, setting: str) -> str:
     return f"{dataset} {partition} {extra}" if extra else f"{dataset} {partition}"
 
 
-#: no date in a figure file, so that drawing it again from the same records gives the same bytes
-NO_DATE = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
-
-
 def save_figure(fig, out: Path | str, png: Path | str | None = None) -> None:
     """Write the figure (format from the suffix) and the PNG, each atomically, legend included."""
     for path in [Path(out)] + ([Path(png)] if png else []):
         kind = path.suffix.lstrip(".").lower() or "pdf"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=kind, dpi=150, bbox_inches="tight", metadata=NO_DATE.get(kind))
+            fig.savefig(tmp, format=kind, dpi=150, bbox_inches="tight", metadata=FIGURE_NO_DATE.get(kind))
 
 
 def _select(curves: pd.DataFrame, settings: Sequence[str] | None, experiment: str | None,
