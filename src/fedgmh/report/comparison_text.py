@@ -108,7 +108,7 @@ def comparison_latex(comparison: pd.DataFrame, counts: pd.DataFrame, margin: flo
                      "Method": rec["algorithm"], "Paper": text["paper"], "Ours (n)": text["ours"], "Δ": text["diff"],
                      f"{level}% CI": text["ci"], "p TOST": text["p_tost"], "p Welch": text["p_welch"], "Verdict": rec["status"]})
         previous = rec["table"]
-    tally = ", ".join(f"{total[s]} {s}" for s in counts.columns if s not in ("table", "cells"))
+    tally = ", ".join(f"{total[s]} {s}" for s in counts.columns if s not in ("table", "cells") and total[s])
     caption = f"The paper's numbers next to ours (best test accuracy, %). {tally}."
     notes = [f"Mean ± population std over seeds; (n): our seeds. Δ = ours − paper with its {level}% Welch interval; "
              f"reproduced: the interval within ±{format_number(margin)} (TOST at α = {format_number(alpha)}), not reproduced: "
