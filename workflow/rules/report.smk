@@ -17,16 +17,22 @@ LAYER_WEIGHTS = PLAN.layer_weights
 CLAIMS = PLAN.claims
 
 
-def reference_tables(path):
-    """The table names of the paper's reference CSV (column `table`)."""
+def reference_cells(path):
+    """(table, dataset) of the rows of the paper's reference CSV: ('table2', 'cifar100')."""
     import csv
 
     with open(path, newline="", encoding="utf-8") as handle:
-        return {row["table"] for row in csv.DictReader(handle)}
+        return {(row["table"], row["dataset"].lower()) for row in csv.DictReader(handle)}
 
 
-# the experiments named like a table of the paper get a dot plot of their seeds next to its values
-DOT_PLOTS = [name for name in config["experiments"] if REFERENCE and name in reference_tables(REFERENCE)]
+# an experiment named like a table of the paper, on one of its datasets, gets a dot plot of its
+# seeds next to the paper's values (the smoke config's digits have none)
+DOT_PLOTS = [
+    name
+    for name, experiment in config["experiments"].items()
+    if REFERENCE
+    and any((name, str(setting.get("dataset", "")).lower()) in reference_cells(REFERENCE) for setting in experiment.get("settings", []))
+]
 
 
 rule aggregate:
