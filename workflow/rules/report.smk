@@ -27,11 +27,11 @@ def reference_cells(path):
 
 # an experiment named like a table of the paper, on one of its datasets, gets a dot plot of its
 # seeds next to the paper's values (the smoke config's digits have none)
+PAPER_CELLS = reference_cells(REFERENCE) if REFERENCE else set()
 DOT_PLOTS = [
     name
     for name, experiment in config["experiments"].items()
-    if REFERENCE
-    and any((name, str(setting.get("dataset", "")).lower()) in reference_cells(REFERENCE) for setting in experiment.get("settings", []))
+    if any((name, str(setting.get("dataset", "")).lower()) in PAPER_CELLS for setting in experiment.get("settings", []))
 ]
 
 
