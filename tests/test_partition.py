@@ -152,3 +152,27 @@ def test_mnist_partition_matches_reference_fingerprint(shared_data):
     digest = hashlib.sha256(b"".join(a.tobytes() for a in part.train + part.test)).hexdigest()
     assert part.client_sizes().sum() == 70000
     assert digest == MNIST_100_2_05_SHA256
+
+
+def test_heatmap_title_and_colour_scale(digits_root, tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    args = ["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "20", "--classes-per-client", "5"]
+    assert main([*args, "--alpha", "1000000", "--out", str(tmp_path / "a.npz"), "--heatmap", str(tmp_path / "a.png")]) == 0
+    assert main([*args, "--alpha", "0.1", "--out", str(tmp_path / "b.npz"), "--heatmap", str(tmp_path / "b.png")]) == 0
+    even, skewed = (fig.axes[0] for fig in drawn)
+    assert even.get_title() == "Digits ExDir(5, 1000000)"  # as in the file names and tables, not 1e+06
+    # near-equal counts: a linear scale from 0, not a log scale stretched over a few samples
+    assert type(even.collections[0].norm).__name__ == "Normalize" and even.collections[0].norm.vmin == 0
+    assert type(skewed.collections[0].norm).__name__ == "LogNorm"  # counts spanning a factor of 10 and more
+
+
+def test_heatmap_pdf_has_no_creation_date(digits_root, tmp_path):
+    args = ["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "8", "--classes-per-client", "2",
+            "--alpha", "0.5"]
+    for name in ("a", "b"):
+        assert main([*args, "--out", str(tmp_path / f"{name}.npz"), "--heatmap", str(tmp_path / f"{name}.pdf")]) == 0
+    assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
+    assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()  # a re-run leaves a clone clean

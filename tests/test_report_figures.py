@@ -77,3 +77,84 @@ def test_heatmap_is_wide_for_few_classes(tmp_path: Path, monkeypatch) -> None:
     plot_heatmap(stats, tmp_path / "h.png", title="MNIST ExDir(2, 0.5)")
     width, height = sizes[0]
     assert width > 2 * height  # 100 clients along x, 10 classes along y
+
+
+def _curves(finals: dict[str, tuple[float, int]], rounds: int = 40) -> pd.DataFrame:
+    """Curves rising to each method's final accuracy (method -> (final, seeds)), seeds a little apart."""
+    rows = []
+    for algorithm, (final, seeds) in finals.items():
+        for seed in range(seeds):
+            for r in range(rounds + 1):
+                rows.append({"experiment": "table2", "setting": "mnist_c2_a0.5", "dataset": "mnist", "classes_per_client": 2,
+                             "alpha": 0.5, "clients": 100, "assignment": "random", "algorithm": algorithm, "variant": "",
+                             "seed": seed, "round": r, "test_acc": final * (1 - 0.9 * 0.8 ** r) + 0.001 * seed})
+    return pd.DataFrame(rows)
+
+
+def test_curves_zoom_on_the_last_rounds_band_only_the_highlighted_and_count_seeds(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append((self, k)))
+    finals = {"fedavg": (0.85, 3), "ditto": (0.984, 1), "fedper": (0.986, 2), "fedrep": (0.95, 3), "fedgmh": (0.989, 3)}
+    report.plot_curves(_curves(finals), tmp_path / "f.pdf")
+    fig, kwargs = drawn[0]
+    assert kwargs["metadata"] == {"CreationDate": None}  # the same records draw the same bytes
+    full, zoom = fig.axes
+    assert "seed" not in full.get_title()  # the counts differ per method: the legend gives them
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[:5] == ["FedAvg (3 seeds)", "Ditto (1 seed)", "FedPer (2 seeds)", "FedRep (3 seeds)", "FedGMH (3 seeds)"]
+    assert "FedGMH, FedPer" in labels[5]  # bands: FedGMH and the best other method only
+    assert len(full.collections) == 2
+    low, high = zoom.get_ylim()  # 98.4 vs 98.9 readable: FedRep's 95 is the lowest method in the zoom
+    assert 93 < low < 95 and 99 < high < 99.5 and zoom.get_xlim() == (29, 40)
+
+
+def test_figures_carry_no_creation_date(tmp_path: Path) -> None:
+    report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "a.pdf")
+    report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "b.pdf")
+    assert b"CreationDate" not in (tmp_path / "a.pdf").read_bytes()
+    assert (tmp_path / "a.pdf").read_bytes() == (tmp_path / "b.pdf").read_bytes()
+
+
+def test_client_accuracy_leaves_out_a_setting_without_any_clients_csv(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    from fedgmh.report.clients import plot_client_accuracy
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    dirs = []
+    for ds, c in (("mnist", 2), ("cifar100", 5)):
+        for alg, best in (("fedavg", 0.3), ("fedgmh", 0.8)):
+            dirs.append(make_run(tmp_path / "runs", dataset=ds, c=c, algorithm=alg, best=best))
+            if ds == "mnist":  # the CIFAR-100 records predate clients.csv
+                _with_clients(dirs[-1], best)
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    assert plot_client_accuracy(results, tmp_path / "c.png") == (2, 2)
+    panels = [ax for ax in drawn[0].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == ["MNIST ExDir(2, 0.5)"]  # no empty panel
+    assert "not drawn, none of their runs has one: CIFAR-100 ExDir(5, 0.5)" in " ".join(t.get_text() for t in drawn[0].texts)
+
+
+def test_dot_plot_draws_each_seed_beside_the_papers_mean_and_std(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    dirs = [make_run(tmp_path / "runs", algorithm="fedgmh", seed=s, best=b) for s, b in enumerate((0.988, 0.989, 0.990))]
+    dirs.append(make_run(tmp_path / "runs", algorithm="fedavg", best=0.85))
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    results_csv, reference = tmp_path / "results.csv", tmp_path / "paper.csv"
+    results.to_csv(results_csv, index=False)
+    pd.DataFrame([{"table": "table2", "dataset": "MNIST", "C": 2, "alpha": 0.5, "algorithm": "FedGMH", "local_epochs": 2,
+                   "join_ratio": 0.2, "beta": 0.5, "eta_h": 1.0, "mean": 98.4, "std": 0.1}]).to_csv(reference, index=False)
+    assert cli_main(["dots", "--results", str(results_csv), "--reference", str(reference), "--experiment", "table2",
+                     "--out", str(tmp_path / "d.pdf")]) == 0
+    fedavg, fedgmh = drawn[0].axes
+    seeds = fedgmh.lines[0].get_xdata()
+    assert sorted(seeds) == pytest.approx([98.8, 98.9, 99.0])  # every seed, not only the mean
+    assert fedgmh.containers[0].lines[0].get_xdata()[0] == pytest.approx(98.4)  # the paper's mean with its ± std
+    low, high = fedgmh.get_xlim()
+    assert low < 98.3 and high > 99.0 and high - low < 2  # the cell's own range: half a point is visible
+    assert not fedavg.containers and fedavg.get_ylabel() == "FedAvg"  # the paper has no FedAvg row here

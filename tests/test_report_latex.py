@@ -3,6 +3,7 @@ and the LaTeX document of every table and figure (compiled where a TeX engine is
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,10 @@ def test_document_holds_every_table_and_figure(results: pd.DataFrame, tmp_path: 
     assert r"Table 2 (test)" in text and r"98.66 $\pm$ 0.09" in text  # the paper's value beside ours
     assert "Section 2.3" in text and r"\includegraphics" in text and "{figure3.pdf}" in text
     assert r"\caption{Figure 3 (test): accuracy per round}" in text
+    # one numbering, the paper's in the titles: LaTeX adds no "Table 1:" before "Table 2 (test)"
+    assert "labelformat=empty" in text and r"\caption{Table 2 (test): best test accuracy (\%) over all evaluated rounds" in text
+    assert "Bold: best mean" in text and not re.search(r"\\caption\{[^}]*Bold", text)  # how to read it: under the table
+    assert r"\pdfinfoomitdate=1" in text and "\\today" not in text  # no date in the PDF, none in the text
     assert "Partition: samples per class and client, MNIST ExDir(2, 0.5)" in text
     with pytest.raises(UserError, match="not found"):
         report.document.build_document(tmp_path / "x.tex", "t", [], inputs=[tmp_path / "missing.tex"])

@@ -248,3 +248,26 @@ def test_an_algorithm_names_its_record_tables_apart_from_the_engines() -> None:
     for bad in ("metrics", "clients", "Weights", "../x", "not_listed"):  # not_listed: missing from record_tables
         with pytest.raises(ValueError, match="names a record table"):
             tables_of(**{bad: table})
+
+
+def test_layer_weights_have_readable_layer_names_and_one_colour_scale(tmp_path: Path, monkeypatch) -> None:
+    import matplotlib.figure
+
+    from fedgmh.model import FedAvgCNN
+    from fedgmh.report.layer_weights import LAYER_NAMES
+
+    body = FedAvgCNN(1, 10, 28).body  # the names are the paper's CNN's: conv1 is body.0, ...
+    assert [type(body[int(k[5:])]).__name__ for k in LAYER_NAMES if k.startswith("body.")] == ["Conv2d", "Conv2d", "Linear"]
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    run = make_run(tmp_path, "fedper", 0, [0.1, 0.5], clients=8, c=4, dataset="fashion_mnist", assignment="chain")
+    write_weights(run, layers=("body.0", "head"))
+    weights = pd.read_csv(run / "layer_weights.csv")
+    weights.loc[weights["layer"] == "head", "weight"] *= 0.5  # a layer of smaller weights looks smaller
+    weights.to_csv(run / "layer_weights.csv", index=False)
+    results, _ = report.aggregate_runs([run], default_clients=100)
+    plot_layer_weights(results, "t1", "fashion_mnist_c4_a1000000_n8_chain", ["fedper"], tmp_path / "lw.pdf")
+    panels = [ax for ax in drawn[0].axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["FedPer (seed 0): conv1", "FedPer (seed 0): head (fc)"]
+    assert len(drawn[0].axes) == 3  # two panels and one colour bar
+    assert {ax.images[0].get_clim() for ax in panels} == {(0.0, weights["weight"].max())}

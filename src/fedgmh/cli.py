@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | layer-weights | document | costs | store | campaign`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
@@ -6,7 +6,7 @@ algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` /
 `compare` turn runs into the paper's tables and figures, `claims` tests the paper's claims on
 them, `uploads` the client uploads to a
 target accuracy (CE-pFL's Table 1), `controls` the label-prior controls'
-summary, `clients` the per-client accuracy figure, `layer-weights` the per-layer aggregation
+summary, `clients` the per-client accuracy figure, `dots` each seed beside the paper per cell, `layer-weights` the per-layer aggregation
 weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
@@ -123,7 +123,7 @@ def _cmd_partition(args: argparse.Namespace) -> None:
 def _partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
     from fedgmh.io import write_csv
-    from fedgmh.report.names import dataset_name
+    from fedgmh.report.names import dataset_name, format_number
 
     _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
@@ -158,7 +158,7 @@ def _partition(args: argparse.Namespace) -> None:
     write_csv(stats, stats_path)
     for heatmap in args.heatmap:
         scheme = "chain" if args.assignment == "chain" else "ExDir"
-        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} {scheme}({args.classes_per_client}, {args.alpha:g})"
+        partition.plot_heatmap(stats, Path(heatmap), title=f"{dataset_name(args.dataset)} {scheme}({args.classes_per_client}, {format_number(args.alpha)})"
                                + (f", {args.clients} clients" if args.assignment == "chain" else ""))
     sizes = part.client_sizes()
     print(

@@ -114,6 +114,16 @@ def _cmd_clients(args: argparse.Namespace) -> None:
     print(f"clients: per-client accuracy of {drawn} runs ({missing} without clients.csv) -> {args.out}")
 
 
+def _cmd_dots(args: argparse.Namespace) -> None:
+    from fedgmh import report
+    from fedgmh.report.dots import plot_final_accuracy
+    from fedgmh.report.paper import read_reference
+
+    matched = plot_final_accuracy(report.read_results(args.results), read_reference(args.reference), args.experiment, args.out,
+                                  png=args.png, accuracy=args.accuracy, title=args.title)
+    print(f"dots: {args.experiment}, {matched} cell(s) with the paper's value -> {args.out}")
+
+
 def _cmd_document(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
@@ -254,6 +264,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--round", choices=["best", "last"], default="best", help="the best round of each run (default) or the last")
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=_cmd_clients)
+
+    p = sub.add_parser("dots", help="figure: each seed's final accuracy per cell next to the paper's mean ± std")
+    p.add_argument("--results", required=True, help="results CSV from `fedgmh aggregate`")
+    p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
+    p.add_argument("--experiment", required=True, help="the experiment whose cells are drawn")
+    p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
+    p.add_argument("--png", help="also write this PNG")
+    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--title", help="figure title")
+    p.set_defaults(func=_cmd_dots)
 
     p = sub.add_parser("document", help="every table and figure in one LaTeX document (and its PDF, with latexmk)")
     p.add_argument("--out", required=True, help="LaTeX document (.tex); figures are referenced relative to its folder")

@@ -153,3 +153,8 @@ def write_csv(frame: pd.DataFrame, path: Path | str) -> None:
 def write_text(text: str, path: Path | str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+#: matplotlib's `savefig(metadata=...)` per format: no date in a figure file, so that drawing it again
+#: from the same records gives the same bytes (PNG has none to begin with)
+FIGURE_NO_DATE: dict[str, dict[str, None]] = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import atomic_path
+from fedgmh.io import FIGURE_NO_DATE, atomic_path
 
 MIN_CLIENT_SIZE = 10  # the reference's `min_require_size`
 #: the largest alpha: far beyond where the shares are equal to double precision (1e6 is near-equal already), and
@@ -488,8 +488,13 @@ def client_statistics(partition: Partition, labels: np.ndarray, num_classes: int
     return pd.DataFrame(rows)
 
 
+LOG_SPAN = 10  # a heat-map's colour scale is logarithmic where the counts span more than this factor
+
+
 def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
-    """Classes x clients heat-map of sample counts (log colour scale), written atomically as PDF or PNG.
+    """Classes x clients heat-map of sample counts, written atomically as PDF or PNG. The colour scale
+    starts at 0, linear, unless the counts span more than LOG_SPAN times (then log): a log scale over
+    43-46 samples would paint a 7 % difference as the whole palette.
 
     Clients run along the x axis (there are usually more clients than classes), so the figure is
     wide rather than tall: about 10 x 3 inches for 100 clients and 10 classes, 10 x 7 for 100 classes."""
@@ -509,7 +514,10 @@ def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
     width = min(max(4 + 0.06 * num_clients, 6), 14)
     height = min(max(1.2 + 0.06 * num_classes, 2.6), 9)
     fig, ax = plt.subplots(figsize=(width, height))
-    sns.heatmap(counts, ax=ax, norm=LogNorm(), cmap="viridis", cbar_kws={"label": "samples (log scale)", "pad": 0.01},
+    low, high = np.nanmin(counts), np.nanmax(counts)
+    log = high > LOG_SPAN * low
+    scale = {"norm": LogNorm()} if log else {"vmin": 0, "vmax": high}
+    sns.heatmap(counts, ax=ax, cmap="viridis", cbar_kws={"label": "samples (log scale)" if log else "samples", "pad": 0.01}, **scale,
                 xticklabels=max(1, num_clients // 20), yticklabels=max(1, num_classes // 10))
     ax.set_xlabel("client")
     ax.set_ylabel("class")
@@ -517,5 +525,5 @@ def plot_heatmap(stats: pd.DataFrame, path: Path, title: str = "") -> None:
     ax.set_title(title)
     fig.tight_layout()
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=figure_format, dpi=150)
+        fig.savefig(tmp, format=figure_format, dpi=150, metadata=FIGURE_NO_DATE.get(figure_format))
     plt.close(fig)

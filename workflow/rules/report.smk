@@ -17,6 +17,24 @@ LAYER_WEIGHTS = PLAN.layer_weights
 CLAIMS = PLAN.claims
 
 
+def reference_cells(path):
+    """(table, dataset) of the rows of the paper's reference CSV: ('table2', 'cifar100')."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        return {(row["table"], row["dataset"].lower()) for row in csv.DictReader(handle)}
+
+
+# an experiment named like a table of the paper, on one of its datasets, gets a dot plot of its
+# seeds next to the paper's values (the smoke config's digits have none)
+PAPER_CELLS = reference_cells(REFERENCE) if REFERENCE else set()
+DOT_PLOTS = [
+    name
+    for name, experiment in config["experiments"].items()
+    if any((name, str(setting.get("dataset", "")).lower()) in PAPER_CELLS for setting in experiment.get("settings", []))
+]
+
+
 rule aggregate:
     input:
         records=lambda wildcards: [f"{d}/run.json" for d in PLAN.experiment_run_dirs(wildcards.experiment)],
@@ -109,6 +127,29 @@ rule client_accuracy:
     shell:
         "fedgmh clients --results {input.results:q} --experiment {params.experiment:q} --round {params.round:q}"
         " --title={params.title:q} --out {output.pdf:q} --png {output.png:q} --csv {output.csv:q} > {log:q} 2>&1"
+
+
+rule dots:
+    """Each seed's accuracy per cell of a paper table's experiment, next to the paper's mean ± std."""
+    wildcard_constraints:
+        experiment="|".join(re.escape(name) for name in DOT_PLOTS) or "(?!)",
+    input:
+        results=rules.aggregate.output.results,
+        reference=[REFERENCE] if REFERENCE else [],
+    output:
+        pdf=f"{ARTIFACTS}/{{experiment}}_seeds.pdf",
+        png=report(f"{ARTIFACTS}/{{experiment}}_seeds.png", caption="../report/dots.rst", category="Figures",
+                   labels={"figure": "{experiment} seeds"}),
+    log:
+        f"{LOGS}/report/dots_{{experiment}}.log",
+    localrule: True
+    params:
+        title=lambda wildcards: f"{config['experiments'][wildcards.experiment].get('title', wildcards.experiment)}: each seed "
+        "(dots; bar: our mean) and the paper's mean ± std (diamond)",
+        accuracy=config["table_accuracy"],
+    shell:
+        "fedgmh dots --results {input.results:q} --reference {input.reference:q} --experiment {wildcards.experiment:q}"
+        " --accuracy {params.accuracy:q} --title={params.title:q} --out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
 
 
 rule rounds_to_target:
@@ -295,6 +336,7 @@ rule all_figures:
     accuracy of experiment `clients_figure` and the layer-weight heat-maps (config `layer_weights`)."""
     input:
         expand(rules.curves.output, figure=list(config["figures"])),
+        expand(rules.dots.output, experiment=DOT_PLOTS),
         rules.client_accuracy.output if CLIENTS_FIGURE else [],
         rules.layer_weights.output if LAYER_WEIGHTS else [],
 
@@ -315,6 +357,7 @@ rule report_pdf:
         ],
         figures=[
             *expand(rules.curves.output.pdf, figure=list(config["figures"])),
+            *expand(rules.dots.output.pdf, experiment=DOT_PLOTS),
             *([rules.client_accuracy.output.pdf] if CLIENTS_FIGURE else []),
             *([rules.layer_weights.output.pdf] if LAYER_WEIGHTS else []),
             *expand(rules.partition.output.heatmap, partition=list(PLAN.partitions)),
@@ -331,14 +374,19 @@ rule report_pdf:
         titles=json.dumps({name: exp.get("title", name) for name, exp in config["experiments"].items()}),
         captions=json.dumps({
             **{
-                name: f"{fig.get('title', name)}: test accuracy per round, mean over seeds (band: ±1 std), one line per "
-                f"method; experiment {fig['experiment']}, setting {fig['setting']}."
+                name: f"{fig.get('title') or config['experiments'][fig['experiment']].get('title', fig['experiment'])}: test "
+                "accuracy per round, mean over seeds; right: the last rounds; shaded: ±1 std of FedGMH and the best other method."
                 for name, fig in config["figures"].items()
             },
-            "client_accuracy": "Per-client test accuracy per method and setting (the runs' clients.csv; runs recorded "
-            "before it existed are named, not drawn).",
-            "layer_weights": "Per-layer aggregation weights at the last round (the runs' layer_weights.csv): row = the client "
-            "whose model is built, column = the peer whose parameters it weighs; the diagonal outlined.",
+            **{
+                f"{name}_seeds": f"{config['experiments'][name].get('title', name)}: each seed (dots; bar: our mean) next to "
+                "the paper's mean ± std (diamond)."
+                for name in DOT_PLOTS
+            },
+            "client_accuracy": "Per-client test accuracy per method and setting; settings whose runs predate per-client "
+            "results are named, not drawn.",
+            "layer_weights": "Per-layer aggregation weights at the last round: row = the client whose model is built, column "
+            "= the peer whose parameters it weighs; the diagonal outlined.",
         }),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
         claims=lambda wildcards, input: ["--claims", input.claims[0]] if input.claims else [],

@@ -48,18 +48,21 @@ def client_results(results: pd.DataFrame, experiment: str | None = None) -> tupl
     return clients[columns], pd.DataFrame(missing, columns=results.columns)
 
 
-def _missing_text(missing: pd.DataFrame) -> str:
+def _missing_text(missing: pd.DataFrame, left_out: list[str]) -> str:
     names = sorted(set(missing["algorithm"]), key=order_key(ALGORITHM_ORDER))
-    return "no clients.csv (records made before it existed): " + ", ".join(
+    text = "no clients.csv (records made before it existed): " + ", ".join(
         f"{algorithm_name(a)} ({(missing['algorithm'] == a).sum()} run{'s' if (missing['algorithm'] == a).sum() != 1 else ''})"
         for a in names)
+    if left_out:
+        text += "; not drawn, none of their runs has one: " + ", ".join(left_out)
+    return text
 
 
 def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str | None = None, csv: Path | str | None = None,
                          experiment: str | None = None, round_: str = "best", title: str | None = None) -> tuple[int, int]:
     """Box plots of the per-client test accuracy (%) per method, one panel per setting, for the
-    runs with clients.csv; the runs without it are named in the figure. Returns (runs drawn, runs
-    without clients.csv)."""
+    runs with clients.csv; the runs without it are named in the figure, and a setting none of whose
+    runs has one gets no panel. Returns (runs drawn, runs without clients.csv)."""
     import seaborn as sns
 
     if round_ not in ROUNDS:
@@ -71,7 +74,9 @@ def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str
         write_csv(clients, csv)
     frame = results if experiment is None else results[results["experiment"] == experiment]
     ds_key = order_key(DATASET_ORDER)
-    panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
+    settings = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
+    panels = [s for s in settings if s in set(clients["setting"])] or settings[:1]  # one panel says that there is nothing
+    left_out = [setting_title(frame[frame["setting"] == s], s) for s in settings if s not in panels]
     order = sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER))
     plt = use_agg()
     ncols = min(len(panels), 2)
@@ -108,7 +113,7 @@ def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str
     if title:
         fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
     if len(missing):
-        fig.text(0.01, 0.0, _missing_text(missing), fontsize=8, color="0.35", ha="left", va="top", wrap=True)
+        fig.text(0.01, 0.0, _missing_text(missing, left_out), fontsize=8, color="0.35", ha="left", va="top", wrap=True)
     fig.tight_layout()
     save_figure(fig, out, png)
     plt.close(fig)

@@ -229,7 +229,7 @@ def write_comparison(results_paths: Sequence[Path | str], reference_path: Path |
     counts = summary_counts(comparison)
     others = compare_other_references(all_results, other_paths) if other_paths else None
     markdown = comparison_markdown(comparison, counts, margin, alpha, reading, experiments)
-    latex = comparison_latex(comparison, counts, margin, alpha, reading)
+    latex = comparison_latex(comparison, counts, margin, alpha, reading, summarised=NOT_RUN)
     if others is not None and len(others):
         markdown += others_markdown(others)
         latex += "\n" + others_latex(others)

@@ -27,10 +27,14 @@ from fedgmh.report.runs import read_results
 from fedgmh.report.summary import DEFAULT_ACCURACY
 from fedgmh.report.tables import make_table
 
+# Captions carry no number of LaTeX's own: the titles give the paper's ("Table 2 (...)", "Figure 3
+# (...)"), so one numbering remains. pdfTeX writes no date and no random file id (the same .tex gives
+# the same PDF bytes).
 PREAMBLE = r"""\documentclass[10pt]{article}
+\ifdefined\pdftrailerid \pdfinfoomitdate=1 \pdftrailerid{} \fi
 \usepackage[margin=2cm]{geometry}
 \usepackage{booktabs,longtable,adjustbox,graphicx}
-\usepackage[font=small,labelfont=bf]{caption}
+\usepackage[font=small,labelformat=empty,labelsep=none]{caption}
 \setlength{\LTcapwidth}{\textwidth}
 """
 TEX_ENGINE = "latexmk"

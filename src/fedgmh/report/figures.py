@@ -1,4 +1,6 @@
-"""Accuracy-per-round figures: mean over seeds with a ±1 std band, one line per algorithm."""
+"""Accuracy-per-round figures: the mean over seeds, one line per method, with a panel zooming on
+the last rounds (where the methods' final accuracies sit within a point of each other) and a ±1
+std band only for the methods the figure is about (12 bands merge into a smear)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import atomic_path
+from fedgmh.io import FIGURE_NO_DATE, atomic_path
 from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name
 from fedgmh.report.settings import setting_extra, setting_label
-from fedgmh.report.style import method_style, use_agg
+from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
 from fedgmh.report.values import order_key
 
 
@@ -28,8 +30,9 @@ def setting_title(data: pd.DataFrame, setting: str) -> str:
 def save_figure(fig, out: Path | str, png: Path | str | None = None) -> None:
     """Write the figure (format from the suffix) and the PNG, each atomically, legend included."""
     for path in [Path(out)] + ([Path(png)] if png else []):
+        kind = path.suffix.lstrip(".").lower() or "pdf"
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=path.suffix.lstrip(".") or "pdf", dpi=150, bbox_inches="tight")
+            fig.savefig(tmp, format=kind, dpi=150, bbox_inches="tight", metadata=FIGURE_NO_DATE.get(kind))
 
 
 def _select(curves: pd.DataFrame, settings: Sequence[str] | None, experiment: str | None,
@@ -51,10 +54,59 @@ def _select(curves: pd.DataFrame, settings: Sequence[str] | None, experiment: st
     return frame
 
 
+ZOOM_SHARE = 0.25  # the zoom panel shows the last quarter of the rounds...
+ZOOM_POINTS = 5.0  # ...and the methods within this many points of the best one there
+
+
+def seed_counts(frame: pd.DataFrame) -> dict[str, str]:
+    """algorithm -> '4 seeds', '1 seed' or '1–4 seeds' (the counts differ between settings)."""
+    counts = frame.groupby(["algorithm", "setting"])["seed"].nunique().groupby("algorithm").agg(["min", "max"])
+    return {a: (f"{lo}" if lo == hi else f"{lo}–{hi}") + (" seed" if hi == 1 else " seeds")
+            for a, (lo, hi) in counts.iterrows()}
+
+
+def banded_methods(finals: pd.Series) -> list[str]:
+    """The methods whose spread is drawn: FedGMH and the best other method by final mean accuracy."""
+    others = finals.drop(HIGHLIGHT, errors="ignore")
+    return [a for a in finals.index if a == HIGHLIGHT] + ([str(others.idxmax())] if len(others) else [])
+
+
+def zoom_window(stats: dict[str, pd.DataFrame]) -> tuple[int, float, float]:
+    """(first round, y low, y high) of the zoom panel: the last ZOOM_SHARE of the evaluated rounds;
+    the methods whose mean over them is within ZOOM_POINTS of the best one, from the lowest 10th
+    percentile of their curves there (a noisy curve's worst dips are cut off) to the highest point."""
+    rounds = sorted({r for s in stats.values() for r in s.index})
+    first = rounds[max(0, min(len(rounds) - 2, len(rounds) - math.ceil(len(rounds) * ZOOM_SHARE) - 1))]
+    window = {a: s.loc[s.index >= first, "mean"] for a, s in stats.items()}
+    level = pd.Series({a: m.mean() for a, m in window.items()})
+    near = level[level >= level.max() - ZOOM_POINTS]
+    low = min(float(window[a].quantile(0.1)) for a in near.index)
+    high = max(float(window[a].max()) for a in near.index)
+    pad = max(0.08 * (high - low), 0.05)
+    return first, low - pad, high + pad
+
+
+def _draw(ax, stats: dict[str, pd.DataFrame], banded: Sequence[str], markevery: int) -> tuple[dict, bool]:
+    """The mean curves on `ax`, bands for `banded`: (algorithm -> line, whether a band was drawn)."""
+    handles, any_band = {}, False
+    for algorithm, data in stats.items():
+        style = method_style(algorithm)
+        (handles[algorithm],) = ax.plot(data.index, data["mean"], markevery=markevery, **style)
+        if algorithm in banded and (data["count"] > 1).any():
+            std = data["std"].fillna(0)
+            ax.fill_between(data.index, data["mean"] - std, data["mean"] + std, color=style["color"], alpha=0.18,
+                            linewidth=0, zorder=style["zorder"] - 1)
+            any_band = True
+    ax.grid(alpha=0.3)
+    return handles, any_band
+
+
 def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = None, settings: Sequence[str] | None = None,
                 experiment: str | None = None, algorithms: Sequence[str] | None = None, title: str | None = None) -> list[str]:
-    """Accuracy (%) per round: mean over seeds with a ±1 std band; one panel per setting, one
-    legend outside the panels. Returns the settings drawn; a UserError when the selection is empty."""
+    """Accuracy (%) per round, mean over seeds: per setting one panel of every round and one zooming
+    on the last rounds; ±1 std bands for `banded_methods`; the seed count of each method in the one
+    legend. Returns the settings drawn; a UserError when the selection is empty."""
+    from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     plt = use_agg()
@@ -62,31 +114,37 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     order = sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER))
     ds_key = order_key(DATASET_ORDER)
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
-    ncols = min(len(panels), 2)
-    nrows = math.ceil(len(panels) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.4 * ncols, 3.6 * nrows), squeeze=False)
-    handles = {}
-    for ax, setting in zip(axes.flat, panels):
+    fig, axes = plt.subplots(len(panels), 2, figsize=(10.5, 3.8 * len(panels)), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.5, 1]})
+    handles, banded_names = {}, []
+    for (full, zoom), setting in zip(axes, panels):
         data = frame[frame["setting"] == setting]
-        n_seeds = int(data.groupby("algorithm")["seed"].nunique().max())
-        rounds = int(data["round"].max())
-        for algorithm in [a for a in order if a in set(data["algorithm"])]:
-            stats = data[data["algorithm"] == algorithm].groupby("round")["acc"].agg(["mean", "std", "count"])
-            style = method_style(algorithm)
-            (line,) = ax.plot(stats.index, stats["mean"], label=algorithm_name(algorithm), markevery=max(1, rounds // 12), **style)
-            if (stats["count"] > 1).any():
-                ax.fill_between(stats.index, stats["mean"] - stats["std"].fillna(0), stats["mean"] + stats["std"].fillna(0),
-                                color=style["color"], alpha=0.12, linewidth=0, zorder=style["zorder"] - 1)
-            handles.setdefault(algorithm, line)
-        ax.set_title(f"{setting_title(data, setting)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})", fontsize=10)
-        ax.set_xlabel("round")
-        ax.set_ylabel("test accuracy (%)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
+        stats = {a: data[data["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"])
+                 for a in order if a in set(data["algorithm"])}
+        banded = banded_methods(pd.Series({a: s["mean"].iloc[-1] for a, s in stats.items()}))
+        last = int(data["round"].max())
+        lines, band = _draw(full, stats, banded, max(1, last // 12))
+        handles |= lines
+        if band:
+            banded_names += [algorithm_name(a) for a in banded if algorithm_name(a) not in banded_names]
+        first, low, high = zoom_window(stats)
+        _draw(zoom, {a: s[s.index >= first] for a, s in stats.items()}, banded, max(1, (last - first) // 8))
+        zoom.set_xlim(first, last)
+        zoom.set_ylim(low, high)
+        full.indicate_inset_zoom(zoom, edgecolor="0.4")
+        full.set_title(setting_title(data, setting), fontsize=10)
+        zoom.set_title(f"rounds {first}–{last}, methods within {ZOOM_POINTS:g} points of the best", fontsize=9)
+        full.set_ylabel("test accuracy (%)")
+        for ax in (full, zoom):
+            ax.set_xlabel("round")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    seeds = seed_counts(frame)
     legend = [handles[a] for a in order if a in handles]
-    fig.legend(legend, [h.get_label() for h in legend], loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
+    labels = [f"{algorithm_name(a)} ({seeds[a]})" for a in order if a in handles]
+    if banded_names:
+        legend.append(Patch(color="0.6", alpha=0.4, linewidth=0))
+        labels.append(f"±1 std over seeds\n({', '.join(banded_names)})")
+    fig.legend(legend, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
     if title:
         fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
     fig.tight_layout()

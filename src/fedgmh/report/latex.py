@@ -15,7 +15,7 @@ import pandas as pd
 #: Unicode text in report cells -> LaTeX (longest first when several start alike)
 TEX_SYMBOLS: dict[str, str] = {
     "η_h": r"$\eta_h$", "±": r"$\pm$", "—": "--", "–": "--", "ρ": r"$\rho$", "β": r"$\beta$", "μ": r"$\mu$",
-    "Δ": r"$\Delta$", "≤": r"$\le$", "×": r"$\times$", "·": r"$\cdot$", "√": r"$\surd$", "−": "$-$", "σ": r"$\sigma$", "²": r"$^2$", "∗": r"$^\ast$",
+    "Δ": r"$\Delta$", "≤": r"$\le$", "×": r"$\times$", "·": r"$\cdot$", "√": r"$\surd$", "−": "$-$", "σ": r"$\sigma$", "α": r"$\alpha$", "²": r"$^2$", "∗": r"$^\ast$",
 }
 SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
             "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "|": r"$|$", "<": r"$<$", ">": r"$>$"}

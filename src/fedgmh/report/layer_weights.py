@@ -23,6 +23,13 @@ from fedgmh.report.values import order_key
 
 LAYER_WEIGHTS_FILE = "layer_weights.csv"
 COLUMNS = ("layer", "client", "peer", "weight")
+#: the paper's CNN's layers (fedgmh.model.FedAvgCNN: `body` is an nn.Sequential) by PFLlib's names
+LAYER_NAMES = {"body.0": "conv1", "body.3": "conv2", "body.7": "fc1", "head": "head (fc)"}
+
+
+def layer_name(layer: str) -> str:
+    """A layer's readable name ('body.3' -> 'conv2'); other models' layers as they are named."""
+    return LAYER_NAMES.get(layer, layer)
 
 
 def read_layer_weights(run_dir: Path | str) -> pd.DataFrame:
@@ -76,8 +83,9 @@ def select_runs(results: pd.DataFrame, experiment: str, setting: str, algorithms
 def plot_layer_weights(results: pd.DataFrame, experiment: str, setting: str, algorithms: Sequence[str], out: Path | str,
                        png: Path | str | None = None, csv: Path | str | None = None, layer: str | None = None,
                        seed: int | None = None, title: str | None = None) -> list[tuple[str, str]]:
-    """One heat-map per (algorithm, layer): rows = algorithms, columns = layers (or only `layer`).
-    Returns the (algorithm, layer) panels drawn."""
+    """One heat-map per (algorithm, layer): rows = algorithms, columns = layers (or only `layer`),
+    all on one colour scale from 0 (one colour bar), so that panels compare. Returns the
+    (algorithm, layer) panels drawn."""
     runs = select_runs(results, experiment, setting, algorithms, seed)
     weights = {algorithm: read_layer_weights(run_dir) for algorithm, run_dir in runs.items()}
     if layer is not None:
@@ -89,7 +97,8 @@ def plot_layer_weights(results: pd.DataFrame, experiment: str, setting: str, alg
     plt = use_agg()
     nrows, ncols = len(weights), len(layers)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols + 0.8, 3.0 * nrows + 0.4), squeeze=False)
-    panels, drawn = [], []
+    panels, drawn, image = [], [], None
+    top = max(float(frame.loc[frame["layer"].isin(layers), "weight"].max()) for frame in weights.values())
     head = setting_title(results[(results["experiment"] == experiment) & (results["setting"] == setting)], setting)
     for row, (algorithm, frame) in enumerate(weights.items()):
         run_seed = int(results.loc[results["run_dir"] == runs[algorithm], "seed"].iloc[0])
@@ -99,7 +108,7 @@ def plot_layer_weights(results: pd.DataFrame, experiment: str, setting: str, alg
                 ax.set_visible(False)
                 continue
             matrix = weight_matrix(frame, name)
-            image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(float(np.nanmax(matrix)), 1e-12), interpolation="nearest")
+            image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(top, 1e-12), interpolation="nearest")
             n = matrix.shape[0]
             for i in range(n):  # the diagonal: each client's weight on its own parameters
                 ax.add_patch(plt.Rectangle((i - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", linewidth=1.2))
@@ -108,12 +117,13 @@ def plot_layer_weights(results: pd.DataFrame, experiment: str, setting: str, alg
             ax.set_yticks(range(0, n, step))
             ax.set_xlabel("peer")
             ax.set_ylabel("client")
-            ax.set_title(f"{algorithm_name(algorithm)} (seed {run_seed}): {name}", fontsize=9)
-            fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+            ax.set_title(f"{algorithm_name(algorithm)} (seed {run_seed}): {layer_name(name)}", fontsize=9)
             panels.append((algorithm, name))
             drawn.append(frame[frame["layer"] == name].assign(algorithm=algorithm, seed=run_seed, run_dir=runs[algorithm]))
     fig.suptitle(title or f"Per-layer aggregation weights at the last round: {head}", fontsize=10, parse_math=False)
     fig.tight_layout()
+    if image is not None:
+        fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02, label="weight")
     save_figure(fig, out, png)
     plt.close(fig)
     if csv:
