@@ -56,27 +56,14 @@ HEATMAP_SUFFIXES = (".pdf", ".png")
 
 def _check_partition_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before the dataset is read: parameters and output paths."""
-    import math
-
     from fedgmh import data, partition
 
     info = data.get_info(args.dataset)
-    if args.clients < 2:
-        raise UserError(f"--clients {args.clients}: a federation needs at least 2 clients")
-    if not 1 <= args.classes_per_client <= info.num_classes:
-        raise UserError(
-            f"--classes-per-client {args.classes_per_client}: must be between 1 and K={info.num_classes}, the number of classes of {args.dataset}"
-        )
-    if args.assignment == "chain" and args.clients + args.classes_per_client - 1 < info.num_classes:
-        raise UserError(
-            f"--assignment chain with --clients {args.clients} and --classes-per-client {args.classes_per_client} covers only "
-            f"{args.clients + args.classes_per_client - 1} of the {info.num_classes} classes of {args.dataset} (clients + C - 1 "
-            "must reach the number of classes); use more clients or a larger C"
-        )
-    if not 0 < args.alpha <= partition.MAX_ALPHA:
-        raise UserError(f"--alpha {args.alpha:g}: must be in (0, {partition.MAX_ALPHA:g}] (1e6 already gives near-equal shares)")
-    if not (math.isfinite(args.train_ratio) and 0 < args.train_ratio < 1):
-        raise UserError(f"--train-ratio {args.train_ratio}: must be strictly between 0 and 1")
+    named = {"clients": f"--clients {args.clients}", "classes_per_client": f"--classes-per-client {args.classes_per_client}",
+             "alpha": f"--alpha {args.alpha:g}", "train_ratio": f"--train-ratio {args.train_ratio}",
+             "assignment": f"--assignment {args.assignment}"}
+    partition.check_parameters(info.num_samples, info.num_classes, args.clients, args.classes_per_client, args.alpha,
+                               args.train_ratio, args.assignment, named=named, dataset=args.dataset)
     if not 0 <= args.seed <= partition.MAX_SEED:
         raise UserError(f"--seed {args.seed}: must be an integer from 0 to {partition.MAX_SEED} (2**32 - 1)")
     for heatmap in args.heatmap:
