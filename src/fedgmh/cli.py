@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | layer-weights | document | costs | store | campaign`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | layer-weights | document | costs | store | campaign | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
@@ -10,7 +10,8 @@ summary, `clients` the per-client accuracy figure, `layer-weights` the per-layer
 weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
-trains the full-protocol campaign's next runs (cli_campaign.py); `fedgmh
+trains the full-protocol campaign's next runs (cli_campaign.py); `plan` tells what a config's
+workflow will train and for how long (cli_plan.py); `fedgmh
 --version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2, and
 so are, from `main` alone (`error_line`), an operating-system error (a full disk, a read-only or
@@ -301,13 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--variant", help="its variant, for experiments with `variants`")
     p.set_defaults(func=_cmd_train)
 
-    from fedgmh import cli_campaign, cli_costs, cli_options, cli_report, cli_store
+    from fedgmh import cli_campaign, cli_costs, cli_options, cli_plan, cli_report, cli_store
 
     cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
     cli_campaign.register(sub)
+    cli_plan.register(sub)
     return parser
 
 
