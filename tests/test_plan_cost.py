@@ -60,7 +60,7 @@ def test_reused_runs_are_counted_and_the_others_estimated_from_records(tiny: Pat
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "plan tiny: 4 training runs: 2 reused (1 from results/tiny/runs, 1 from store), 2 to train"
     assert out[1].startswith(f"on a CPU: about {duration(_wall('fedavg') + _wall('fedgmh'))} for 2 run(s)")
-    assert out[2] == "on a GPU: no estimate; no record of fedavg on mnist, fedgmh on mnist for the other 2 run(s)"
+    assert out[2] == "on a GPU: no estimate; no record of fedavg on mnist, fedgmh on mnist for its 2 run(s)"
     assert out[3:] == [f"to train: {RUNS}/fedavg/seed1", f"to train: {RUNS}/fedgmh/seed1"]
 
 

@@ -202,7 +202,7 @@ def cost_lines(plan: Plan, cost: Cost, listed: bool = False) -> list[str]:
         if missing:
             pairs = [f"{algorithm} on {dataset}" for dataset, algorithm in sorted(missing)]
             shown = pairs if listed or len(pairs) <= SHOWN_PAIRS else pairs[:SHOWN_PAIRS] + [f"{len(pairs) - SHOWN_PAIRS} more (--list)"]
-            line += f"; no record of {', '.join(shown)} for the other {sum(missing.values())} run(s)"
+            line += f"; no record of {', '.join(shown)} for {'the other' if estimated else 'its'} {sum(missing.values())} run(s)"
         lines.append(line)
     if listed:
         lines += [f"to train: {run.run_dir}" for run in cost.to_train]
