@@ -30,6 +30,14 @@ def comparable(row: dict) -> dict:
     return {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
 
 
+def batched_plain_sgd(fed, starts, clients, trainable=None):
+    """Plain SGD on cross-entropy for every client of `clients` from `starts` (one per client), on the
+    batched path (`vectorised.train_phases_many`, one phase each): the batched twin of `engine.local_train`."""
+    from fedgmh.vectorised import Phase, train_phases_many
+
+    return [own[0] for own in train_phases_many(fed, [[Phase(start, trainable=trainable)] for start in starts], clients)]
+
+
 def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed=0, num_classes=None, test_per_client=3,
                     device="cpu", **engine):
     """A tiny federation on random 1x28x28 images: client i gets train labels `client_labels[i]`

@@ -17,7 +17,7 @@ from fedgmh.errors import UserError
 from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import TESTS, read_claims
 from fedgmh.report.claims_report import Runs, evaluate_claims
-from fedgmh.report.rounds import first_round_bounds
+from fedgmh.report.to_target import first_round_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 CLAIMS = REPO / "reference" / "fedgmh_paper_claims.yaml"

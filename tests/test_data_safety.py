@@ -403,6 +403,8 @@ def test_unreadable_mirror_folder(tmp_path: Path, capsys) -> None:
         (("--clients", "1"), "--clients 1: a federation needs at least 2 clients"),
         (("--classes-per-client", "11"), "--classes-per-client 11: must be between 1 and K=10"),
         (("--classes-per-client", "0"), "--classes-per-client 0: must be between 1 and K=10"),
+        (("--clients", "4", "--classes-per-client", "2"), "--clients 4 and --classes-per-client 2 give N x C = 8 < the 10 classes"),
+        (("--clients", "200"), "--clients 200: the 1797 samples of digits give every client at least 10, so at most 179"),
     ],
 )
 def test_bad_partition_parameters_are_rejected_before_any_work(tmp_path: Path, capsys, extra, match) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO_ROOT, make_federation
+from conftest import REPO_ROOT, batched_plain_sgd, make_federation
 
 from fedgmh import store
 from fedgmh.algorithms import REGISTRY
@@ -245,15 +245,14 @@ def test_records_with_and_without_clients_up_are_the_same_results(tmp_path):
 
 # ------------------------------------------------------------------ 7. batched trainable filter
 
-def test_local_train_many_trains_only_the_trainable_parameters():
+def test_batched_training_trains_only_the_trainable_parameters():
     from fedgmh.model import is_body
-    from fedgmh.vectorised import local_train_many
 
     feds = [make_federation(CLIENTS, num_classes=3, batch_size=2) for _ in range(2)]
     start = feds[0].initial_params()
     clients = [0, 2, 4]
     sequential = [local_train(feds[0], start, c, trainable=is_body) for c in clients]
-    batched = local_train_many(feds[1], [start] * len(clients), clients, trainable=is_body)
+    batched = batched_plain_sgd(feds[1], [start] * len(clients), clients, trainable=is_body)
     for one, many in zip(sequential, batched):
         for k, v in one.params.items():
             torch.testing.assert_close(many.params[k], v, rtol=1e-4, atol=1e-5)

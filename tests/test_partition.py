@@ -10,7 +10,7 @@ import pytest
 
 from fedgmh.cli import main
 from fedgmh.errors import UserError
-from fedgmh.partition import PartitionError, Partition, client_statistics, exdir, load_partition, save_partition
+from fedgmh.partition import PartitionError, Partition, check_parameters, client_statistics, exdir, load_partition, save_partition
 
 
 def synthetic_labels(num_classes=10, per_class=300, seed=0):
@@ -71,16 +71,29 @@ def test_balance_cap_bounds_client_size():
     "clients,c,alpha,message",
     [
         (10, 11, 0.5, "between 1 and K"),
-        (10, 2, 0.0, "alpha must be a positive"),
-        (10, 2, -1.0, "alpha must be a positive"),
-        (400, 2, 0.5, "at least 10 samples"),
-        (4, 2, 0.5, "N*C < K"),
+        (10, 2, 0.0, r"alpha=0: must be in \(0, 1e\+100\]"),
+        (10, 2, -1.0, r"alpha=-1: must be in \(0, 1e\+100\]"),
+        (400, 2, 0.5, "N=400: the 3000 samples give every client at least 10, so at most 300 clients"),
+        (4, 2, 0.5, "N=4 and C=2 give N x C = 8 < the 10 classes"),
         (1, 2, 0.5, "at least 2 clients"),
     ],
 )
 def test_impossible_parameters_fail_fast(clients, c, alpha, message):
     with pytest.raises(PartitionError, match=message):
         exdir(synthetic_labels(per_class=300), clients, c, alpha, seed=1)
+
+
+def test_one_feasibility_rule_speaks_the_callers_names():
+    """`check_parameters` is the rule of exdir, the CLI and the workflow's plan: it knows the chain
+    assignment's coverage and names each parameter as the caller does."""
+    named = {"clients": "--clients 4", "classes_per_client": "--classes-per-client 3", "assignment": "--assignment chain"}
+    with pytest.raises(PartitionError, match=r"^--assignment chain with --clients 4 and --classes-per-client 3 covers only 6 of "
+                                             r"the 10 classes of digits \("):
+        check_parameters(1797, 10, 4, 3, 1.0, 0.75, "chain", named=named, dataset="digits")
+    check_parameters(1797, 10, 4, 3, 1.0, 0.75, "random")  # N x C = 12 >= K: a random draw can cover every class
+    check_parameters(1797, 10, 8, 3, 1.0, 0.75, "chain")  # N + C - 1 = 10 = K
+    with pytest.raises(PartitionError, match="^assignment 'ring' is not one of random, chain"):
+        check_parameters(1797, 10, 8, 3, 1.0, 0.75, "ring")
 
 
 def test_unsatisfiable_draw_stops_after_bounded_attempts():

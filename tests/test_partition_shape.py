@@ -36,10 +36,8 @@ def test_chain_holders_give_neighbours_c_minus_1_shared_classes() -> None:
     # 003's Fig. 6: 8 clients, 4 classes each
     held8 = [{k for k, h in enumerate(chain_holders(8, 10, 4)) if client in h} for client in range(8)]
     assert held8[2] == {2, 3, 4, 5} and all(len(held8[i] & held8[i + 1]) == 3 for i in range(7))
-    with pytest.raises(PartitionError, match="covers only 5 of the K=10 classes"):
-        chain_holders(num_clients=3, num_classes=10, c=3)
-    with pytest.raises(PartitionError, match="between 1 and K=10"):
-        chain_holders(num_clients=8, num_classes=10, c=11)
+    with pytest.raises(PartitionError, match="assignment chain with N=3 and C=3 covers only 5 of the 10 classes"):
+        exdir(np.repeat(np.arange(10), 30), num_clients=3, classes_per_client=3, alpha=1.0, assignment="chain")
 
 
 def test_chain_partition_holds_the_chain_classes_in_near_equal_shares() -> None:
@@ -167,13 +165,13 @@ def test_the_shipped_configs_keep_their_partitions_and_settings() -> None:
     ("change", "message"),
     [
         (lambda s: s.update(classes_per_client=11, assignment="chain"),
-         "config: experiments.shape.settings[1].assignment is chain, but experiments.shape.settings[1].classes_per_client (11) > "
-         "the 10 classes of digits"),
+         "config: experiments.shape.settings[1].classes_per_client (11): must be between 1 and K=10, the number of classes of digits"),
         (lambda s: s.update(clients=4, classes_per_client=3),
-         "config: experiments.shape.settings[1].assignment is chain, but experiments.shape.settings[1].clients (4) + "
-         "experiments.shape.settings[1].classes_per_client (3) - 1 < the 10 classes of digits"),
+         "config: experiments.shape.settings[1].assignment (chain) with experiments.shape.settings[1].clients (4) and "
+         "experiments.shape.settings[1].classes_per_client (3) covers only 6 of the 10 classes of digits"),
         (lambda s: s.update(clients=4, classes_per_client=2, assignment="random"),
-         "config: experiments.shape.settings[1].clients (4) x experiments.shape.settings[1].classes_per_client (2) < the 10 classes"),
+         "config: experiments.shape.settings[1].clients (4) and experiments.shape.settings[1].classes_per_client (2) give "
+         "N x C = 8 < the 10 classes of digits"),
     ],
     ids=["chain-c-above-k", "chain-coverage", "setting-clients"],
 )

@@ -136,7 +136,7 @@ def test_train_runtime_grows_with_the_work() -> None:
         (lambda c: c["experiments"]["table6"]["settings"].append(dict(c["experiments"]["table6"]["settings"][0])),
          "config: experiment 'table6' lists the same setting twice (digits_c2_a0.5_beta0.1, algorithm fedgmh)"),
         (lambda c: c["experiments"]["table2"]["settings"][0].update(classes_per_client=11),
-         "config: experiments.table2.settings[0].classes_per_client is 11, but digits has only 10 classes"),
+         "config: experiments.table2.settings[0].classes_per_client (11): must be between 1 and K=10, the number of classes of digits"),
         (lambda c: c.update(lr=float("inf")), "config: lr is inf; every number must be finite"),
         (lambda c: c["figures"]["figure4"].update(algorithms=["fedavg"]), "config: figures.figure4.algorithms ['fedavg'] are not run in table5"),
         (lambda c: c["rounds_to_target"].update(paper={"fedgmh": [1]}), "config: rounds_to_target.paper.fedgmh has 1 rounds for 2 targets"),
@@ -148,8 +148,8 @@ def test_train_runtime_grows_with_the_work() -> None:
          "config: experiments.table2.settings[0]: ExDir(2, 0.5) of digits over experiments.table2.settings[0].clients = 5 "
          "clients cannot be drawn with partition_seed 1: could not give every class 1 holders in 1000 draws"),
         (lambda c: c["experiments"]["table2"]["settings"][0].update(clients=200),
-         "config: experiments.table2.settings[0].clients = 200 clients, but digits has 1797 samples and ExDir gives every "
-         "client at least 10 of them: use at most 179 clients"),
+         "config: experiments.table2.settings[0].clients (200): the 1797 samples of digits give every client at least 10, "
+         "so at most 179 clients; use fewer clients"),
         (lambda c: c.update(join_ratio=0.05), "config: join_ratio (0.05) x clients (10) < 1: a round would select no client"),
         (lambda c: c["experiments"]["table2_pflib"]["variants"].update({"--overwrite": {}}),
          "config: experiments.table2_pflib.variants: '--overwrite' is not allowed"),

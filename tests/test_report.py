@@ -12,6 +12,7 @@ import pytest
 from fedgmh import report
 from fedgmh.cli import main as cli_main
 from fedgmh.errors import UserError
+from fedgmh.report.to_target import rounds_latex, uploads_to_target
 
 
 def make_run(root: Path, *, experiment: str = "table2", dataset: str = "mnist", c: int = 2, alpha: float = 0.5,
@@ -329,6 +330,29 @@ def test_rounds_to_target() -> None:
         report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70, 75], paper={"fedgmh": [68]})
     with pytest.raises(UserError, match="its settings"):
         report.rounds_to_target(curves, "table2", "nope", [70])
+
+
+def test_rounds_to_target_follows_the_claims_rule_where_rounds_were_not_evaluated() -> None:
+    """A run evaluated only in its last rounds (eval_last) and at round 0: the first round reaching the
+    target is known only to lie between the first round not evaluated and the first evaluated hit, as
+    the claims read it (first_round_bounds), not the first evaluated round."""
+    curves = _curves({("fedgmh", 0): [0.1, 0.72, 0.76, 0.8]})
+    curves["round"] = curves["round"].map({0: 0, 1: 6, 2: 7, 3: 8})
+    got = report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70, 75, 90]).set_index("target")
+    assert list(got["mean_curve"]) == ["1-6", "1-7", "1-not reached"] and list(got["median_seed"]) == ["1-6", "1-7", "1-not reached"]
+    assert list(got["seeds_reached"]) == [1, 1, 0]
+    assert "a-b: somewhere from round a to b" in rounds_latex(report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70]))
+
+
+def test_both_target_tables_check_their_cell_alike() -> None:
+    curves = _curves({("fedgmh", 0): [0.1, 0.72]})
+    for table in (report.rounds_to_target, uploads_to_target):
+        with pytest.raises(UserError, match="no target accuracy given"):
+            table(curves, "table2", "cifar100_c5_a0.5", [])
+        with pytest.raises(UserError, match="setting 'nope'; its settings: cifar100_c5_a0.5"):
+            table(curves, "table2", "nope", [70])
+        with pytest.raises(UserError, match="of fedgmh: 1 values for 2 targets"):
+            table(curves, "table2", "cifar100_c5_a0.5", [70, 75], paper={"fedgmh": [68]})
 
 
 def test_rounds_cli(tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_rounds_to_target_fits_a_page() -> None:
 
     curves = _curves({(alg, 0): [0.01, 0.2, 0.3] for alg in report.ALGORITHM_ORDER[:12]})
     table = report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70, 75], paper={"fedgmh": [68, 185]})
-    from fedgmh.report.rounds import rounds_latex
+    from fedgmh.report.to_target import rounds_latex
 
     latex = rounds_latex(table)
     rows = [line for line in latex.splitlines() if line.endswith(r"\\") and " & " in line]

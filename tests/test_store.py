@@ -279,37 +279,3 @@ def test_a_reused_record_is_filed_under_the_jobs_labels(stored, tmp_path: Path) 
     assert train(stored["root"], stored["partition"], tmp_path / "run", *labels[:4]) == 0
     assert json.loads((tmp_path / "run" / "run.json").read_text())["workflow"] == {"config_name": "paper", "experiment": "table2_pflib"}
     assert (tmp_path / "run" / "metrics.csv").read_bytes() == before
-
-
-def test_upgrade_folds_run_info_into_run_json(stored, tmp_path: Path, capsys) -> None:
-    """Records from before run.json held the workflow's labels had a run_info.json beside it:
-    `fedgmh store upgrade` folds it in (keys and results unchanged) and refuses one that disagrees."""
-    old = tmp_path / "store" / "table2" / "digits_c3_a0.5" / "fedavg" / "seed0"
-    shutil.copytree(stored["record"], old)
-    record = json.loads((old / "run.json").read_text())
-    part = record["partition"]
-    info = {"alpha": part["alpha"], "classes_per_client": part["classes_per_client"], "clients": part["num_clients"],
-            "config_name": "mini", "dataset": part["dataset"], "experiment": "table2", "partition": record["config"]["partition"],
-            "partition_seed": part["seed"], "setting": "digits_c3_a0.5", "train_ratio": part["train_ratio"], "variant": ""}
-    (old / "run_info.json").write_text(json.dumps(info))
-    bad = tmp_path / "bad" / "run"
-    shutil.copytree(old, bad)
-    (bad / "run_info.json").write_text(json.dumps({**info, "alpha": 5}))
-    key = store.read_record(old).key
-    metrics = (old / "metrics.csv").read_bytes()
-
-    assert cli_main(["store", "check", str(tmp_path / "store")]) == 0
-    assert "1 record(s) still hold a run_info.json" in capsys.readouterr().out
-    assert cli_main(["store", "upgrade", str(tmp_path / "store")]) == 0
-    assert "store upgrade: 1 record(s)" in capsys.readouterr().out
-    assert not (old / "run_info.json").exists() and (old / "metrics.csv").read_bytes() == metrics
-    upgraded = json.loads((old / "run.json").read_text())
-    assert upgraded["workflow"] == {"config_name": "mini", "experiment": "table2", "setting": "digits_c3_a0.5"}  # no variant
-    assert {k: v for k, v in upgraded.items() if k != "workflow"} == record
-    assert store.read_record(old).key == key and store.find([tmp_path / "store"], key)[0].folder == old
-    assert store.upgrade([tmp_path / "store"]) == []  # nothing left to do
-
-    before = {p: p.read_bytes() for p in bad.iterdir()}
-    with pytest.raises(UserError, match="alpha = 5 but run.json's partition.alpha is 0.5; nothing changed"):
-        store.upgrade([tmp_path / "bad"])
-    assert {p: p.read_bytes() for p in bad.iterdir()} == before

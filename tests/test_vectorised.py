@@ -6,14 +6,14 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import make_federation
+from conftest import batched_plain_sgd, make_federation
 from fedgmh.algorithms import REGISTRY, base, get_algorithm
 from fedgmh.algorithms.averaging import FedAvg
 from fedgmh.algorithms.decoupled import mmd
 from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds
 from fedgmh.errors import UserError
 from fedgmh.train import resolve_options
-from fedgmh.vectorised import local_train_many, train_phases_many
+from fedgmh.vectorised import train_phases_many
 
 # unequal client sizes (partial last batches, clients running out of batches early) and a
 # client with fewer samples than one batch
@@ -71,14 +71,14 @@ def _vectorise(algorithm, mode="on"):
 
 
 @pytest.mark.parametrize("drop_last", [False, True])
-def test_local_train_many_matches_sequential_local_train(drop_last):
+def test_batched_plain_sgd_matches_sequential_local_train(drop_last):
     clients = [0, 2, 3, 4]
     feds = [make_federation(CLIENTS, batch_size=3, local_epochs=2, lr=0.2, drop_last=drop_last) for _ in range(2)]
     for fed in feds:
         fed.participations[:] = [0, 1, 3, 2, 0]  # different learning rates per client
     start = feds[0].initial_params()
     sequential = [local_train(feds[0], start, c) for c in clients]
-    batched = local_train_many(feds[1], [start] * len(clients), clients)
+    batched = batched_plain_sgd(feds[1], [start] * len(clients), clients)
     for s, b in zip(sequential, batched):
         _close(s.params, b.params)
         assert b.num_samples == s.num_samples
@@ -239,7 +239,7 @@ def test_on_cuda_auto_vectorises_and_matches_the_sequential_path(monkeypatch):
     assert feds[0].vectorised  # vectorise=auto on CUDA
     start = feds[0].initial_params()
     sequential = [local_train(feds[0], start, c) for c in clients]
-    batched = local_train_many(feds[1], [start] * len(clients), clients)
+    batched = batched_plain_sgd(feds[1], [start] * len(clients), clients)
     for s, b in zip(sequential, batched):
         _close(s.params, b.params, atol=1e-4)
         assert b.num_samples == s.num_samples

@@ -216,12 +216,12 @@ def _setting(config: dict[str, Any]) -> dict[str, Any]:
         (lambda c: c.update(partition_seed=2**32), "partition_seed: 4294967296 is greater than the maximum"),
         (lambda c: c.update(clients=1), "clients: 1 is less than the minimum of 2"),
         (lambda c: _setting(c).update(classes_per_client=11),
-         "experiments.table2.settings[0].classes_per_client is 11, but digits has only 10 classes; use 1..10"),
+         "experiments.table2.settings[0].classes_per_client (11): must be between 1 and K=10, the number of classes of digits"),
         (lambda c: c.update(clients=4),
-         "clients (4) x experiments.table2.settings[0].classes_per_client (2) < the 10 classes of digits"),
+         "clients (4) and experiments.table2.settings[0].classes_per_client (2) give N x C = 8 < the 10 classes of digits"),
         # what the jobs would refuse: ExDir's class draw, the data's size, a round without clients
         (lambda c: c.update(clients=5), "ExDir(2, 0.5) of digits over clients = 5 clients cannot be drawn with partition_seed 1"),
-        (lambda c: c.update(clients=200), "clients = 200 clients, but digits has 1797 samples"),
+        (lambda c: c.update(clients=200), "clients (200): the 1797 samples of digits give every client at least 10"),
         (lambda c: c.update(join_ratio=0.05), "join_ratio (0.05) x clients (10) < 1: a round would select no client"),
         # strings that would become a flag or a folder name too long for the file system
         (lambda c: c["experiments"]["table2"].update(variants={"--overwrite": {}}),

@@ -29,6 +29,7 @@ import yaml
 from fedgmh.algorithms.options import resolve_options
 from fedgmh.errors import UserError
 from fedgmh.plan import Plan, Run, with_defaults
+from fedgmh.plan_cost import parse_overrides
 from fedgmh.record import load_record
 from fedgmh.store import EXECUTION_OPTIONS
 
@@ -69,17 +70,6 @@ class Entry:
     @property
     def slug(self) -> str:
         return f"{self.plan.name}--{self.name.replace('/', '--')}"
-
-
-def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """Snakemake's `--config KEY=VALUE ...`: top-level keys, each value read as YAML."""
-    parsed = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"campaign: --config {item!r} is not KEY=VALUE")
-        parsed[key] = yaml.safe_load(value)
-    return parsed
 
 
 def _plan(config_path: str, base: Path, workflow_dir: Path, schema: dict, overrides: dict[str, Any]) -> Plan:

@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign`.
+"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run, `options` lists an
@@ -10,7 +10,8 @@ summary, `clients` the per-client accuracy figure, `dots` each seed beside the p
 weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
-trains the full-protocol campaign's next runs (cli_campaign.py); `fedgmh
+trains the full-protocol campaign's next runs (cli_campaign.py); `plan` tells what a config's
+workflow will train and for how long (cli_plan.py); `fedgmh
 --version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2, and
 so are, from `main` alone (`error_line`), an operating-system error (a full disk, a read-only or
@@ -56,27 +57,14 @@ HEATMAP_SUFFIXES = (".pdf", ".png")
 
 def _check_partition_args(args: argparse.Namespace) -> None:
     """Everything that can be checked before the dataset is read: parameters and output paths."""
-    import math
-
     from fedgmh import data, partition
 
     info = data.get_info(args.dataset)
-    if args.clients < 2:
-        raise UserError(f"--clients {args.clients}: a federation needs at least 2 clients")
-    if not 1 <= args.classes_per_client <= info.num_classes:
-        raise UserError(
-            f"--classes-per-client {args.classes_per_client}: must be between 1 and K={info.num_classes}, the number of classes of {args.dataset}"
-        )
-    if args.assignment == "chain" and args.clients + args.classes_per_client - 1 < info.num_classes:
-        raise UserError(
-            f"--assignment chain with --clients {args.clients} and --classes-per-client {args.classes_per_client} covers only "
-            f"{args.clients + args.classes_per_client - 1} of the {info.num_classes} classes of {args.dataset} (clients + C - 1 "
-            "must reach the number of classes); use more clients or a larger C"
-        )
-    if not 0 < args.alpha <= partition.MAX_ALPHA:
-        raise UserError(f"--alpha {args.alpha:g}: must be in (0, {partition.MAX_ALPHA:g}] (1e6 already gives near-equal shares)")
-    if not (math.isfinite(args.train_ratio) and 0 < args.train_ratio < 1):
-        raise UserError(f"--train-ratio {args.train_ratio}: must be strictly between 0 and 1")
+    named = {"clients": f"--clients {args.clients}", "classes_per_client": f"--classes-per-client {args.classes_per_client}",
+             "alpha": f"--alpha {args.alpha:g}", "train_ratio": f"--train-ratio {args.train_ratio}",
+             "assignment": f"--assignment {args.assignment}"}
+    partition.check_parameters(info.num_samples, info.num_classes, args.clients, args.classes_per_client, args.alpha,
+                               args.train_ratio, args.assignment, named=named, dataset=args.dataset)
     if not 0 <= args.seed <= partition.MAX_SEED:
         raise UserError(f"--seed {args.seed}: must be an integer from 0 to {partition.MAX_SEED} (2**32 - 1)")
     for heatmap in args.heatmap:
@@ -314,13 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--variant", help="its variant, for experiments with `variants`")
     p.set_defaults(func=_cmd_train)
 
-    from fedgmh import cli_campaign, cli_costs, cli_options, cli_report, cli_store
+    from fedgmh import cli_campaign, cli_costs, cli_options, cli_plan, cli_report, cli_store
 
     cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
     cli_campaign.register(sub)
+    cli_plan.register(sub)
     return parser
 
 

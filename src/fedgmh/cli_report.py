@@ -78,7 +78,7 @@ def _cmd_uploads(args: argparse.Namespace) -> None:
     import json
 
     from fedgmh.errors import UserError
-    from fedgmh.report.uploads import write_uploads_to_target
+    from fedgmh.report.to_target import write_uploads_to_target
 
     try:
         paper = json.loads(args.paper) if args.paper else None

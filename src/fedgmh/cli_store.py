@@ -1,4 +1,4 @@
-"""`fedgmh store check | merge | put | upgrade`: look after the folders of finished run records (fedgmh.store)."""
+"""`fedgmh store check | merge | put`: look after the folders of finished run records (fedgmh.store)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,6 @@ def _cmd_check(args: argparse.Namespace) -> None:
     for line in float_level:
         print(f"float-level: {line}")
     keys = len({run.digest for run in runs})
-    legacy = sum(1 for run in runs if (run.folder / store.LEGACY_INFO).is_file())
-    if legacy:
-        print(f"{legacy} record(s) still hold a {store.LEGACY_INFO} (the workflow's labels, from before run.json held them): "
-              "`fedgmh store upgrade` folds them into run.json")
     print(f"store check: {len(runs)} records of {keys} distinct runs, {len(groups)} conflict(s), {len(problems)} invalid, "
           f"{len(float_level)} float-level difference(s)")
     if groups or problems:
@@ -45,15 +41,6 @@ def _cmd_merge(args: argparse.Namespace) -> None:
         raise UserError("some records were not merged (lines above); nothing in the store was overwritten")
 
 
-def _cmd_upgrade(args: argparse.Namespace) -> None:
-    from fedgmh import store
-
-    changed = store.upgrade(args.stores)
-    for folder in changed:
-        print(f"upgraded: {folder}")
-    print(f"store upgrade: {len(changed)} record(s) had a {store.LEGACY_INFO}, now folded into their run.json")
-
-
 def _cmd_put(args: argparse.Namespace) -> None:
     from fedgmh import store
 
@@ -73,10 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("sources", nargs="+")
     v.add_argument("--into", required=True, help="store folder, e.g. paper_artifacts/paper/runs")
     v.set_defaults(func=_cmd_merge)
-    v = verbs.add_parser("upgrade", help="fold the run_info.json the workflow wrote beside run.json before run.json held its "
-                                         "labels into run.json (config name, experiment, setting, variant) and delete it")
-    v.add_argument("stores", nargs="+", help="store folders (searched at any depth for run_info.json)")
-    v.set_defaults(func=_cmd_upgrade)
     v = verbs.add_parser("put", help="copy one run's record to a given folder of a store (the workflow's run_record rule)")
     v.add_argument("source")
     v.add_argument("destination")

@@ -73,34 +73,55 @@ class Partition:
         return h.hexdigest()
 
 
-def _check_parameters(labels: np.ndarray, num_clients: int, classes_per_client: int, alpha: float, train_ratio: float) -> int:
+def _check_parameters(labels: np.ndarray, num_clients: int, classes_per_client: int, alpha: float, train_ratio: float,
+                      assignment: str) -> int:
     if labels.ndim != 1 or len(labels) == 0:
         raise PartitionError("labels must be a non-empty 1-d array")
     classes = np.unique(labels)
     num_classes = len(classes)
     if not np.array_equal(classes, np.arange(num_classes)):
         raise PartitionError(f"labels must be 0..K-1 with every class present; got classes {classes.tolist()[:20]}")
-    check_parameters(len(labels), num_classes, num_clients, classes_per_client, alpha, train_ratio)
+    check_parameters(len(labels), num_classes, num_clients, classes_per_client, alpha, train_ratio, assignment)
     return num_classes
 
 
 def check_parameters(num_samples: int, num_classes: int, num_clients: int, classes_per_client: int, alpha: float,
-                     train_ratio: float) -> None:
-    """Raise PartitionError for ExDir parameters no draw can satisfy, whatever the labels (the workflow's
-    plan checks a config's settings with it, from the datasets' sizes)."""
-    described = f"ExDir(C={classes_per_client}, alpha={alpha}) with N={num_clients} clients on {num_samples} samples of {num_classes} classes"
-    if num_clients < 2:
-        raise PartitionError(f"{described}: need at least 2 clients")
-    if not 1 <= classes_per_client <= num_classes:
-        raise PartitionError(f"{described}: classes per client C must be between 1 and K={num_classes}")
+                     train_ratio: float, assignment: str = "random", *, named: dict[str, str] | None = None,
+                     dataset: str = "") -> None:
+    """Raise PartitionError for ExDir parameters no draw can satisfy, whatever the labels: the one rule of
+    `exdir`, `fedgmh partition`'s argument check and the workflow's plan (which knows the datasets' sizes,
+    not their labels). `named` says how the message names each parameter with its value (the caller's
+    option or config key; keys: clients, classes_per_client, alpha, train_ratio, assignment); `dataset`
+    names the data."""
+    n, c, k = num_clients, classes_per_client, num_classes
+    named = {"clients": f"N={n}", "classes_per_client": f"C={c}", "alpha": f"alpha={alpha:g}", "train_ratio": f"train ratio {train_ratio}",
+             "assignment": f"assignment {assignment}", **(named or {})}
+    of = f" of {dataset}" if dataset else ""
+    if n < 2:
+        raise PartitionError(f"{named['clients']}: a federation needs at least 2 clients")
+    if not 1 <= c <= k:
+        raise PartitionError(f"{named['classes_per_client']}: must be between 1 and K={k}, the number of classes{of}")
     if not 0 < alpha <= MAX_ALPHA:
-        raise PartitionError(f"{described}: alpha must be a positive number, at most {MAX_ALPHA:g} (1e6 already gives near-equal shares)")
+        raise PartitionError(f"{named['alpha']}: must be in (0, {MAX_ALPHA:g}] (1e6 already gives near-equal shares)")
     if not 0 < train_ratio < 1:
-        raise PartitionError(f"{described}: train ratio must be strictly between 0 and 1")
-    if num_clients * classes_per_client < num_classes:
-        raise PartitionError(f"{described}: N*C < K, so some class could never be held by any client")
-    if num_clients > max_clients(num_samples):
-        raise PartitionError(f"{described}: every client needs at least {MIN_CLIENT_SIZE} samples; use fewer clients")
+        raise PartitionError(f"{named['train_ratio']}: must be strictly between 0 and 1")
+    if assignment not in ASSIGNMENTS:
+        raise PartitionError(f"assignment {assignment!r} is not one of {', '.join(ASSIGNMENTS)}")
+    if assignment == "chain" and n + c - 1 < k:
+        raise PartitionError(
+            f"{named['assignment']} with {named['clients']} and {named['classes_per_client']} covers only {n + c - 1} of the "
+            f"{k} classes{of} (clients + C - 1 must reach the number of classes); use more clients or a larger C"
+        )
+    if n * c < k:
+        raise PartitionError(
+            f"{named['clients']} and {named['classes_per_client']} give N x C = {n * c} < the {k} classes{of}: some class "
+            "would belong to no client; use more clients or a larger C"
+        )
+    if n > max_clients(num_samples):
+        raise PartitionError(
+            f"{named['clients']}: the {num_samples} samples{of} give every client at least {MIN_CLIENT_SIZE}, so at most "
+            f"{max_clients(num_samples)} clients; use fewer clients"
+        )
 
 
 def max_clients(num_samples: int) -> int:
@@ -134,9 +155,8 @@ def class_holders(rng: np.random.RandomState, num_clients: int, num_classes: int
                   assignment: str = "random", max_attempts: int = MAX_ATTEMPTS) -> list[list[int]]:
     """Level 1 of ExDir, the clients holding each class: `_assign_classes` draws them with `rng` (the first
     draws of a partition's generator, so the workflow's plan replays them from the seed alone) or
-    `chain_holders` deals them out; PartitionError when no draw gives every class its holders."""
-    if assignment not in ASSIGNMENTS:
-        raise PartitionError(f"assignment {assignment!r} is not one of {', '.join(ASSIGNMENTS)}")
+    `chain_holders` deals them out (parameters checked by `check_parameters`); PartitionError when no draw gives
+    every class its holders."""
     if assignment == "chain":
         return chain_holders(num_clients, num_classes, classes_per_client)
     return _assign_classes(rng, num_clients, num_classes, classes_per_client, max_attempts)
@@ -145,19 +165,11 @@ def class_holders(rng: np.random.RandomState, num_clients: int, num_classes: int
 def chain_holders(num_clients: int, num_classes: int, c: int) -> list[list[int]]:
     """Level 1 of the chain assignment (pFedLA's Fig. 6): client i holds classes (i, i+1, ..., i+C-1)
     mod K, so neighbouring clients share C-1 classes. Holder lists in increasing client order;
-    no randomness. Every class needs a holder: N + C - 1 >= K (or C = K)."""
-    if not 1 <= c <= num_classes:
-        raise PartitionError(f"chain assignment: C={c} classes per client must be between 1 and K={num_classes}")
+    no randomness. `check_parameters` makes sure every class has a holder (N + C - 1 >= K)."""
     holders: list[list[int]] = [[] for _ in range(num_classes)]
     for client in range(num_clients):
         for k in sorted({(client + j) % num_classes for j in range(c)}):
             holders[k].append(client)
-    empty = [k for k, h in enumerate(holders) if not h]
-    if empty:
-        raise PartitionError(
-            f"chain assignment with N={num_clients} clients and C={c} classes per client covers only "
-            f"{num_classes - len(empty)} of the K={num_classes} classes (it needs N + C - 1 >= K); use more clients or a larger C"
-        )
     return holders
 
 
@@ -228,7 +240,7 @@ def exdir(
     from sklearn.model_selection import train_test_split  # here: the workflow's plan imports this module to check configs
 
     labels = np.asarray(labels).astype(np.int64, copy=False)
-    num_classes = _check_parameters(labels, num_clients, classes_per_client, alpha, train_ratio)
+    num_classes = _check_parameters(labels, num_clients, classes_per_client, alpha, train_ratio, assignment)
     check_seed(seed)
     rng = np.random.RandomState(seed)
     holders = class_holders(rng, num_clients, num_classes, classes_per_client, assignment, max_attempts)

@@ -223,63 +223,45 @@ class Plan:
                     )
 
     def _check_settings(self) -> None:
-        """ExDir(C, alpha) must be drawable: 1 <= C <= the dataset's classes, and N * C >= classes (N: the
-        setting's `clients`, else the config's); the chain assignment needs N + C - 1 >= classes; then
-        `_check_partition`. A round must select a client: N x join_ratio >= 1."""
+        """Every setting's ExDir parameters must be drawable (`_check_partition`; N: the setting's `clients`,
+        else the config's), and a round must select a client: N x join_ratio >= 1."""
         for exp_name, exp in self.config["experiments"].items():
             for index, setting in enumerate(exp["settings"]):
                 where = f"experiments.{exp_name}.settings[{index}]"
-                key = f"{where}.classes_per_client"
                 clients_key = f"{where}.clients" if "clients" in setting else "clients"
                 clients = int(setting.get("clients", self.config["clients"]))
-                classes, dataset = int(setting["classes_per_client"]), setting["dataset"]
-                num_classes = DATASETS[dataset].num_classes
                 join_ratio, join_key = self._inherited(setting, exp, "join_ratio", where, f"experiments.{exp_name}")
                 if not selects_a_client(clients, join_ratio):
                     raise ConfigError(
                         f"config: {join_key} ({format_number(join_ratio)}) x {clients_key} ({clients}) < 1: a round would select "
                         f"no client (`fedgmh train` refuses it); use a join_ratio of at least 1/{clients}"
                     )
-                if setting.get("assignment", "random") == "chain" and classes > num_classes:
-                    raise ConfigError(
-                        f"config: {where}.assignment is chain, but {key} ({classes}) > the {num_classes} classes of {dataset}: "
-                        f"a chain client holds C distinct classes of the K; use classes_per_client 1..{num_classes}"
-                    )
-                if classes > num_classes:
-                    raise ConfigError(f"config: {key} is {classes}, but {dataset} has only {num_classes} classes; use 1..{num_classes}")
-                if clients * classes < num_classes:
-                    raise ConfigError(
-                        f"config: {clients_key} ({clients}) x {key} ({classes}) < the {num_classes} classes of {dataset}, "
-                        "so some class would belong to no client; raise clients or classes_per_client"
-                    )
-                if setting.get("assignment", "random") == "chain" and clients + classes - 1 < num_classes:
-                    raise ConfigError(
-                        f"config: {where}.assignment is chain, but {clients_key} ({clients}) + {key} ({classes}) - 1 < the "
-                        f"{num_classes} classes of {dataset}: the chain of classes i..i+C-1 would miss some class; "
-                        "raise clients or classes_per_client"
-                    )
                 self._check_partition(where, clients_key, setting, clients)
 
     def _check_partition(self, where: str, clients_key: str, setting: dict, clients: int) -> None:
-        """What `fedgmh partition` would refuse of a setting, without its data: the parameters (the dataset's
-        size standing in for its labels) and ExDir's class draw, replayed from partition_seed (`partition.class_holders`)."""
+        """What `fedgmh partition` would refuse of a setting, without its data: the parameters
+        (`partition.check_parameters`, the dataset's size standing in for its labels) and ExDir's class
+        draw, replayed from partition_seed (`partition.class_holders`)."""
         info, classes, alpha = DATASETS[setting["dataset"]], int(setting["classes_per_client"]), setting["alpha"]
-        if clients > partition.max_clients(info.num_samples):
-            raise ConfigError(
-                f"config: {clients_key} = {clients} clients, but {info.name} has {info.num_samples} samples and ExDir gives every "
-                f"client at least {partition.MIN_CLIENT_SIZE} of them: use at most {partition.max_clients(info.num_samples)} clients"
-            )
-        draw = (info.num_classes, clients, classes, setting.get("assignment", "random"))
-        seed = self.config["partition_seed"]
+        assignment, train_ratio = setting.get("assignment", "random"), self.config["train_ratio"]
+        named = {"clients": f"{clients_key} ({clients})", "classes_per_client": f"{where}.classes_per_client ({classes})",
+                 "alpha": f"{where}.alpha ({format_number(alpha)})", "train_ratio": f"train_ratio ({format_number(train_ratio)})",
+                 "assignment": f"{where}.assignment ({assignment})"}
         try:
-            partition.check_parameters(info.num_samples, info.num_classes, clients, classes, alpha, self.config["train_ratio"])
-            if draw not in self._drawable:
-                partition.class_holders(np.random.RandomState(seed), clients, info.num_classes, classes, draw[3])
+            partition.check_parameters(info.num_samples, info.num_classes, clients, classes, alpha, train_ratio, assignment,
+                                       named=named, dataset=setting["dataset"])
         except partition.PartitionError as err:
-            raise ConfigError(
-                f"config: {where}: ExDir({classes}, {format_number(alpha)}) of {info.name} over {clients_key} = {clients} clients "
-                f"cannot be drawn with partition_seed {seed}: {err}"
-            ) from None
+            raise ConfigError(f"config: {err}") from None
+        draw = (info.num_classes, clients, classes, assignment)
+        seed = self.config["partition_seed"]
+        if draw not in self._drawable:
+            try:
+                partition.class_holders(np.random.RandomState(seed), clients, info.num_classes, classes, assignment)
+            except partition.PartitionError as err:
+                raise ConfigError(
+                    f"config: {where}: ExDir({classes}, {format_number(alpha)}) of {info.name} over {clients_key} = {clients} clients "
+                    f"cannot be drawn with partition_seed {seed}: {err}"
+                ) from None
         self._drawable.add(draw)
 
     def _inherited(self, setting: dict, experiment: dict, key: str, where: str = "setting",

@@ -234,7 +234,7 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
 def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
     """Copy a record's files (RECORD_FILES and its `optional_files`, or `names`; run.json
     last), each atomically and read without following a link (fedgmh.record.read_bytes); nothing
-    else of the folder (a checkpoint, a legacy run_info.json)."""
+    else of the folder (a checkpoint)."""
     if destination.is_symlink():
         raise UserError(f"{destination} is a symbolic link; a record is written to a folder of the store only")
     destination.mkdir(parents=True, exist_ok=True)
@@ -391,55 +391,3 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
                 by_digest[run.digest] = StoredRun(target, run.record, run.key)
                 outcome["added"].append(f"{run.folder} -> {target}")
     return outcome
-
-
-#: what the workflow wrote beside run.json before run.json held the workflow's labels (`workflow`)
-LEGACY_INFO = "run_info.json"
-#: its keys besides the WORKFLOW_LABELS: run.json holds them already, here
-LEGACY_DUPLICATES = {"dataset": ("partition", "dataset"), "classes_per_client": ("partition", "classes_per_client"),
-                     "alpha": ("partition", "alpha"), "clients": ("partition", "num_clients"),
-                     "train_ratio": ("partition", "train_ratio"), "partition_seed": ("partition", "seed"),
-                     "partition": ("config", "partition")}
-
-
-def fold_legacy_info(folder: Path | str) -> bool:
-    """Fold a record's run_info.json into its run.json (config name, experiment, setting and variant,
-    when it has one, under `workflow`, as `fedgmh train` records the workflow's labels) and delete
-    it; False when the record has none. Refuses (UserError, nothing changed) a run_info.json that
-    contradicts run.json or holds keys it does not know; the run key stays what it was."""
-    folder = Path(folder)
-    info_path = folder / LEGACY_INFO
-    if not info_path.is_file():
-        return False
-    run = read_record(folder)
-    info = read_json(info_path)
-    unknown = sorted(set(info) - set(WORKFLOW_LABELS) - set(LEGACY_DUPLICATES))
-    if unknown:
-        raise UserError(f"{info_path}: unknown key(s) {', '.join(unknown)}; nothing changed")
-    for key, (section, name) in LEGACY_DUPLICATES.items():
-        if key in info and info[key] != (run.record.get(section) or {}).get(name):
-            raise UserError(f"{info_path}: {key} = {info[key]!r} but run.json's {section}.{name} is "
-                            f"{(run.record.get(section) or {}).get(name)!r}; nothing changed")
-    labels = {key: info[key] for key in WORKFLOW_LABELS if info.get(key) not in (None, "")}  # no variant: no label, as the workflow's
-    if run.record.get("workflow", labels) != labels:
-        raise UserError(f"{folder}: run.json's workflow {run.record['workflow']!r} differs from {LEGACY_INFO}'s {labels!r}; nothing changed")
-    record = {**run.record, "workflow": labels}
-    if run_key(record) != run.key:  # cannot happen (labels are no part of the key): the record stays reusable
-        raise UserError(f"{folder}: folding {LEGACY_INFO} would change the run key; nothing changed")
-    write_json(record, folder / "run.json")
-    info_path.unlink()
-    return True
-
-
-def upgrade(stores: Iterable[Path | str]) -> list[Path]:
-    """`fold_legacy_info` for every record below the store folders; the folders it changed."""
-    changed = []
-    for store in stores:
-        store = Path(store)
-        if not store.is_dir():
-            raise UserError(f"{store} is not a folder of run records")
-        with locked(store):
-            for path in sorted(store.rglob(LEGACY_INFO)):
-                if fold_legacy_info(path.parent):
-                    changed.append(path.parent)
-    return changed

@@ -181,15 +181,6 @@ def train_phases_many(
     return [[per_phase[i] for per_phase in results] for i in range(len(clients))]
 
 
-def local_train_many(
-    fed: Federation, starts: list[Params], clients: list[int], epochs: int | None = None, trainable: Callable[[str], bool] | None = None
-) -> list[LocalResult]:
-    """Plain SGD on cross-entropy for every client of `clients`, from `starts` (one per client);
-    `trainable` selects the parameters that move, as in `engine.local_train` (e.g. the body only)."""
-    phases = [[Phase(start, epochs=epochs, trainable=trainable)] for start in starts]
-    return [own[0] for own in train_phases_many(fed, phases, clients)]
-
-
 #: padded test samples of one batched evaluation pass (all its clients together): on a GPU a pass of
 #: 4096 MNIST-shaped samples holds about 0.6 GB of activations (without gradients), so twelve runs
 #: sharing a card stay far below its memory; a few passes evaluate 100 clients instead of 100 passes

@@ -27,8 +27,9 @@ from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_pr
     threads_and_precision,
     train_flops_per_sample,
 )
+from conftest import batched_plain_sgd
 from fedgmh.engine import evaluate_clients, local_train
-from fedgmh.vectorised import evaluate_many, local_train_many
+from fedgmh.vectorised import evaluate_many
 
 pytestmark = pytest.mark.benchmark
 
@@ -79,7 +80,7 @@ def test_batched_local_training(benchmark, shape, conv):
     clients, start = list(range(20)), fed.initial_params()
 
     def train():
-        local_train_many(fed, [start] * len(clients), clients)
+        batched_plain_sgd(fed, [start] * len(clients), clients)
         synchronize()
 
     benchmark.pedantic(train, rounds=3, warmup_rounds=1)

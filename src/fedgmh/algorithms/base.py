@@ -80,12 +80,6 @@ class Algorithm:
         raise NotImplementedError(f"no cost model for algorithm {cls.name!r}: define exchange() on its class")
 
     @classmethod
-    def exact_traffic(cls, options: Any) -> bool:
-        """False when `exchange` gives only the most a client can move (what it moves depends on the
-        run's state, e.g. HeurpFedLA's learned choice of retained layers): the channel then counts at most that."""
-        return True
-
-    @classmethod
     def aliased_bytes(cls, options: Any, sizes: Any) -> int:
         """Bytes of server state that IS client 0's (up when client 0 trains, down to it every round)."""
         return 0

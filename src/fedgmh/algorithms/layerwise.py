@@ -109,10 +109,6 @@ class LayerwiseAggregation(Algorithm):
         kept = 0 if options.intermediate == "accumulate" else min(options.k, len(layer_bytes))
         return Exchange(sizes.model, sizes.model - sum(layer_bytes[:kept]), 0)
 
-    @classmethod
-    def exact_traffic(cls, options: LayerwiseOptions) -> bool:
-        return options.k == 0 or options.intermediate == "accumulate"
-
     def __init__(self, fed: Federation, options: LayerwiseOptions) -> None:
         super().__init__(fed, options)
         initial = fed.initial_params()

@@ -18,7 +18,8 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
   writes it as Markdown and LaTeX.
 - `tables`: `make_table` -> rows = algorithms in the paper's order (or named variants), columns =
   settings; LaTeX (booktabs) + CSV, and the same beside the paper's values.
-- `rounds`: `rounds_to_target` -> first round at which an accuracy curve reaches each target.
+- `to_target`: `rounds_to_target` -> first round at which an accuracy curve reaches each target;
+  `uploads_to_target` -> client uploads until then.
 - `claim_file`, `claims`, `claims_report`: the paper's claims (reference/fedgmh_paper_claims.yaml),
   their test kinds and decision rules, and `claims.md`/`.csv` with each claim's verdict.
 - `cost_tables`: the section 2.3 costs (`fedgmh costs`) as LaTeX.
@@ -33,7 +34,7 @@ from fedgmh.report.names import (
     ALGORITHM_NAMES, ALGORITHM_ORDER, DATASET_NAMES, DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, algorithm_name,
     dataset_name, format_number,
 )
-from fedgmh.report.rounds import rounds_to_target, write_rounds_to_target
+from fedgmh.report.to_target import rounds_to_target, write_rounds_to_target
 from fedgmh.report.runs import aggregate_runs, load_run, read_curves, read_results, write_aggregate
 from fedgmh.report.settings import assign_setting_ids, setting_id, sweep_dimensions
 from fedgmh.report.summary import ACCURACIES, summarize

@@ -35,7 +35,7 @@ MIN_SEEDS = 3
 Cell = Mapping[int, float]
 Curve = Mapping[int, tuple[np.ndarray, np.ndarray]]
 #: a first round at the target: a number when known (inf: never in the paper's rounds), else (low, high),
-#: the range it is known to lie in (`fedgmh.report.rounds.first_round_bounds`)
+#: the range it is known to lie in (`fedgmh.report.to_target.first_round_bounds`)
 Round = float | tuple[float, float]
 
 

@@ -30,7 +30,7 @@ from fedgmh.report.claim_file import Claim, Need, read_claims, rounds_algorithms
 from fedgmh.report.latex import latex_table
 from fedgmh.report.names import SWEEP_DIMS, algorithm_name, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
-from fedgmh.report.rounds import accuracy_by_seed, first_round_bounds
+from fedgmh.report.to_target import accuracy_by_seed, first_round_bounds
 from fedgmh.report.runs import read_curves, read_results
 from fedgmh.report.summary import accuracy_column
 

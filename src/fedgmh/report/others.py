@@ -6,7 +6,7 @@ algorithm (our registry name), paper_name, quantity, target, value (empty: '–'
 unit, note. Quantities:
 
 - `uploads_to_target`: cumulative client uploads until the mean client accuracy reaches `target` %
-  (`fedgmh.report.uploads.run_uploads` of each run; the median over seeds);
+  (`fedgmh.report.to_target.run_uploads` of each run; the median over seeds);
 - `mean_client_accuracy`: the best mean client accuracy (%) over the rounds (metrics.csv
   `test_acc_mean`), the mean over seeds.
 
@@ -30,7 +30,7 @@ from fedgmh.errors import UserError
 from fedgmh.report.latex import latex_table
 from fedgmh.report.names import format_number
 from fedgmh.report.paper import reference_dataset
-from fedgmh.report.uploads import NEVER, run_uploads
+from fedgmh.report.to_target import NEVER, run_uploads
 from fedgmh.report.values import norm_name
 
 OTHER_COLUMNS = ("document", "item", "dataset", "clients", "join_ratio", "algorithm", "quantity", "target", "value", "unit")

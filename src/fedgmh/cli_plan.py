@@ -1,0 +1,24 @@
+"""CLI subcommand `fedgmh plan`: a dry run that tells cost (fedgmh.plan_cost)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _cmd_plan(args: argparse.Namespace) -> None:
+    from fedgmh.plan_cost import cost_lines, load_plan, plan_cost
+
+    plan = load_plan(args.configfile, args.config)
+    for line in cost_lines(plan, plan_cost(plan), listed=args.list):
+        print(line)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add `plan` to the `fedgmh` parser."""
+    p = sub.add_parser("plan", help="a dry run that tells cost: how many of a config's runs will train, how many reuse a "
+                                    "record, and the estimated training time on a CPU and a GPU (run in the repository root)")
+    p.add_argument("--configfile", nargs="+", default=[], metavar="FILE",
+                   help="the workflow's config file(s), as for snakemake (default: config/config.yaml)")
+    p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="overrides, as snakemake's --config")
+    p.add_argument("--list", action="store_true", help="also list the run folders to train")
+    p.set_defaults(func=_cmd_plan)
