@@ -258,6 +258,13 @@ class CEPFLOptions(AveragingOptions):
     window: int = option(10, "M: rounds in the sliding window of mean training losses whose fitted slope (eq. 3) triggers clustering when >= 0")
     alpha: float = option(1.0, "alpha: weight of the MMD term of the priority score (eq. 9)")
     beta: float = option(1.0, "beta: weight of the time term 1 - exp(-(t - t'_i)) of the priority score (eq. 9)")
+    # the dataclass default is what records made before the option ran; cepfl's default is `current` (OPTION_SETS)
+    wait_term: str = choice(
+        "next", "current",
+        help="t of eq. 9's time term when the scores are computed at the end of round t: the current round t (004: "
+        "'t is the current round'; 0 right after training) or the round t + 1 about to be played (a client that has "
+        "just trained already gets 1 - 1/e)",
+    )
     gamma: str = option(
         "median",
         "gamma of the Gaussian kernel exp(-gamma ||a - b||^2) of the MMD (eq. 8): a number > 0, or median = 1 / the median "
@@ -344,6 +351,11 @@ class LayerwiseOptions:
     )
     topk_score: str = choice("normalised", "raw", help="retained layers ranked by the normalised self-weight or the raw ReLU output (anchors)")
     hn_clip: float = option(0.0, "clip the hypernetwork gradient to this L2 norm (pFedHN clips at 50); 0 = no clipping (anchors)")
+    init: str = choice(
+        "shared", "per_client",
+        help="every client's intermediate model starts as the run's one initial model, or as its own draw of the same "
+        "default initialisation (KarhouTam/pFedLA builds one model per client)",
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.hn_lr < math.inf:
@@ -462,7 +474,7 @@ OPTION_SETS: dict[str, OptionSet] = {
     "local": OptionSet(official=PFLLIB_LOADER),  # serverlocal.py trains clientAVG, through PFLlib's loader
     "fedavg_lp": OptionSet(PriorOptions, official=PFLLIB_LOADER),
     "fedcac": OptionSet(CACOptions, official={**PFLLIB_LOADER, "pool": "selected", "round0_reset": True}),
-    "cepfl": OptionSet(CEPFLOptions),  # no implementation exists (seed 004): preset=official changes nothing
+    "cepfl": OptionSet(CEPFLOptions, defaults={"wait_term": "current"}),  # no implementation exists (004): preset=official changes nothing
     # no PFLlib version: `official` = the paper's reading; `preset=anchor` = KarhouTam/pFedLA
     "pfedla": OptionSet(LayerwiseOptions, presets={"anchor": PFEDLA_ANCHOR}),
     "heurpfedla": OptionSet(LayerwiseOptions, defaults={"k": 1}, presets={"anchor": PFEDLA_ANCHOR}),
