@@ -329,7 +329,10 @@ MAX_HN_WIDTH = 4096
 
 @dataclass(frozen=True)
 class LayerwiseOptions:
-    hn_lr: float = option(5e-3, "learning rate of the per-client hypernetworks' SGD step (both anchors: 5e-3); 0 = hypernetworks never move")
+    hn_lr: float = option(
+        0.5, "learning rate of the per-client hypernetworks' SGD step; 0.5 chosen by the sweep docs/audits/pfedla_hn_lr.csv "
+        "(the anchors' 5e-3, tuned for a 16.8 M-weight fc1, leaves the layer weights where they started); 0 = they never move",
+    )
     embedding_dim: int = option(100, "size of each client's learnable embedding v_i (anchors: 100)")
     hidden_dim: int = option(100, "width of the hypernetworks' three hidden layers (anchors: 100)")
     k: int = option(0, "layers a client retains (its own, not mixed, not downloaded): 0 = pFedLA, >= 1 = HeurpFedLA (paper: 1)")
@@ -386,10 +389,28 @@ class FedBABUOptions(AveragingOptions):
         "last", "every_eval",
         help="fine-tune at the final evaluation only (PFLlib: once after the last round) or before every evaluation (FL-bench)",
     )
+    # dataclass defaults: what records made before these options ran; fedbabu's defaults are the authors' (FEDBABU_AUTHORS)
+    finetune_lr: float = option(0.0, "fine-tuning lr; 0 = the client's current training lr (PFLlib; the authors' code: 1e-3)")
+    finetune_momentum: float = option(0.0, "fine-tuning SGD momentum, as torch.optim.SGD (PFLlib: 0; the authors' code: 0.9)")
+    finetune_from: str = choice(
+        "final",
+        help="the model fine-tuning starts from: the final global body (the only reading implemented; the authors' "
+        "analysis starts from the round with the best test accuracy, a choice made on the test split)",
+    )
 
     def __post_init__(self) -> None:
         if self.finetune_epochs < 0:
             raise UserError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
+        if not 0 <= self.finetune_lr < math.inf:
+            raise UserError(f"finetune_lr must be a finite number >= 0 (0 = the client's lr), got {self.finetune_lr}")
+        if not 0 <= self.finetune_momentum < 1:
+            raise UserError(f"finetune_momentum must be in [0, 1), got {self.finetune_momentum}")
+
+
+#: FedBABU's authors' fine-tuning (jhoon-oh/FedBABU: `--ft_ep 5`; analysis.ipynb: SGD lr 1e-3, momentum 0.9): the default
+FEDBABU_AUTHORS = MappingProxyType({"finetune_epochs": 5, "finetune_lr": 1e-3, "finetune_momentum": 0.9})
+#: PFLlib's fine-tuning (`-fte 10` epochs at the client's lr, plain SGD) and loader: `preset=official`
+FEDBABU_PFLLIB = MappingProxyType({**PFLLIB_LOADER, "finetune_epochs": 10, "finetune_lr": 0.0, "finetune_momentum": 0.0})
 
 
 #: Per-FedAvg's smallest finite-difference step: float32's resolution (2**-23); a smaller step vanishes in
@@ -478,8 +499,8 @@ OPTION_SETS: dict[str, OptionSet] = {
     # no PFLlib version: `official` = the paper's reading; `preset=anchor` = KarhouTam/pFedLA
     "pfedla": OptionSet(LayerwiseOptions, presets={"anchor": PFEDLA_ANCHOR}),
     "heurpfedla": OptionSet(LayerwiseOptions, defaults={"k": 1}, presets={"anchor": PFEDLA_ANCHOR}),
-    # FedBABU: PFLlib fine-tunes the whole model once, after the last round, as the defaults do
-    "fedbabu": OptionSet(FedBABUOptions, official=PFLLIB_LOADER),
+    # FedBABU: the whole model fine-tuned once, after the last round: the authors' budget, or PFLlib's (official)
+    "fedbabu": OptionSet(FedBABUOptions, defaults=FEDBABU_AUTHORS, official=FEDBABU_PFLLIB, presets={"authors": FEDBABU_AUTHORS}),
     # Per-FedAvg: the paper's simple mean; PFLlib weights by train size, trains twice per round with a fixed beta
     "perfedavg": OptionSet(PerFedAvgOptions, defaults={"weighting": "uniform"},
                            official={**PFLLIB_LOADER, "weighting": "size", "beta_decay": False, "double_train": True}),
