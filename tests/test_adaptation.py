@@ -11,7 +11,7 @@ from conftest import comparable, make_federation
 
 from fedgmh import engine
 from fedgmh.algorithms import get_algorithm
-from fedgmh.algorithms.adaptation import split_bounds
+from fedgmh.algorithms.adaptation import momentum, split_bounds
 from fedgmh.engine import Checkpoint, eval_generator, evaluate_clients, local_train, play_round, run_rounds
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.model import is_body, is_head
@@ -143,7 +143,7 @@ def test_fedbabu_body_is_the_weighted_mean_of_bodies_trained_with_the_head_froze
 
 
 def test_fedbabu_fine_tunes_at_the_last_round_only_and_leaves_training_alone():
-    tuned, plain = build("fedbabu"), build("fedbabu", finetune_epochs="0")
+    tuned, plain = build("fedbabu", finetune_lr="0", finetune_momentum="0"), build("fedbabu", finetune_epochs="0")
     rows, base = rows_of(tuned, rounds=2), rows_of(plain, rounds=2)
     assert rows[:-1] == base[:-1]  # every round before the last: the global model, the same training
     assert torch.equal(tuned.fed.generator.get_state(), plain.fed.generator.get_state())
@@ -158,6 +158,50 @@ def test_fedbabu_fine_tunes_at_the_last_round_only_and_leaves_training_alone():
         expected = local_train(engine_view(tuned, 2, client), tuned.client_params(client), client, epochs=1,
                                lr=tuned.fed.client_lr(client)).params
         assert all(torch.equal(model[k], expected[k]) for k in expected)
+
+
+def test_fedbabu_fine_tunes_with_the_authors_budget_by_default_and_pflibs_under_official():
+    fields = ("finetune_epochs", "finetune_lr", "finetune_momentum", "finetune_from")
+    default, authors = resolve_options("fedbabu", {})[0], resolve_options("fedbabu", {"preset": "authors"})[0]
+    official, eng = resolve_options("fedbabu", {"preset": "official"})
+    assert [getattr(default, f) for f in fields] == [getattr(authors, f) for f in fields] == [5, 1e-3, 0.9, "final"]
+    assert [getattr(official, f) for f in fields] + [eng.drop_last] == [10, 0.0, 0.0, "final", True]
+    for option, value in [("finetune_lr", "-1"), ("finetune_momentum", "1")]:
+        with pytest.raises(UserError, match=option):
+            resolve_options("fedbabu", {option: value})
+    tuned = build("fedbabu", finetune_epochs="2")
+    rows_of(tuned, rounds=1)
+    expected = local_train(engine_view(tuned, 1, 0), tuned.client_params(0), 0, epochs=2, lr=1e-3, grad_hook=momentum(0.9)).params
+    assert all(torch.equal(tuned.eval_params(0)[k], expected[k]) for k in expected)
+
+
+def test_momentum_steps_are_torch_sgds():
+    gen = torch.Generator().manual_seed(0)
+    w0, x, y = torch.randn(3, 4, generator=gen), torch.randn(6, 4, generator=gen), torch.tensor([0, 1, 2, 0, 1, 2])
+    w, hook = w0.clone(), momentum(0.9)
+    reference = w0.clone().requires_grad_(True)
+    sgd = torch.optim.SGD([reference], lr=0.1, momentum=0.9)
+    for batch in (slice(0, 3), slice(3, 6), slice(0, 6)):
+        leaf = w.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(F.cross_entropy(x[batch] @ leaf.T, y[batch]), [leaf])
+        w = w - 0.1 * hook("w", w, g, {})
+        sgd.zero_grad()
+        F.cross_entropy(x[batch] @ reference.T, y[batch]).backward()
+        sgd.step()
+    assert torch.allclose(w, reference.detach(), atol=1e-7) and momentum(0.0) is None
+
+
+@pytest.mark.parametrize(("name", "none"), [("fedbabu", {"finetune_epochs": "0"}), ("perfedavg", {"eval_steps": "0"})])
+def test_the_accuracy_before_adaptation_is_recorded_beside_the_budget(name, none):
+    """adaptation.csv: what the shared model itself scores at the final evaluation (= the run without adaptation)."""
+    adapted, plain = build(name), build(name, **none)
+    rows, base = rows_of(adapted, rounds=2), rows_of(plain, rounds=2)
+    table = adapted.extra_records()["adaptation"]
+    assert table["client"].tolist() == list(range(adapted.fed.num_clients))
+    assert table["correct_before"].sum() / table["test_samples"].sum() == pytest.approx(base[-1]["test_acc"])
+    assert rows[-1]["test_acc"] != base[-1]["test_acc"] or rows[-1]["test_loss"] != base[-1]["test_loss"]
+    assert table["budget"].iloc[0] == ("1 epochs (all, lr 0.001, momentum 0.9)" if name == "fedbabu" else "1 steps on one batch (the client's lr)")
+    assert plain.extra_records()["adaptation"].empty
 
 
 def engine_view(algorithm, rnd, client):

@@ -89,6 +89,28 @@ def test_with_alpha_zero_and_half_participation_the_halves_alternate():
     assert chosen == [[0, 2, 4], [1, 3, 5]] * 3
 
 
+@pytest.mark.parametrize("wait_term,just_trained", [(None, 0.0), ("current", 0.0), ("next", 1 - math.exp(-1))])
+def test_the_time_term_of_a_client_that_has_just_trained(wait_term, just_trained):
+    """004: t is the current round, so the time term is 0 at the end of the round a client trained in
+    (the default); wait_term=next scores for round t + 1. alpha = 0, smoothing 1: the score is the time term."""
+    overrides = {"alpha": 0.0, "smoothing": 1.0, "clustering": "off"} | ({"wait_term": wait_term} if wait_term else {})
+    algo = build(**overrides)
+    rows_of(algo, rounds=1, join_ratio=0.5)
+    trained = algo.last_round == 0
+    assert int(trained.sum()) == 3
+    assert torch.allclose(algo.scores[trained], torch.tensor(just_trained, dtype=torch.float64))
+    assert torch.allclose(algo.scores[~trained], torch.tensor(1.0, dtype=torch.float64))  # never trained: 1
+
+
+def test_records_made_before_wait_term_keep_their_reading_in_the_run_key():
+    """A record without `wait_term` ran the t + 1 reading: it must not be reused for today's default."""
+    from fedgmh.store import with_option_defaults
+
+    old = {"config": {"algorithm": "cepfl"}, "algorithm_options": {}, "engine_options": {}}
+    assert with_option_defaults(old)["algorithm_options"]["wait_term"] == "next"
+    assert resolve_options("cepfl", {})[0].wait_term == "current"
+
+
 def test_with_beta_zero_similarity_picks_the_smallest_mmd_and_literal_the_largest():
     algo = build(alpha=1.0, beta=0.0)
     gen = torch.Generator().manual_seed(0)

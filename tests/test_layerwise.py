@@ -61,6 +61,33 @@ def explicit_mix(algo, client, a, keep=()):
 # ------------------------------------------------------------------------------ smoke, basics
 
 @pytest.mark.parametrize("name", NAMES)
+def test_the_layer_weights_move_measurably_in_a_short_run(name):
+    """At the default hn_lr a few rounds move the learned weights (the anchors' 5e-3 moves them < 1e-3 here)."""
+    fed, algo = build(name)
+    start = torch.stack([algo.weights(c)[1] for c in range(len(CLIENTS))])
+    run_rounds(fed, algo, 3, 1.0, seed=0)
+    moved = (torch.stack([algo.weights(c)[1] for c in range(len(CLIENTS))]) - start).abs()
+    assert float(moved.max()) > 0.02
+
+
+def test_intermediate_models_start_shared_or_each_from_its_own_default_draw():
+    fed, shared = build("pfedla")
+    initial = fed.initial_params()
+    assert all(torch.equal(stacked[j], initial[k]) for k, stacked in shared.theta.items() for j in range(len(CLIENTS)))
+    fed, own = build("pfedla", init="per_client")
+    again = build("pfedla", init="per_client")[1]
+    for name, stacked in own.theta.items():
+        weight = initial[name.rsplit(".", 1)[0] + ".weight"]
+        bound = weight[0].numel() ** -0.5
+        assert torch.equal(stacked, again.theta[name])  # seeded: the same draws on every run of the seed
+        assert float(stacked.abs().max()) <= bound and float(stacked.abs().max()) > 0.8 * bound
+        assert not torch.equal(stacked[0], stacked[1]) and not torch.equal(stacked[0], initial[name])
+    assert all(torch.equal(own.hn[c][k], shared.hn[c][k]) for c in range(len(CLIENTS)) for k in own.hn[c])  # HNs: the same draw
+    with pytest.raises(UserError, match="init"):
+        resolve_options("pfedla", {"init": "zeros"})
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_two_round_smoke_run(name):
     fed, algo = build(name)
     rows = run_rounds(fed, algo, 2, 0.5, seed=0)

@@ -115,6 +115,20 @@ def test_table_mean_std_bold_and_order(runs: list[Path], tmp_path: Path) -> None
     assert r"\multicolumn{1}{c}{MNIST}" in latex or "MNIST" in latex
 
 
+def test_a_method_with_adaptation_shows_its_accuracy_before_it_and_its_budget(tmp_path: Path) -> None:
+    """table2_more: FedBABU's / Per-FedAvg's number includes an adaptation; adaptation.csv says what it was."""
+    dirs = [make_run(tmp_path / "runs", experiment="more", algorithm=alg, seed=seed, best=0.9) for alg in ("fedavg", "fedbabu")
+            for seed in (0, 1)]
+    for run_dir, correct in zip(dirs[2:], ([3, 5], [4, 5])):
+        pd.DataFrame({"client": [0, 1], "test_samples": [10, 10], "correct_before": correct,
+                      "budget": ["5 epochs (all, lr 0.001, momentum 0.9)"] * 2}).to_csv(run_dir / "adaptation.csv", index=False)
+    results, _ = report.aggregate_runs(dirs, experiment="more")
+    assert results["before_adaptation"].tolist()[2:] == [0.4, 0.45] and results["before_adaptation"].isna().tolist()[:2] == [True, True]
+    wide = report.make_table(results, "more")["wide"].set_index("Method")
+    assert wide.loc["FedBABU"].iloc[0] == "90.00 ± 0.00 (n=2); before adaptation 42.50, adapted 5 epochs (all, lr 0.001, momentum 0.9)"
+    assert wide.loc["FedAvg"].iloc[0] == "90.00 ± 0.00 (n=2)"
+
+
 def test_cell_text_says_how_many_seeds() -> None:
     from fedgmh.report.latex import tex
     from fedgmh.report.summary import cell_text

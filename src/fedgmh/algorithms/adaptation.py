@@ -24,7 +24,7 @@ from fedgmh.algorithms.base import register
 from fedgmh.algorithms.options import FedBABUOptions, PerFedAvgOptions
 from fedgmh.algorithms.personal import train_split_view
 from fedgmh.algorithms.sharing import FedPer
-from fedgmh.engine import Extra, Federation, LocalResult, Params, Phase, cross_entropy, eval_generator, local_train
+from fedgmh.engine import Extra, Federation, GradHook, LocalResult, Params, Phase, cross_entropy, eval_generator, local_train, predict
 from fedgmh.model import is_body, is_head
 
 #: what FedBABU's fine-tuning trains (finetune_parts)
@@ -40,11 +40,53 @@ def evaluation_fed(fed: Federation, rnd: int, client: int) -> Federation:
     return view
 
 
+def momentum(factor: float) -> GradHook | None:
+    """A grad_hook making local_train's steps torch.optim.SGD's with momentum (no dampening): the
+    step is b <- factor * b + g (b = g at the first step); None for factor 0 (plain SGD)."""
+    if not factor:
+        return None
+    buffers: dict[str, Tensor] = {}
+
+    def step(name: str, param: Tensor, grad: Tensor, extra: Extra) -> Tensor:
+        buffers[name] = grad.clone() if name not in buffers else buffers[name].mul_(factor).add_(grad)
+        return buffers[name]
+
+    return step
+
+
+class RecordsAdaptation:
+    """Mixed into an algorithm whose evaluated models are adapted copies of one shared model: at the
+    final evaluation it also counts what the shared model itself gets right on each client's test
+    split, written as adaptation.csv (client, test_samples, correct_before, budget) beside the metrics."""
+
+    record_tables = ("adaptation",)
+    fed: Federation
+    _before: dict[int, int]
+
+    def adaptation_budget(self) -> str:
+        """What the adaptation of one client costs, in words (the report shows it beside the number)."""
+        raise NotImplementedError
+
+    def note_unadapted(self, client: int, params: Params) -> None:
+        if self.fed.current_round == self.fed.total_rounds and client not in self._before:
+            correct, _ = predict(self.fed, params, self.fed.test_idx[client], self.forward)  # type: ignore[attr-defined]
+            self._before[client] = int(correct.sum())
+
+    def extra_records(self) -> dict:
+        import pandas as pd
+
+        clients = sorted(self._before)
+        return {"adaptation": pd.DataFrame({"client": clients, "test_samples": [len(self.fed.test_idx[c]) for c in clients],
+                                            "correct_before": [self._before[c] for c in clients],
+                                            "budget": [self.adaptation_budget()] * len(clients)},
+                                           columns=["client", "test_samples", "correct_before", "budget"])}
+
+
 # --------------------------------------------------------------------------------------- FedBABU
 
 
 @register
-class FedBABU(FedPer):
+class FedBABU(RecordsAdaptation, FedPer):
     """FedPer whose head is never trained: the common initial head, frozen on every client (stored
     once), and FedAvg on the body; evaluated with the global body and that head, except where it
     fine-tunes (`finetune_at`): there each client's copy is first trained `finetune_epochs` epochs
@@ -53,12 +95,20 @@ class FedBABU(FedPer):
     name = "fedbabu"
     display_name = "FedBABU"
     paper_row = None  # not in the paper's tables
-    transient = ("_tuned",)
+    transient = ("_tuned", "_before")
     # exchange: FedPer's (the body up from the trained clients, down to every client each round)
 
     def __init__(self, fed: Federation, options: FedBABUOptions) -> None:
         super().__init__(fed, options)  # global_params: the body; initial_local: the frozen head, for all
         self._tuned: dict[int, Params] = {}
+        self._before: dict[int, int] = {}
+
+    def adaptation_budget(self) -> str:
+        o = self.options
+        if o.finetune_epochs == 0:
+            return "none"
+        lr = f"lr {o.finetune_lr:g}" if o.finetune_lr else "the client's lr"
+        return f"{o.finetune_epochs} epochs ({o.finetune_parts}, {lr}, momentum {o.finetune_momentum:g})"
 
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         return [Phase(self.client_params(client), trainable=is_body)]
@@ -82,14 +132,17 @@ class FedBABU(FedPer):
         if not self.fine_tunes(rnd):
             return self.client_params(client)  # the same tensors for every client
         if client not in self._tuned:
+            self.note_unadapted(client, self.client_params(client))
             self._tuned[client] = self.fine_tuned(rnd, client)
         return self._tuned[client]
 
     def fine_tuned(self, rnd: int, client: int) -> Params:
-        """The client's copy of (global body, initial head) after its fine-tuning epochs."""
-        fed = self.fed
-        return local_train(evaluation_fed(fed, rnd, client), self.client_params(client), client, epochs=self.options.finetune_epochs,
-                           lr=fed.client_lr(client), trainable=FINETUNED[self.options.finetune_parts]).params
+        """The client's copy of (global body, initial head) after its fine-tuning epochs, at
+        `finetune_lr` (0: its current lr) with `finetune_momentum`."""
+        fed, o = self.fed, self.options
+        return local_train(evaluation_fed(fed, rnd, client), self.client_params(client), client, epochs=o.finetune_epochs,
+                           lr=o.finetune_lr or fed.client_lr(client), trainable=FINETUNED[o.finetune_parts],
+                           grad_hook=momentum(o.finetune_momentum)).params
 
 
 # ------------------------------------------------------------------------------------ Per-FedAvg
@@ -108,7 +161,7 @@ def gradient(loss_of, params: Params) -> Params:
 
 
 @register
-class PerFedAvg(ParameterAveraging):
+class PerFedAvg(RecordsAdaptation, ParameterAveraging):
     """Fallah et al. 2020: minimise (1/N) sum_i f_i(w - alpha grad f_i(w)).
 
     Local training: E epochs over batches of 2B (3B for order=hf) samples, each split into D, D'
@@ -121,7 +174,7 @@ class PerFedAvg(ParameterAveraging):
     name = "perfedavg"
     display_name = "Per-FedAvg"
     paper_row = None  # not in the paper's tables
-    transient = ("train_fed", "_adapted")
+    transient = ("train_fed", "_adapted", "_before")
     # exchange: ParameterAveraging's (the whole model up from the trained clients, down to all clients)
 
     def __init__(self, fed: Federation, options: PerFedAvgOptions) -> None:
@@ -132,6 +185,14 @@ class PerFedAvg(ParameterAveraging):
         self.train_fed.batch_size = self.parts * fed.batch_size
         self.train_fed.client_lr = self.outer_lr  # type: ignore[method-assign]
         self._adapted: dict[int, Params] = {}
+        self._before: dict[int, int] = {}
+
+    def adaptation_budget(self) -> str:
+        o = self.options
+        if o.eval_steps == 0:
+            return "none"
+        unit = "steps on one batch" if o.eval_data == "batch" else "epochs"
+        return f"{o.eval_steps} {unit} (the client's lr)"
 
     def outer_lr(self, client: int) -> float:
         """beta: the option, or the client's current lr when it is 0; decayed like the lr
@@ -218,6 +279,7 @@ class PerFedAvg(ParameterAveraging):
         if self.options.eval_steps == 0:
             return self.global_params
         if client not in self._adapted:
+            self.note_unadapted(client, self.global_params)
             self._adapted[client] = self.adapted(self.fed.current_round, client)
         return self._adapted[client]
 

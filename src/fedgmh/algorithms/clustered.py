@@ -59,15 +59,15 @@ def loss_slope(window: list[tuple[int, float]]) -> float:
     return float((centred * (losses - losses.mean())).sum() / (centred * centred).sum())
 
 
-def raw_scores(sim: torch.Tensor, last_round: torch.Tensor, next_round: int, alpha: float, beta: float) -> torch.Tensor:
-    """Eq. 9 for round `next_round`: alpha * sim_i + beta * (1 - exp(-(next_round - t'_i))).
+def raw_scores(sim: torch.Tensor, last_round: torch.Tensor, t: int, alpha: float, beta: float) -> torch.Tensor:
+    """Eq. 9 at round t: alpha * sim_i + beta * (1 - exp(-(t - t'_i))).
 
     `sim`: each client's similarity term (NaN: the client has no centres yet: the mean of the known
     ones, 0 when none is known); `last_round`: t'_i, -1 for a client that never trained (time term 1)."""
     known = ~torch.isnan(sim)
     neutral = sim[known].mean() if bool(known.any()) else torch.zeros((), dtype=sim.dtype, device=sim.device)
     sim = torch.where(known, sim, neutral)
-    elapsed = (next_round - last_round).to(sim.dtype)
+    elapsed = (t - last_round).to(sim.dtype)
     time_term = torch.where(last_round >= 0, 1 - torch.exp(-elapsed), torch.ones_like(sim))
     return alpha * sim + beta * time_term
 
@@ -182,7 +182,8 @@ class CEPFL(FedPer):
         slope = self.watch_loss(rnd, sum(losses) / len(losses)) if losses else None
         if slope is not None:
             self.cluster_round(rnd, selected, slope)
-        self.scores = smoothed(self.raw_scores(rnd + 1), self.scores, self.options.smoothing)
+        t = rnd if self.options.wait_term == "current" else rnd + 1
+        self.scores = smoothed(self.raw_scores(t), self.scores, self.options.smoothing)
 
     def watch_loss(self, rnd: int, loss: float) -> float | None:
         """Eq. 3: add L_t to the window of the last M rounds; when it is full, fit its slope a (kept in
@@ -206,8 +207,8 @@ class CEPFL(FedPer):
                 by_label.setdefault(label, []).append(centre)
         return {label: torch.stack(found).mean(dim=0) for label, found in sorted(by_label.items())}
 
-    def raw_scores(self, next_round: int) -> torch.Tensor:
-        """Eq. 9 for every client, from the latest centres and participation rounds."""
+    def raw_scores(self, t: int) -> torch.Tensor:
+        """Eq. 9 for every client at round t (`wait_term`), from the latest centres and participation rounds."""
         mu = self.global_centres()
         sim = torch.full((self.fed.num_clients,), math.nan, dtype=torch.float64, device=self.scores.device)
         if mu:
@@ -218,7 +219,7 @@ class CEPFL(FedPer):
                     mine = torch.stack(list(centres.values())).double()
                     gamma = self.options.kernel_gamma() or median_gamma(mine, everyone)
                     sim[client] = sign * float(mmd(mine, everyone, gamma))
-        return raw_scores(sim, self.last_round, next_round, self.options.alpha, self.options.beta)
+        return raw_scores(sim, self.last_round, t, self.options.alpha, self.options.beta)
 
     def cluster_round(self, rnd: int, selected: list[int], slope: float) -> None:
         """Eqs. 4-6 and Algorithm 1 lines 14-15: cluster the clients with centres by their class-centre

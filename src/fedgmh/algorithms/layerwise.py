@@ -35,13 +35,39 @@ from fedgmh.errors import UserError
 HN_HIDDEN_LAYERS = 3
 #: names the stream of the hypernetworks' initial draw (`hn_generator`)
 HN_STREAM = 0x9FED1A
+#: names the stream of the per-client initial models (init=per_client)
+INIT_STREAM = 0x9FED1B
 
 
-def hn_generator(seed: int) -> torch.Generator:
-    """The generator that draws the hypernetworks at the start: seeded from (run seed, HN_STREAM) by
-    numpy's SeedSequence, so the run's own generator (batch shuffles) is left as for every algorithm."""
-    state = np.random.SeedSequence([seed, HN_STREAM]).generate_state(2, dtype=np.uint32)
+def hn_generator(seed: int, stream: int = HN_STREAM) -> torch.Generator:
+    """A generator of the start-up draws (hypernetworks, per-client models): seeded from (run seed,
+    stream) by numpy's SeedSequence, so the run's own generator (batch shuffles) is left as for every
+    algorithm."""
+    state = np.random.SeedSequence([seed, stream]).generate_state(2, dtype=np.uint32)
     return torch.Generator().manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
+
+
+def default_draw(initial: Params, layers: dict[str, list[str]], gen: torch.Generator) -> Params:
+    """A fresh draw of torch's default init of nn.Linear / nn.Conv2d for every layer: weight and bias
+    ~ U(+-1/sqrt(fan_in)), fan_in that of the layer's weight (kaiming_uniform with a = sqrt(5))."""
+    drawn = {}
+    for names in layers.values():
+        weight = next(initial[n] for n in names if n.endswith("weight"))
+        bound = weight[0].numel() ** -0.5
+        for name in names:
+            drawn[name] = (torch.rand(initial[name].shape, generator=gen, dtype=initial[name].dtype) * 2 - 1) * bound
+    return drawn
+
+
+def initial_models(initial: Params, num_clients: int, init: str, seed: int) -> Params:
+    """Every client's starting intermediate model, stacked (theta[name][j]): the run's initial model
+    for all (init=shared), or one default draw per client from its own stream (init=per_client)."""
+    if init == "shared":
+        return {name: p.unsqueeze(0).repeat(num_clients, *([1] * p.dim())) for name, p in initial.items()}
+    gen = hn_generator(seed, INIT_STREAM)
+    modules = layer_groups(list(initial), "module")
+    draws = [default_draw(initial, modules, gen) for _ in range(num_clients)]
+    return {name: torch.stack([d[name] for d in draws]).to(p.device) for name, p in initial.items()}
 
 
 def layer_of(name: str, granularity: str) -> str:
@@ -117,7 +143,7 @@ class LayerwiseAggregation(Algorithm):
         if options.k > len(self.layers):
             raise UserError(f"k={options.k} retained layers, but the model has {len(self.layers)} layers (granularity={options.granularity})")
         # every client's intermediate model, stacked: theta[name][j] = theta_j's tensor `name`
-        self.theta: Params = {name: p.unsqueeze(0).repeat(n, *([1] * p.dim())) for name, p in initial.items()}
+        self.theta: Params = initial_models(initial, n, options.init, fed.seed)
         gen = hn_generator(fed.seed)
         self.hn: list[dict[str, torch.Tensor]] = [
             {k: v.to(fed.device) for k, v in init_hypernetwork(n, len(self.layers), options.embedding_dim, options.hidden_dim, gen).items()}

@@ -258,6 +258,13 @@ class CEPFLOptions(AveragingOptions):
     window: int = option(10, "M: rounds in the sliding window of mean training losses whose fitted slope (eq. 3) triggers clustering when >= 0")
     alpha: float = option(1.0, "alpha: weight of the MMD term of the priority score (eq. 9)")
     beta: float = option(1.0, "beta: weight of the time term 1 - exp(-(t - t'_i)) of the priority score (eq. 9)")
+    # the dataclass default is what records made before the option ran; cepfl's default is `current` (OPTION_SETS)
+    wait_term: str = choice(
+        "next", "current",
+        help="t of eq. 9's time term when the scores are computed at the end of round t: the current round t (004: "
+        "'t is the current round'; 0 right after training) or the round t + 1 about to be played (a client that has "
+        "just trained already gets 1 - 1/e)",
+    )
     gamma: str = option(
         "median",
         "gamma of the Gaussian kernel exp(-gamma ||a - b||^2) of the MMD (eq. 8): a number > 0, or median = 1 / the median "
@@ -322,7 +329,10 @@ MAX_HN_WIDTH = 4096
 
 @dataclass(frozen=True)
 class LayerwiseOptions:
-    hn_lr: float = option(5e-3, "learning rate of the per-client hypernetworks' SGD step (both anchors: 5e-3); 0 = hypernetworks never move")
+    hn_lr: float = option(
+        2.0, "learning rate of the per-client hypernetworks' SGD step; 2 chosen by the sweep docs/audits/pfedla_hn_lr.csv "
+        "(the anchors' 5e-3, tuned for a 16.8 M-weight fc1, leaves the layer weights where they started); 0 = they never move",
+    )
     embedding_dim: int = option(100, "size of each client's learnable embedding v_i (anchors: 100)")
     hidden_dim: int = option(100, "width of the hypernetworks' three hidden layers (anchors: 100)")
     k: int = option(0, "layers a client retains (its own, not mixed, not downloaded): 0 = pFedLA, >= 1 = HeurpFedLA (paper: 1)")
@@ -344,6 +354,11 @@ class LayerwiseOptions:
     )
     topk_score: str = choice("normalised", "raw", help="retained layers ranked by the normalised self-weight or the raw ReLU output (anchors)")
     hn_clip: float = option(0.0, "clip the hypernetwork gradient to this L2 norm (pFedHN clips at 50); 0 = no clipping (anchors)")
+    init: str = choice(
+        "shared", "per_client",
+        help="every client's intermediate model starts as the run's one initial model, or as its own draw of the same "
+        "default initialisation (KarhouTam/pFedLA builds one model per client)",
+    )
 
     def __post_init__(self) -> None:
         if not 0 <= self.hn_lr < math.inf:
@@ -374,10 +389,28 @@ class FedBABUOptions(AveragingOptions):
         "last", "every_eval",
         help="fine-tune at the final evaluation only (PFLlib: once after the last round) or before every evaluation (FL-bench)",
     )
+    # dataclass defaults: what records made before these options ran; fedbabu's defaults are the authors' (FEDBABU_AUTHORS)
+    finetune_lr: float = option(0.0, "fine-tuning lr; 0 = the client's current training lr (PFLlib; the authors' code: 1e-3)")
+    finetune_momentum: float = option(0.0, "fine-tuning SGD momentum, as torch.optim.SGD (PFLlib: 0; the authors' code: 0.9)")
+    finetune_from: str = choice(
+        "final",
+        help="the model fine-tuning starts from: the final global body (the only reading implemented; the authors' "
+        "analysis starts from the round with the best test accuracy, a choice made on the test split)",
+    )
 
     def __post_init__(self) -> None:
         if self.finetune_epochs < 0:
             raise UserError(f"finetune_epochs must be >= 0, got {self.finetune_epochs}")
+        if not 0 <= self.finetune_lr < math.inf:
+            raise UserError(f"finetune_lr must be a finite number >= 0 (0 = the client's lr), got {self.finetune_lr}")
+        if not 0 <= self.finetune_momentum < 1:
+            raise UserError(f"finetune_momentum must be in [0, 1), got {self.finetune_momentum}")
+
+
+#: FedBABU's authors' fine-tuning (jhoon-oh/FedBABU: `--ft_ep 5`; analysis.ipynb: SGD lr 1e-3, momentum 0.9): the default
+FEDBABU_AUTHORS = MappingProxyType({"finetune_epochs": 5, "finetune_lr": 1e-3, "finetune_momentum": 0.9})
+#: PFLlib's fine-tuning (`-fte 10` epochs at the client's lr, plain SGD) and loader: `preset=official`
+FEDBABU_PFLLIB = MappingProxyType({**PFLLIB_LOADER, "finetune_epochs": 10, "finetune_lr": 0.0, "finetune_momentum": 0.0})
 
 
 #: Per-FedAvg's smallest finite-difference step: float32's resolution (2**-23); a smaller step vanishes in
@@ -462,12 +495,12 @@ OPTION_SETS: dict[str, OptionSet] = {
     "local": OptionSet(official=PFLLIB_LOADER),  # serverlocal.py trains clientAVG, through PFLlib's loader
     "fedavg_lp": OptionSet(PriorOptions, official=PFLLIB_LOADER),
     "fedcac": OptionSet(CACOptions, official={**PFLLIB_LOADER, "pool": "selected", "round0_reset": True}),
-    "cepfl": OptionSet(CEPFLOptions),  # no implementation exists (seed 004): preset=official changes nothing
+    "cepfl": OptionSet(CEPFLOptions, defaults={"wait_term": "current"}),  # no implementation exists (004): preset=official changes nothing
     # no PFLlib version: `official` = the paper's reading; `preset=anchor` = KarhouTam/pFedLA
     "pfedla": OptionSet(LayerwiseOptions, presets={"anchor": PFEDLA_ANCHOR}),
     "heurpfedla": OptionSet(LayerwiseOptions, defaults={"k": 1}, presets={"anchor": PFEDLA_ANCHOR}),
-    # FedBABU: PFLlib fine-tunes the whole model once, after the last round, as the defaults do
-    "fedbabu": OptionSet(FedBABUOptions, official=PFLLIB_LOADER),
+    # FedBABU: the whole model fine-tuned once, after the last round: the authors' budget, or PFLlib's (official)
+    "fedbabu": OptionSet(FedBABUOptions, defaults=FEDBABU_AUTHORS, official=FEDBABU_PFLLIB, presets={"authors": FEDBABU_AUTHORS}),
     # Per-FedAvg: the paper's simple mean; PFLlib weights by train size, trains twice per round with a fixed beta
     "perfedavg": OptionSet(PerFedAvgOptions, defaults={"weighting": "uniform"},
                            official={**PFLLIB_LOADER, "weighting": "size", "beta_decay": False, "double_train": True}),

@@ -20,7 +20,7 @@ from fedgmh.errors import UserError
 from fedgmh.io import reading, write_csv
 from fedgmh.record import load_record
 from fedgmh.report.names import (
-    BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
+    ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
 )
 from fedgmh.report.settings import assign_setting_ids
 from fedgmh.report.values import jsonable, parse_options
@@ -80,7 +80,17 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
         "run_dir": str(run_dir),
         "experiment": str((record.get("workflow") or {}).get("experiment", "")),
     }
-    return row, metrics
+    return row | adaptation_of(run_dir), metrics
+
+
+def adaptation_of(run_dir: Path) -> dict[str, Any]:
+    """ADAPTATION_COLUMNS of a run with a non-empty adaptation.csv (FedBABU, Per-FedAvg), else {}."""
+    path = run_dir / "adaptation.csv"
+    table = pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    if table.empty:
+        return {}
+    return {"before_adaptation": float(table["correct_before"].sum() / table["test_samples"].sum()),
+            "adaptation_budget": str(table["budget"].iloc[0])}
 
 
 def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None,
@@ -132,6 +142,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
         for key, column in option_columns.items():
             rec[column] = row["options"].get(key, row["resolved_options"].get(key))
         rec.update({c: row[c] for c in RESULT_COLUMNS})
+        rec.update({c: row[c] for c in ADAPTATION_COLUMNS if c in row})
         records.append(rec)
     results = pd.DataFrame.from_records(records)
 

@@ -88,13 +88,16 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
             "row": f"{rec['algorithm']}@{variant}" if variant else rec["algorithm"],
             "row_name": row_name(rec["algorithm"], variant, several_algorithms),
             "column": base_setting(rec["setting"]),
-            "_acc": {}, "_options": set(), **{field: set() for field, _ in PROTOCOL_FIELDS},
+            "_acc": {}, "_before": [], "_budget": set(), "_options": set(), **{field: set() for field, _ in PROTOCOL_FIELDS},
         })
         seed, percent = int(rec["seed"]), 100.0 * float(rec[value_column])
         if cell["_acc"].setdefault(seed, percent) != percent:
             raise UserError(f"experiment {experiment}, setting {rec['setting']}, {rec['algorithm']}: seed {seed} is in the results "
                             f"twice with different accuracies ({cell['_acc'][seed]:.4f} and {percent:.4f}); aggregate each run once")
         cell["_options"].add(json.dumps(rec["options"], sort_keys=True))
+        if isinstance(rec.get("adaptation_budget"), str):
+            cell["_before"].append(100.0 * float(rec["before_adaptation"]))
+            cell["_budget"].add(rec["adaptation_budget"])
         for field, column in PROTOCOL_FIELDS:
             value = rec.get(column)
             if value is not None and not (isinstance(value, float) and math.isnan(value)):
@@ -109,6 +112,9 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
         cell["n_seeds"] = len(acc)
         cell["seeds"] = " ".join(str(s) for s in sorted(by_seed))
         cell["options"] = json.dumps([json.loads(text) for text in sorted(cell.pop("_options"))])
+        before, budget = cell.pop("_before"), cell.pop("_budget")
+        if before:  # the accuracy before adaptation (mean over seeds, final round) and its budget
+            cell["before_adaptation"], cell["adaptation_budget"] = float(np.mean(before)), " / ".join(sorted(budget))
         for field, column in PROTOCOL_FIELDS:
             values = sorted(cell.pop(field))
             if column not in dims:
@@ -133,6 +139,13 @@ def cell_text(mean: float, std: float, n_seeds: int) -> str:
         return "—"
     text = f"{mean:.2f}" if n_seeds == 1 else f"{mean:.2f} ± {std:.2f}"
     return text + (f" (n={n_seeds})" if n_seeds < PAPER_SEEDS else "")
+
+
+def with_adaptation(text: str, before: float, budget: Any) -> str:
+    """A cell of a method whose number includes an adaptation: its accuracy before it and the budget beside."""
+    if not isinstance(budget, str):
+        return text
+    return f"{text}; before adaptation {before:.2f}, adapted {budget}"
 
 
 def row_name(algorithm: str, variant: str, several_algorithms: bool) -> str:

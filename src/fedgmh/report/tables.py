@@ -23,7 +23,7 @@ from fedgmh.report.names import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DI
 from fedgmh.report.paper import PAPER_SEEDS, read_reference
 from fedgmh.report.runs import read_results
 from fedgmh.report.settings import assignment_of, setting_label
-from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, cell_text, summarize
+from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, cell_text, summarize, with_adaptation
 from fedgmh.report.values import order_key, parse_scalar, sort_value
 
 
@@ -96,6 +96,8 @@ def make_table(results: pd.DataFrame, experiment: str, title: str | None = None,
     first = {s: cells[cells["column"] == s].iloc[0].to_dict() for s in settings}
     corner = "Variant" if (cells["variant"] != "").any() else "Method"
     cells["cell"] = [cell_text(m, s, n) for m, s, n in zip(cells["mean"], cells["std"], cells["n_seeds"])]
+    if "adaptation_budget" in cells:
+        cells["cell"] = [with_adaptation(*texts) for texts in zip(cells["cell"], cells["before_adaptation"], cells["adaptation_budget"])]
     rounded = cells["mean"].round(2)
     cells["is_best"] = rounded == rounded.groupby(cells["column"]).transform("max")
     if reference is not None:
