@@ -22,10 +22,11 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import ALGORITHM_ORDER, algorithm_name, format_number
+from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.report.labels import format_number
 from fedgmh.report.runs import read_curves
 from fedgmh.report.figures import setting_title
-from fedgmh.report.values import order_key
+from fedgmh.report.parsing import order_key
 
 NOT_REACHED = "not reached"
 
@@ -89,7 +90,7 @@ def rounds_to_target(curves: pd.DataFrame, experiment: str, setting: str, target
         if len(values) != len(targets):
             raise UserError(f"paper rounds of {algorithm}: {len(values)} values for {len(targets)} targets")
     rows = []
-    for algorithm in sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER)):
+    for algorithm in sorted(set(frame["algorithm"]), key=order_key(algorithm_order())):
         acc = accuracy_by_seed(frame[frame["algorithm"] == algorithm])
         for i, target in enumerate(targets):
             mean_round, by_seed = first_rounds(acc, target)

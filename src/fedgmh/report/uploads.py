@@ -29,9 +29,10 @@ from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.figures import setting_title
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import ALGORITHM_ORDER, algorithm_name, format_number
+from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.report.labels import format_number
 from fedgmh.report.runs import read_curves
-from fedgmh.report.values import order_key
+from fedgmh.report.parsing import order_key
 
 NEVER = "–"
 METRICS = {"test_acc_mean": "mean client test accuracy (unweighted, CE-pFL's eq. 12)", "test_acc": "pooled test accuracy"}
@@ -78,7 +79,7 @@ def uploads_to_target(curves: pd.DataFrame, experiment: str, setting: str, targe
             raise UserError(f"paper uploads of {algorithm}: {len(values)} values for {len(targets)} targets")
     name = setting_title(frame, setting)
     rows = []
-    algorithms = sorted(set(frame["algorithm"]) | set(paper), key=order_key(ALGORITHM_ORDER))
+    algorithms = sorted(set(frame["algorithm"]) | set(paper), key=order_key(algorithm_order()))
     for algorithm in algorithms:
         data = frame[frame["algorithm"] == algorithm]
         per_seed: dict[int, list[float]] = {}
