@@ -148,6 +148,7 @@ def test_options_lists_defaults_official_values_and_help(capsys):
     assert line["heads"].startswith("  heads = single (one of per_label, single)")  # gmh_o's own default
     assert "[official: noncritical]" in line["mix"] and "[official:" not in line["beta"]
     assert "share B = beta * L" in line["beta"]
+    assert line["beta"].startswith("  beta = 0.5 (float, in [0, 1])")  # the range of the card's option
     assert "drop_last = false (bool) [official: true]" in line["drop_last"] and "[official: 20]" in line["eval_last"]
     assert main(["options", "fedavg"]) == 0
     out = capsys.readouterr().out
