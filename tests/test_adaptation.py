@@ -91,10 +91,10 @@ def test_a_killed_run_resumes_with_identical_metrics(tmp_path, name, overrides):
 
 
 def test_bad_options_fail_before_training():
-    for name, option, value, message in [("fedbabu", "finetune_epochs", "-1", "finetune_epochs must be >= 0"),
+    for name, option, value, message in [("fedbabu", "finetune_epochs", "-1", "finetune_epochs must be an integer >= 0"),
                                          ("fedbabu", "finetune_parts", "fc1", "choose one of"),
                                          ("perfedavg", "beta", "-0.1", "beta must be"),
-                                         ("perfedavg", "eval_steps", "-1", "eval_steps must be >= 0"),
+                                         ("perfedavg", "eval_steps", "-1", "eval_steps must be an integer >= 0"),
                                          ("perfedavg", "delta", "0", "delta must be"),
                                          ("perfedavg", "order", "second", "choose one of")]:
         with pytest.raises(UserError, match=message):

@@ -272,10 +272,11 @@ def test_fomo_downloads_top_m_pfllib_and_epsilon_greedy_paper():
 @pytest.mark.parametrize(
     "name,overrides,message",
     [
-        ("ditto", {"mu": -1}, "mu must be >= 0"),
+        ("ditto", {"mu": -1}, "mu must be a finite number >= 0"),
         ("ditto", {"report": "best"}, "choose one of personal, max_of_both"),
-        ("fedamp", {"alphaK": 0}, "alphaK and sigma must be > 0"),
-        ("fedamp", {"lamda": -0.5}, "lamda must be >= 0"),
+        ("fedamp", {"alphaK": 0}, "alphaK must be a finite number > 0"),
+        ("fedamp", {"lamda": -0.5}, "lamda must be a finite number >= 0"),
+        ("fedamp", {"sigma": 0}, "sigma must be a finite number > 0"),
         ("fedfomo", {"M": 4}, "larger than the number of clients"),
         ("fedfomo", {"val_ratio": 1.0}, "val_ratio must be in (0, 1)"),
     ],

@@ -219,9 +219,9 @@ def test_fedgh_pflib_server_head_is_client_zeros_head():
 
 
 def test_bad_options_fail_before_training():
-    with pytest.raises(UserError, match="mu must be >= 0"):
+    with pytest.raises(UserError, match="mu must be a finite number >= 0"):
         resolve_options("fedprox", {"mu": "-0.1"})
-    with pytest.raises(UserError, match="plocal_epochs must be >= 0"):
+    with pytest.raises(UserError, match="plocal_epochs must be an integer >= 0"):
         resolve_options("fedrep", {"plocal_epochs": "-1"})
     with pytest.raises(UserError, match="choose one of"):
         resolve_options("fedgh", {"head_alias": "client1"})

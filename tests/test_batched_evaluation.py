@@ -10,7 +10,8 @@ import torch
 
 from conftest import make_federation
 from fedgmh import engine, vectorised
-from fedgmh.algorithms import REGISTRY, get_algorithm
+from fedgmh.algorithms import get_algorithm
+from fedgmh.cards import algorithm_names
 from fedgmh.engine import Checkpoint, evaluate_clients, play_round, run_rounds
 from fedgmh.train import resolve_options
 
@@ -33,7 +34,7 @@ def _same_evaluation(a, b):
     assert math.isclose(a["test_loss"], b["test_loss"], rel_tol=1e-12)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", algorithm_names())
 def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, float64, monkeypatch):
     fed, algorithm = _trained(name)
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from fedgmh.algorithms.options import OPTION_SETS
+from fedgmh.cards import algorithm_names, card
 from fedgmh.cli import main
 
 
@@ -87,7 +87,7 @@ def _metrics_and_record(out):
 
 
 @pytest.mark.parametrize("preset", ["paper", "official"])
-@pytest.mark.parametrize("algorithm", sorted(__import__("fedgmh.algorithms", fromlist=["REGISTRY"]).REGISTRY))
+@pytest.mark.parametrize("algorithm", algorithm_names())
 def test_every_algorithm_trains_through_the_cli_deterministically(setup, algorithm, preset):
     runs = []
     for attempt in ("a", "b"):
@@ -100,7 +100,7 @@ def test_every_algorithm_trains_through_the_cli_deterministically(setup, algorit
     assert metrics["train_loss"].iloc[:-1].notna().all()  # the last round only evaluates
     assert record["algorithm"] == algorithm and record["best_test_acc"] == pytest.approx(metrics["test_acc"].max())
     # PFLlib's loader under preset=official; an algorithm without official code (cepfl) has no official values
-    official = OPTION_SETS[algorithm].official
+    official = card(algorithm).preset("official")
     assert record["engine_options"]["drop_last"] is (preset == "official" and official.get("drop_last", False))
     pd.testing.assert_frame_equal(metrics, again, check_exact=True)  # same seed, same metrics
 
@@ -119,12 +119,11 @@ def test_version_names_the_package_version(capsys):
 
 
 def test_train_help_lists_algorithms_and_datasets_and_points_to_the_options(capsys):
-    from fedgmh.algorithms import REGISTRY
     from fedgmh.data import DATASETS
 
     assert main(["train", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    assert all(name in out for name in [*REGISTRY, *DATASETS])
+    assert all(name in out for name in [*algorithm_names(), *DATASETS])
     assert "fedgmh options ALGORITHM" in out
     assert main(["train", "--dataset", "svhn", "--root", "r", "--partition", "p", "--algorithm", "fedavg", "--rounds", "1", "--out", "o"]) == 2
     assert "invalid choice: 'svhn'" in capsys.readouterr().err
@@ -149,6 +148,7 @@ def test_options_lists_defaults_official_values_and_help(capsys):
     assert line["heads"].startswith("  heads = single (one of per_label, single)")  # gmh_o's own default
     assert "[official: noncritical]" in line["mix"] and "[official:" not in line["beta"]
     assert "share B = beta * L" in line["beta"]
+    assert line["beta"].startswith("  beta = 0.5 (float, in [0, 1])")  # the range of the card's option
     assert "drop_last = false (bool) [official: true]" in line["drop_last"] and "[official: 20]" in line["eval_last"]
     assert main(["options", "fedavg"]) == 0
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ from scipy import stats
 from test_report import make_run
 
 from fedgmh import report
-from fedgmh.algorithms.options import PRESETS
+from fedgmh.cards import PRESETS
 from fedgmh.cli import main as cli_main
 from fedgmh.errors import UserError
 from fedgmh.report.compare import compare_with_paper, write_comparison

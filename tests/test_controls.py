@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import make_federation
 
-from fedgmh.algorithms import REGISTRY
+from fedgmh.algorithms import get_algorithm
 from fedgmh.algorithms.controls import PRIOR_KEY
 from fedgmh.engine import predict, run_rounds
 from fedgmh.priors import label_prior
@@ -23,7 +23,7 @@ CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [2, 3, 3, 2, 3], [3, 4, 4, 3], [4, 
 def run(name, rounds=3, seed=0, **overrides):
     algo_options, engine = resolve_options(name, overrides)
     fed = make_federation(CLIENTS, num_classes=5, batch_size=2, test_per_client=6, **dataclasses.asdict(engine))
-    algo = REGISTRY[name](fed, algo_options)
+    algo = get_algorithm(name)(fed, algo_options)
     rows = pd.DataFrame(run_rounds(fed, algo, rounds, 0.5, seed)).drop(columns="seconds")
     return fed, algo, rows
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from conftest import comparable, make_federation
 
 from fedgmh.algorithms import get_algorithm
+from fedgmh.cards import card
 from fedgmh.config import EngineOptions, TrainConfig
 from fedgmh.engine import evaluate_clients, local_train, run_rounds, select_clients, should_evaluate
 from fedgmh.train import run_training
@@ -24,7 +25,7 @@ def test_fedavg_of_full_batch_clients_equals_centralised_gradient_descent(client
     fed = make_federation(clients, batch_size=100, lr=0.05, lr_decay=1.0)
     if clients[0] == clients[1]:  # identical clients: the very same samples
         fed.train_idx = [fed.train_idx[0]] * len(clients)
-    algo = get_algorithm("fedavg")(fed, get_algorithm("fedavg").Options())  # weighting=size
+    algo = get_algorithm("fedavg")(fed, card("fedavg").options())  # weighting=size
     model = fed.model
     pooled = torch.cat(fed.train_idx)
     x, y = fed.images[pooled], fed.labels[pooled]
@@ -93,12 +94,11 @@ def test_lr_decays_once_per_round_with_lr_decay_unit_round():
 
 
 def test_play_round_sets_the_round_that_round_decay_reads():
-    from fedgmh.algorithms import REGISTRY
     from fedgmh.engine import play_round
     from fedgmh.train import resolve_options
 
     fed = make_federation([[0, 1, 0, 1], [1, 0, 1, 0]], lr=0.1, lr_decay=0.5, lr_decay_unit="round")
-    algo = REGISTRY["fedavg"](fed, resolve_options("fedavg", {})[0])
+    algo = get_algorithm("fedavg")(fed, resolve_options("fedavg", {})[0])
     seen = []
     original = fed.client_lr
     fed.client_lr = lambda c: seen.append(original(c)) or original(c)  # type: ignore[method-assign]
@@ -107,12 +107,11 @@ def test_play_round_sets_the_round_that_round_decay_reads():
 
 
 def test_fedfomo_training_view_follows_the_round_decay():
-    from fedgmh.algorithms import REGISTRY
     from fedgmh.engine import play_round
     from fedgmh.train import resolve_options
 
     fed = make_federation([[0, 1, 0, 1, 1]] * 6, lr=0.1, lr_decay=0.5, lr_decay_unit="round")
-    algo = REGISTRY["fedfomo"](fed, resolve_options("fedfomo", {})[0])
+    algo = get_algorithm("fedfomo")(fed, resolve_options("fedfomo", {})[0])
     play_round(fed, algo, 3, [0, 1], evaluate=False)
     assert algo.train_fed.client_lr(4) == pytest.approx(0.1 * 0.5**3)
 

@@ -14,9 +14,10 @@ import torch
 from conftest import REPO_ROOT, batched_plain_sgd, make_federation
 
 from fedgmh import store
-from fedgmh.algorithms import REGISTRY
+from fedgmh.algorithms import algorithm_classes, get_algorithm
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.options import AveragingOptions, option_set, resolve_options
+from fedgmh.cards import card, resolve_options
+from fedgmh.cards.averaging import AveragingOptions
 from fedgmh.engine import Checkpoint, eval_generator, local_train, mix_seed, run_rounds, select_clients, splitmix64
 from fedgmh.errors import UserError
 
@@ -173,7 +174,7 @@ def test_uniform_weighting_is_the_simple_mean_of_the_trained_clients():
     for weighting in ("size", "uniform"):
         options, _ = resolve_options("fedavg", {"weighting": weighting})
         fed = make_federation(clients, num_classes=3, batch_size=2)
-        algo = REGISTRY["fedavg"](fed, options)
+        algo = get_algorithm("fedavg")(fed, options)
         algo.send(0, [0, 1, 2])
         for c in range(3):
             algo.train_client(0, c)
@@ -187,7 +188,7 @@ def test_uniform_weighting_is_the_simple_mean_of_the_trained_clients():
 
 
 def test_every_averaging_algorithm_takes_weighting_with_size_by_default():
-    averaging = sorted(n for n, cls in REGISTRY.items() if issubclass(cls, ParameterAveraging) and n != "local")
+    averaging = sorted(n for n, cls in algorithm_classes().items() if issubclass(cls, ParameterAveraging) and n != "local")
     assert {"fedavg", "fedprox", "fedper", "lgfedavg", "fedrep", "fedrod", "fedcp", "ditto", "fedavg_lp"} <= set(averaging)
     simple_mean = {"cepfl", "perfedavg"}  # whose papers average with a simple mean (004's eq. 11, Per-FedAvg's)
     for name in averaging:
@@ -199,7 +200,7 @@ def test_every_averaging_algorithm_takes_weighting_with_size_by_default():
     assert resolve_options("perfedavg", {})[0].weighting == "uniform"
     # options of their own are kept beside it
     assert resolve_options("fedprox", {"mu": "0.1", "weighting": "uniform"})[0].mu == 0.1
-    assert "weighting" not in {f for f in option_set("local").Options.__dataclass_fields__}  # Local averages nothing
+    assert "weighting" not in {f for f in card("local").options.__dataclass_fields__}  # Local averages nothing
 
 
 def test_committed_records_keep_their_run_key():
@@ -226,7 +227,7 @@ def test_clients_up_counts_trained_clients_and_extra_uploads():
     assert "extra_uploads" not in algo.state()
     options, _ = resolve_options("local", {})
     fed = make_federation(CLIENTS, num_classes=3, batch_size=2)
-    assert [r["clients_up"] for r in run_rounds(fed, REGISTRY["local"](fed, options), 2, 0.5, seed=3)] == [0, 0, 0]
+    assert [r["clients_up"] for r in run_rounds(fed, get_algorithm("local")(fed, options), 2, 0.5, seed=3)] == [0, 0, 0]
 
 
 def test_records_with_and_without_clients_up_are_the_same_results(tmp_path):

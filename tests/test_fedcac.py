@@ -8,7 +8,8 @@ import pytest
 import torch
 from conftest import make_federation
 
-from fedgmh.algorithms import fedcac, get_algorithm, resolve_options
+from fedgmh.algorithms import fedcac, get_algorithm
+from fedgmh.cards import resolve_options
 from fedgmh.algorithms.fedcac import collaboration_threshold, collaborators, overlap_rates
 from fedgmh.algorithms.fedgmh import critical_mask
 from fedgmh.engine import Checkpoint, run_rounds, train_phases

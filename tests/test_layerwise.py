@@ -18,8 +18,9 @@ import torch
 from conftest import make_federation
 
 from fedgmh import costs
-from fedgmh.algorithms import OPTION_SETS, REGISTRY, resolve_options
+from fedgmh.algorithms import get_algorithm
 from fedgmh.algorithms.layerwise import LayerwiseAggregation, hn_alpha, layer_groups, normalise
+from fedgmh.cards import card, resolve_options
 from fedgmh.config import EngineOptions, option_names
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import UserError
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def build(name, clients=CLIENTS, **overrides):
     options, engine = resolve_options(name, {k: str(v) for k, v in overrides.items()})
     fed = make_federation(clients, batch_size=2, drop_last=engine.drop_last)
-    return fed, REGISTRY[name](fed, options)
+    return fed, get_algorithm(name)(fed, options)
 
 
 def without_timing(rows):
@@ -112,10 +113,10 @@ def test_same_seed_same_run(overrides):
     "name,overrides,message",
     [
         ("pfedla", {"hn_lr": -1}, "hn_lr must be a finite number >= 0"),
-        ("pfedla", {"k": -1}, "k must be >= 0"),
+        ("pfedla", {"k": -1}, "k must be an integer >= 0"),
         ("heurpfedla", {"k": 5}, "k=5 retained layers, but the model has 4 layers"),
-        ("pfedla", {"hidden_dim": 0}, "hidden_dim must be from 1 to at most 4096, got 0"),
-        ("pfedla", {"embedding_dim": 10**9}, "embedding_dim must be from 1 to at most 4096, got 1000000000"),
+        ("pfedla", {"hidden_dim": 0}, "hidden_dim must be an integer from 1 to 4096, got 0"),
+        ("pfedla", {"embedding_dim": 10**9}, "embedding_dim must be an integer from 1 to 4096, got 1000000000"),
         ("pfedla", {"hn_clip": -2}, "hn_clip must be"),
         ("pfedla", {"hn_sign": "ascent"}, "choose one of descent, anchor"),
         ("pfedla", {"preset": "flbench"}, "choose one of paper, official, anchor"),
@@ -131,6 +132,7 @@ def test_presets_and_variants():
     assert resolve_options("heurpfedla", {})[0].k == 1 and resolve_options("pfedla", {})[0].k == 0
     anchor = resolve_options("pfedla", {"preset": "anchor"})[0]
     assert (anchor.order, anchor.topk_score, anchor.hn_sign) == ("sequential", "raw", "anchor")
+    assert (anchor.hn_lr, anchor.init) == (5e-3, "per_client")  # KarhouTam's lr and one model per client, not our defaults
     assert resolve_options("pfedla", {"preset": "anchor", "hn_sign": "descent"})[0].hn_sign == "descent"  # explicit wins
     assert resolve_options("pfedla", {"preset": "official"})[0] == resolve_options("pfedla", {})[0]  # no PFLlib version
     with pytest.raises(UserError, match="choose one of paper, official$"):
@@ -141,7 +143,7 @@ def test_sequential_order_cannot_be_vectorised():
     options, _ = resolve_options("pfedla", {"order": "sequential"})
     fed = make_federation(CLIENTS, batch_size=2, vectorise="on")
     with pytest.raises(UserError, match="order=sequential"):
-        run_rounds(fed, REGISTRY["pfedla"](fed, options), 1, 0.5, seed=0)
+        run_rounds(fed, get_algorithm("pfedla")(fed, options), 1, 0.5, seed=0)
 
 
 # --------------------------------------------------------------------------- spec tests 1, 2, 6
@@ -244,7 +246,7 @@ def test_4_heurpfedla_retaining_every_layer_is_local_training():
 
 # ------------------------------------------------------------------------------------ spec test 5
 
-@pytest.mark.xfail("weighting" not in option_names(OPTION_SETS["fedavg"].Options), reason="needs engine extension 4 (branch i12eng)",
+@pytest.mark.xfail("weighting" not in option_names(card("fedavg").options), reason="needs engine extension 4 (branch i12eng)",
                    raises=UserError, strict=True)
 def test_5_a_uniform_mix_without_hn_steps_is_fedavg_with_uniform_weights(monkeypatch):
     def uniform(self, client, hn=None):
@@ -357,7 +359,7 @@ def test_8_chain_of_fig_6_the_diagonal_comes_out_highest_with_descent(sign):
     """Fast version (16x16 synthetic images, 20 rounds, hn_lr 2 to make up for the few HN steps)."""
     fed = chain_federation(side=16, per_class=20)
     options, _ = resolve_options("pfedla", {"hn_lr": "2", "hn_sign": sign})
-    algo = REGISTRY["pfedla"](fed, options)
+    algo = get_algorithm("pfedla")(fed, options)
     run_rounds(fed, algo, 20, 1.0, seed=0)
     summary = chain_summary(algo.extra_records()["layer_weights"])
     for layer in ("body.3", "head"):
@@ -395,7 +397,7 @@ def test_8_chain_of_fig_6_on_fashion_mnist(shared_data, tmp_path, sign):
     weights are highest on the diagonal for most clients and fall with |i - j|; the anchors' sign reverses it."""
     fed = fashion_mnist_chain(shared_data, tmp_path)
     options, _ = resolve_options("pfedla", {"hn_lr": "2", "hn_sign": sign})
-    algo = REGISTRY["pfedla"](fed, options)
+    algo = get_algorithm("pfedla")(fed, options)
     run_rounds(fed, algo, 60, 1.0, seed=0)
     rows, same, neighbour, far = chain_summary(algo.extra_records()["layer_weights"])["body.7"]
     if sign == "descent":

@@ -1,10 +1,12 @@
-"""The registry is the only source of an algorithm's facts: the workflow's algorithm names, display
-names and row order, costs; a new algorithm is one file."""
+"""The cards are the only source of an algorithm's facts: the workflow's algorithm names, display names
+and row order, options, presets; its class holds its behaviour and cost model. A new algorithm is one
+card and one class, found by the same discovery as the real ones."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -13,15 +15,17 @@ import yaml
 from conftest import make_federation
 from test_plan import load as load_config
 
-import fedgmh.algorithms.options as options_module
-from fedgmh import costs, plan
-from fedgmh.algorithms import OPTION_SETS, REGISTRY, Algorithm, Exchange, register, resolve_options
-from fedgmh.algorithms.options import GMHOptions, OptionSet
-from fedgmh.engine import Phase, run_rounds
-from fedgmh.model import is_head
-from fedgmh.report import names
+import fedgmh.algorithms
+import fedgmh.cards
+from fedgmh import cards, costs, plan
+from fedgmh.algorithms import Algorithm, algorithm_classes, get_algorithm
+from fedgmh.cli import main
+from fedgmh.engine import run_rounds
+from fedgmh.errors import UserError
+from fedgmh.report import labels
 
 REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "fedgmh"
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 PAPER_ORDER = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod",
                "lgfedavg", "gmh_o", "gmh_a", "gmh_oa", "fedgmh"]  # Table 2, then Table 5's ablations before FedGMH
@@ -34,32 +38,43 @@ def config_with(algorithms: list[str]) -> dict:
     return config
 
 
-def test_the_workflow_takes_algorithm_names_from_the_registry():
+def test_the_workflow_takes_algorithm_names_from_the_cards():
     schema = yaml.safe_load(SCHEMA.read_text())
-    assert "enum" not in schema["$defs"]["algorithm"]  # the registry is the one list
-    assert plan.schema_problems(config_with(list(REGISTRY)), schema) == []
+    assert "enum" not in schema["$defs"]["algorithm"]  # the cards are the one list
+    assert plan.schema_problems(config_with(cards.algorithm_names()), schema) == []
     problems = plan.schema_problems(config_with(["fedavg", "fedavgg"]), schema)
     assert len(problems) == 1 and problems[0].startswith("  experiments.table2.algorithms[1]: 'fedavgg' is not one of ['cepfl', ")
 
 
-def test_names_and_row_order_come_from_the_classes():
+def test_names_and_row_order_come_from_the_cards():
     # the paper's methods in its row order, then the rest (our controls) by name
-    extra = sorted(name for name, cls in REGISTRY.items() if cls.paper_row is None)
-    assert list(names.ALGORITHM_ORDER) == PAPER_ORDER + extra
-    assert dict(names.ALGORITHM_NAMES) == {name: cls.display_name for name, cls in REGISTRY.items()}
-    assert names.algorithm_name("lgfedavg") == "LG-FedAvg" and names.algorithm_name("not_registered") == "not_registered"
-    rows = [cls.paper_row for cls in REGISTRY.values() if cls.paper_row is not None]
+    found = cards.all_cards()
+    extra = sorted(name for name, card in found.items() if card.paper_row is None)
+    assert cards.algorithm_order() == PAPER_ORDER + extra
+    assert cards.algorithm_name("lgfedavg") == "LG-FedAvg" and cards.algorithm_name("not_registered") == "not_registered"
+    rows = [card.paper_row for card in found.values() if card.paper_row is not None]
     assert len(rows) == len(PAPER_ORDER) and len(set(rows)) == len(rows)
 
 
-@pytest.mark.parametrize("module", [costs, names])
-def test_no_algorithm_is_named_outside_its_class(module):
+@pytest.mark.parametrize("module", [costs, labels])
+def test_no_algorithm_is_named_outside_its_card(module):
     text = Path(module.__file__).read_text()
-    assert [name for name in REGISTRY if f'"{name}"' in text or f"'{name}'" in text] == []
+    assert [name for name in cards.algorithm_names() if f'"{name}"' in text or f"'{name}'" in text] == []
+
+
+def test_every_card_names_a_class_of_the_module_of_its_own_file_name():
+    families = cards.family_names()
+    assert families == sorted(p.stem for p in (SRC / "cards").glob("*.py") if p.stem != "__init__")
+    for family in families:
+        assert (SRC / "algorithms" / f"{family}.py").is_file(), family
+    for name, cls in algorithm_classes().items():
+        family = cards.card(name).algorithm.partition(":")[0].rpartition(".")[2]
+        assert family in families and cls.__module__ == f"fedgmh.algorithms.{family}" and cls.name == name
+        assert not {"display_name", "paper_row", "Options", "defaults", "official"} & set(vars(cls)), name  # facts live on the card
 
 
 def test_every_algorithm_has_its_own_cost_model():
-    assert all(cls.exchange.__func__ is not Algorithm.exchange.__func__ for cls in REGISTRY.values())
+    assert all(cls.exchange.__func__ is not Algorithm.exchange.__func__ for cls in algorithm_classes().values())
 
 
 def test_costs_do_not_import_the_training_module():
@@ -68,12 +83,37 @@ def test_costs_do_not_import_the_training_module():
     assert out.stdout.strip() == "False"
 
 
-class Toy(Algorithm):
-    """A toy algorithm, defined only here: clients keep their models, get them sent down, upload the head."""
+def test_an_unknown_algorithm_is_one_clear_error():
+    with pytest.raises(UserError, match="unknown algorithm 'fedavgg'; available: cepfl, "):
+        get_algorithm("fedavgg")
 
-    name = "toy"
-    display_name = "Toy-Heads"
-    paper_row = 0  # before FedAvg
+
+# ----------------------------------------------------------- a new algorithm: one card and one class
+
+TOY_CARD = '''
+from dataclasses import dataclass
+
+from fedgmh.cards import PFLLIB_LOADER, Card
+from fedgmh.config import RangedOptions, option
+
+
+@dataclass(frozen=True)
+class ToyOptions(RangedOptions):
+    share: float = option(1.0, "share of the head uploaded", low=0, high=1, low_open=True)
+
+
+CARDS = (Card("toy", "Toy-Heads", "fedgmh.algorithms.toy:Toy", paper_row=0, options=ToyOptions,
+              presets={"official": {**PFLLIB_LOADER, "share": 0.5}}),)
+'''
+
+TOY_CLASS = '''
+from fedgmh.algorithms.base import Algorithm, Exchange
+from fedgmh.engine import Phase
+from fedgmh.model import is_head
+
+
+class Toy(Algorithm):
+    """Clients keep their models, get them sent down, upload the head."""
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)
@@ -93,46 +133,26 @@ class Toy(Algorithm):
         self.fed.channel.upload({k: v for k, v in results[-1].params.items() if is_head(k)})
         self.models[client] = results[-1].params
         return results[-1]
+'''
+
+
+def add_family(monkeypatch, tmp_path: Path, family: str, card_text: str, class_text: str = "") -> None:
+    """Put `cards/<family>.py` (and `algorithms/<family>.py`) in folders the two packages search, as
+    a new file of the source tree would be."""
+    for package, text in ((fedgmh.cards, card_text), (fedgmh.algorithms, class_text)):
+        folder = tmp_path / package.__name__.rpartition(".")[2]
+        folder.mkdir(exist_ok=True)
+        (folder / f"{family}.py").write_text(textwrap.dedent(text))
+        monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
+        monkeypatch.delitem(sys.modules, f"{package.__name__}.{family}", raising=False)
 
 
 @pytest.fixture
-def toy():
-    register(Toy)
-    yield Toy
-    del REGISTRY[Toy.name], OPTION_SETS[Toy.name]
-
-
-def test_every_class_has_the_option_set_of_its_name():
-    assert set(OPTION_SETS) == set(REGISTRY)
-    for name, cls in REGISTRY.items():
-        declared = OPTION_SETS[name]
-        assert (cls.Options, cls.defaults, cls.official) == (declared.Options, dict(declared.defaults), dict(declared.official)), name
-    assert REGISTRY["gmh_o"].defaults == {"heads": "single"} and REGISTRY["fedgmh"].official["eval_last"] == 20
-
-
-def test_options_are_declared_in_one_place():
-    class Twice(Algorithm):
-        name = "twice"
-        official = {"drop_last": True}
-
-    OPTION_SETS["twice"] = OptionSet(GMHOptions)
-    try:
-        with pytest.raises(ValueError, match="declares official on its class and in OPTION_SETS"):
-            register(Twice)
-        assert "twice" not in REGISTRY
-    finally:
-        del OPTION_SETS["twice"]
-
-
-def test_options_resolve_without_torch():
-    """The workflow checks every run's options while it builds its DAG: that must not import torch
-    (seconds per snakemake call) nor the algorithm classes."""
-    code = ("import sys; from fedgmh.algorithms import OPTION_SETS, option_rows, resolve_options\n"
-            "for name in OPTION_SETS:\n"
-            "    resolve_options(name, {'preset': 'official'}); option_rows(name)\n"
-            "print(len(OPTION_SETS), sorted(m for m in sys.modules if m == 'torch' or m.startswith('fedgmh.algorithms.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
-    assert out.stdout.split() == [str(len(REGISTRY)), "['fedgmh.algorithms.options']"]
+def toy(monkeypatch, tmp_path):
+    add_family(monkeypatch, tmp_path, "toy", TOY_CARD, TOY_CLASS)
+    yield
+    for module in ("fedgmh.cards.toy", "fedgmh.algorithms.toy"):
+        sys.modules.pop(module, None)
 
 
 def _results(algorithms):
@@ -143,51 +163,63 @@ def _results(algorithms):
                           "wall_time_s": 1.0, "run_dir": ""} for a in algorithms])
 
 
-def test_a_toy_algorithm_defined_in_one_place_shows_up_everywhere(toy):
+def test_a_toy_algorithm_of_one_card_and_one_class_shows_up_everywhere(toy, capsys):
     from fedgmh.report import summarize
 
-    # options, training and the channel's bytes = the analytic traffic of its class
-    options, _ = resolve_options("toy", {"preset": "official"})
+    # options: the card's preset and ranges
+    options, engine = cards.resolve_options("toy", {"preset": "official"})
+    assert (options.share, engine.drop_last) == (0.5, True)
+    with pytest.raises(UserError, match=r"share must be in \(0, 1\], got 0.0"):
+        cards.resolve_options("toy", {"share": "0"})
+    # training and the channel's bytes = the analytic traffic of its class
     fed = make_federation([[0, 1] * 4, [2, 3] * 4, [0, 2] * 4, [1, 3] * 4])
-    rows = run_rounds(fed, toy(fed, options), 1, 0.5, seed=0)
+    rows = run_rounds(fed, get_algorithm("toy")(fed, options), 1, 0.5, seed=0)
     sizes = costs.Sizes.of(fed.model)
     assert (rows[0]["bytes_up"], rows[0]["bytes_down"]) == (2 * sizes.head, 2 * sizes.model)  # 2 of 4 clients trained
     assert costs.round_traffic("toy", options, sizes, [2] * 4, [0, 1]) == (rows[0]["bytes_up"], rows[0]["bytes_down"])
     # the cost table
     table = costs.algorithm_costs(["digits"])
-    toy_rows = table[table["algorithm"] == "toy"].set_index("quantity")["analytic"]
+    toy_rows = table[(table["algorithm"] == "toy") & (table["preset"] == "paper")].set_index("quantity")["analytic"]
     digits = costs.Sizes.for_dataset("digits")
     assert toy_rows.to_dict() == {"up_per_participant": digits.head / costs.KB, "down_per_participant": digits.model / costs.KB,
                                   "down_per_other_client": 0.0}
     # the names and the row order the tables use
-    assert names.algorithm_name("toy") == "Toy-Heads" and names.ALGORITHM_ORDER[0] == "toy"
+    assert cards.algorithm_name("toy") == "Toy-Heads" and cards.algorithm_order()[0] == "toy"
     cells, _ = summarize(_results(["fedgmh", "toy", "fedavg"]), "t")
     assert list(cells["row_name"]) == ["Toy-Heads", "FedAvg", "FedGMH"]
-
-
-def test_the_workflow_finds_an_algorithm_that_declares_its_options_on_its_class(monkeypatch):
-    """Planning reads OPTION_SETS without torch; a name missing there makes it import the algorithm
-    modules (here: a stand-in for a module of the package that holds Toy), and then it plans."""
-    imported = []
-
-    def load_all():
-        imported.append(True)
-        if "toy" not in REGISTRY:
-            register(Toy)
-
-    monkeypatch.setattr(options_module, "load_registry", load_all)
+    # the CLI and the workflow's plan
+    assert main(["options", "toy"]) == 0
+    assert "share = 1.0 (float, in (0, 1]) [official: 0.5]" in capsys.readouterr().out
     config, schema = config_with(["toy", "fedavg"]), yaml.safe_load(SCHEMA.read_text())
+    assert plan.schema_problems(config, schema) == []
+    workflow = plan.Plan(config, basedir=REPO)
+    toy_runs = [run for run in workflow.runs if run.algorithm == "toy"]
+    assert toy_runs and all("--algorithm toy" in " ".join(workflow.train_arguments(run, "p.npz", 1)) for run in toy_runs)
+
+
+def test_without_its_files_the_toy_is_unknown():
+    config, schema = config_with(["toy", "fedavg"]), yaml.safe_load(SCHEMA.read_text())
+    assert plan.schema_problems(config, schema)[0].startswith("  experiments.table2.algorithms[0]: 'toy' is not one of ['cepfl', ")
+
+
+def test_a_card_must_name_a_class_of_its_own_family(monkeypatch, tmp_path):
+    add_family(monkeypatch, tmp_path, "stray", '''
+        from fedgmh.cards import Card
+
+        CARDS = (Card("stray", "Stray", "fedgmh.algorithms.sharing:FedProx"),)
+        ''')
+    with pytest.raises(ValueError, match="card 'stray' in fedgmh.cards.stray names 'fedgmh.algorithms.sharing:FedProx': "
+                                         "its class belongs in fedgmh.algorithms.stray"):
+        cards.all_cards()
+
+
+def test_two_cards_cannot_share_a_class(monkeypatch, tmp_path):
+    add_family(monkeypatch, tmp_path, "toy", TOY_CARD.replace('CARDS = (', 'CARDS = (Card("toy2", "Toy 2", "fedgmh.algorithms.toy:Toy"), '),
+               TOY_CLASS)
     try:
-        assert "toy" not in OPTION_SETS
-        assert options_module.option_set("toy") is OPTION_SETS["toy"] and len(imported) == 1  # e.g. `fedgmh options toy`
-        del REGISTRY["toy"], OPTION_SETS["toy"]
-        assert plan.schema_problems(config, schema) == [] and len(imported) == 2  # the workflow's config check
-        workflow = plan.Plan(config, basedir=REPO)
-        toy_runs = [run for run in workflow.runs if run.algorithm == "toy"]
-        assert toy_runs and all("--algorithm toy" in " ".join(workflow.train_arguments(run, "p.npz", 1)) for run in toy_runs)
+        assert get_algorithm("toy").name == "toy"
+        with pytest.raises(ValueError, match="named by the cards of both 'toy' and 'toy2'"):
+            get_algorithm("toy2")
     finally:
-        REGISTRY.pop("toy", None), OPTION_SETS.pop("toy", None)
-    # without it, the check names the key and the known algorithms
-    monkeypatch.undo()
-    problems = plan.schema_problems(config, schema)
-    assert problems[0].startswith("  experiments.table2.algorithms[0]: 'toy' is not one of ['cepfl', ")
+        for module in ("fedgmh.cards.toy", "fedgmh.algorithms.toy"):
+            sys.modules.pop(module, None)

@@ -16,7 +16,7 @@ from test_report import make_run
 
 
 def test_every_method_has_its_own_style_and_fedgmh_stands_out() -> None:
-    styles = {a: method_style(a) for a in report.ALGORITHM_ORDER}
+    styles = {a: method_style(a) for a in report.algorithm_order()}
     looks = {(s["color"], s["linestyle"], s["marker"]) for s in styles.values()}
     assert len(looks) == len(styles)  # no two methods look alike
     assert len({s["color"] for s in styles.values()}) == len(styles)  # not even in colour alone

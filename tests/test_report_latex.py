@@ -78,7 +78,7 @@ def test_one_seed_has_no_std_anywhere(results: pd.DataFrame, tmp_path: Path) -> 
 def test_rounds_to_target_fits_a_page() -> None:
     from test_report import _curves
 
-    curves = _curves({(alg, 0): [0.01, 0.2, 0.3] for alg in report.ALGORITHM_ORDER[:12]})
+    curves = _curves({(alg, 0): [0.01, 0.2, 0.3] for alg in report.algorithm_order()[:12]})
     table = report.rounds_to_target(curves, "table2", "cifar100_c5_a0.5", [70, 75], paper={"fedgmh": [68, 185]})
     from fedgmh.report.to_target import rounds_latex
 

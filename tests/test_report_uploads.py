@@ -15,7 +15,7 @@ from fedgmh import report, store
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 from fedgmh.report.layer_weights import plot_layer_weights, weight_matrix
-from fedgmh.report.others import compare_others, read_other_reference
+from fedgmh.report.other_documents import compare_others, read_other_reference
 from fedgmh.report.to_target import run_uploads, uploads_to_target
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import make_federation
 
-from fedgmh.algorithms import REGISTRY
+from fedgmh.algorithms import get_algorithm
 from fedgmh.engine import Checkpoint, run_rounds
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.train import resolve_options
@@ -55,7 +55,7 @@ def fresh(name, preset="paper", **engine):
     algo_options, engine_options = resolve_options(name, {"preset": preset, **engine})
     fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine_options.drop_last,
                           lr_decay=engine_options.lr_decay)
-    return fed, REGISTRY[name](fed, algo_options)
+    return fed, get_algorithm(name)(fed, algo_options)
 
 
 def without_timing(rows):

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from conftest import batched_plain_sgd, make_federation
-from fedgmh.algorithms import REGISTRY, base, get_algorithm
+from fedgmh.algorithms import base, get_algorithm
+from fedgmh.cards import algorithm_names
 from fedgmh.algorithms.averaging import FedAvg
 from fedgmh.algorithms.decoupled import mmd
 from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds
@@ -26,7 +27,7 @@ CLIENTS = [[0, 1, 0, 1, 2, 2, 1, 0, 1], [1, 2, 2], [0, 2, 2, 1, 0, 0, 1], [2], [
 # apart after training; 5e-17 in float64), so the one-training comparison takes another share
 STRONG = {"fedprox": {"mu": 0.5}, "ditto": {"mu": 0.5, "plocal_epochs": 2}, "fedrep": {"plocal_epochs": 2}, "fedamp": {"lamda": 0.5},
           "fedcac": {"tau": 0.75}}
-CASES = [(name, STRONG.get(name, {})) for name in sorted(REGISTRY)] + [
+CASES = [(name, STRONG.get(name, {})) for name in algorithm_names()] + [
     ("fedcp", {"policy": "gumbel"}),
     *[(name, {"preset": "official"}) for name in ("ditto", "fedamp", "fedcp", "fedfomo", "fedprox", "fedrep", "fedrod", "fedgh", "fedgmh")],
     # Per-FedAvg's meta-step inside its loss (nested torch.func.grad under vmap): second order,
@@ -181,7 +182,7 @@ def test_vectorise_on_stops_an_algorithm_that_must_train_client_by_client_before
 
 
 def test_every_algorithm_may_train_batched_in_both_presets():
-    for name in REGISTRY:
+    for name in algorithm_names():
         for preset in ("paper", "official"):
             options, engine = resolve_options(name, {"preset": preset})
             algorithm = get_algorithm(name)(make_federation(CLIENTS, num_classes=3, drop_last=engine.drop_last), options)

@@ -229,9 +229,9 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     art = tmp_path / "paper_artifacts" / "smoke"
     config = yaml.safe_load(SMOKE.read_text())
-    from fedgmh.algorithms import REGISTRY
+    from fedgmh.cards import all_cards
 
-    names = {name: cls.display_name for name, cls in REGISTRY.items()}
+    names = {name: found.display_name for name, found in all_cards().items()}
     assert {"table2", "table3", "table4", "table5", "table6", "table7", "audit", "audit_beta"} <= set(config["experiments"])
     for experiment, spec in config["experiments"].items():
         tex = (art / f"{experiment}.tex").read_text()

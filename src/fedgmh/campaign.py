@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from fedgmh.algorithms.options import resolve_options
+from fedgmh.cards import resolve_options
 from fedgmh.errors import UserError
 from fedgmh.plan import Plan, Run, with_defaults
 from fedgmh.plan_cost import parse_overrides

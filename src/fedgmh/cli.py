@@ -111,7 +111,7 @@ def _cmd_partition(args: argparse.Namespace) -> None:
 def _partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
     from fedgmh.io import write_csv
-    from fedgmh.report.names import dataset_name, format_number
+    from fedgmh.report.labels import dataset_name, format_number
 
     _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
@@ -209,14 +209,14 @@ class _Version(argparse.Action):
 def build_parser() -> argparse.ArgumentParser:
     import dataclasses
 
-    from fedgmh.algorithms import REGISTRY
+    from fedgmh.cards import algorithm_names
     from fedgmh.config import TrainConfig
     from fedgmh.datasets import DATASETS
 
     parser = argparse.ArgumentParser(prog="fedgmh", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    algorithms, datasets = sorted(REGISTRY), list(DATASETS)
+    algorithms, datasets = algorithm_names(), list(DATASETS)
     defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
     p = sub.add_parser("download", help="fetch a dataset (torchvision, a local mirror, or the embedded one)")

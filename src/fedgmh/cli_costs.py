@@ -27,12 +27,12 @@ def _cmd_costs(args: argparse.Namespace) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `costs` to the `fedgmh` parser."""
-    from fedgmh.costs import DEFAULT_DATASETS
+    from fedgmh.datasets import COST_DATASETS
 
     p = sub.add_parser("costs", help="section 2.3 storage / communication costs: analytic from the actual models, measured from runs")
     p.add_argument("--out", required=True, help="CSV: model figures vs the paper's, KB per round per algorithm, and per run analytic vs measured")
     p.add_argument("--tex", help="the same as LaTeX (booktabs) tables")
     p.add_argument("--runs", nargs="+", metavar="RUNDIR", help="finished run directories (metrics.csv with bytes_up / bytes_down, run.json)")
-    p.add_argument("--dataset", nargs="+", default=list(DEFAULT_DATASETS), help=f"datasets whose models are tabulated (default: {' '.join(DEFAULT_DATASETS)})")
+    p.add_argument("--dataset", nargs="+", default=list(COST_DATASETS), help=f"datasets whose models are tabulated (default: {' '.join(COST_DATASETS)})")
     p.add_argument("--labels", type=int, help="|S_m| of a FedGMH-family client in the per-algorithm rows (default: all the dataset's classes)")
     p.set_defaults(func=_cmd_costs)

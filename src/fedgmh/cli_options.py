@@ -12,17 +12,17 @@ def _text(value) -> str:
 
 
 def _cmd_options(args: argparse.Namespace) -> None:
-    from fedgmh.algorithms import get_algorithm, option_rows
+    from fedgmh.cards import card
 
-    cls = get_algorithm(args.algorithm)
-    print(f"{cls.name} ({cls.display_name}): options of `fedgmh train --algorithm {cls.name} --set KEY=VALUE`")
-    print("each line: KEY = default (type or choices) [official: the value --set preset=official gives it]: what it does")
+    found = card(args.algorithm)
+    print(f"{found.name} ({found.display_name}): options of `fedgmh train --algorithm {found.name} --set KEY=VALUE`")
+    print("each line: KEY = default (type or choices, range) [official: the value --set preset=official gives it]: what it does")
     for scope, title in (("algorithm", "algorithm options"), ("engine", "engine options (every algorithm)")):
         print(f"\n{title}:")
-        for row in option_rows(args.algorithm):
+        for row in found.option_rows():
             if row["scope"] != scope:
                 continue
-            kind = "one of " + ", ".join(row["choices"]) if row["choices"] else row["type"]
+            kind = "one of " + ", ".join(row["choices"]) if row["choices"] else row["type"] + (f", {row['range']}" if row["range"] else "")
             official = f" [official: {_text(row['official'])}]" if row["official"] is not None else ""
             print(f"  {row['name']} = {_text(row['default'])} ({kind}){official}: {row['help']}")
 

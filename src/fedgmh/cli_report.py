@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedgmh.algorithms.options import PRESETS
+from fedgmh.cards import PRESETS
 
 # `--accuracy` values are checked by fedgmh.report.summary (ACCURACIES), not here: importing it
 # would load pandas for every `fedgmh` command

@@ -24,8 +24,65 @@ def choice(default: str, *choices: str, help: str = "") -> Any:
     return field(default=default, metadata={"choices": (default, *choices), "help": help})
 
 
-def option(default: Any, help: str = "") -> Any:
-    return field(default=default, metadata={"help": help})
+def option(default: Any, help: str = "", *, low: float | None = None, high: float | None = None, low_open: bool = False,
+           high_open: bool = False, why: str = "") -> Any:
+    """A field with its help and, given a bound, the `Range` its values must lie in (checked by
+    `RangedOptions`); `why` is said with a value out of range."""
+    metadata: dict[str, Any] = {"help": help}
+    if low is not None or high is not None:
+        metadata["range"] = Range(low, high, low_open, high_open, why)
+    return field(default=default, metadata=metadata)
+
+
+def _bound_text(value: float) -> str:
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric option takes: each bound closed unless marked open, None = unbounded.
+    An int option takes integers only, a float option finite numbers only."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+
+    def requirement(self, integer: bool) -> str:
+        """What a value must be, in words: 'in [0, 1]', 'an integer >= 1', 'a finite number > 0'."""
+        if self.low is not None and self.high is not None:
+            if integer and not (self.low_open or self.high_open):
+                return f"an integer from {_bound_text(self.low)} to {_bound_text(self.high)}"
+            return (f"in {'(' if self.low_open else '['}{_bound_text(self.low)}, "
+                    f"{_bound_text(self.high)}{')' if self.high_open else ']'}")
+        if self.low is not None:
+            bound = f"{'>' if self.low_open else '>='} {_bound_text(self.low)}"
+        else:
+            bound = f"{'<' if self.high_open else '<='} {_bound_text(self.high)}"
+        return f"{'an integer' if integer else 'a finite number'} {bound}"
+
+    def admits(self, value: Any, integer: bool) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or not math.isfinite(value):
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+
+class RangedOptions:
+    """Base of an options dataclass whose fields carry a `Range`: constructing one with a value out
+    of its field's range fails with a one-line `UserError`. A subclass's own `__post_init__` (checks
+    across fields) calls this one first."""
+
+    def __post_init__(self) -> None:
+        hints = get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            limits = f.metadata.get("range")
+            value = getattr(self, f.name)
+            if limits is not None and not limits.admits(value, integer=hints[f.name] is int):
+                why = f" ({limits.why})" if limits.why else ""
+                raise UserError(f"{f.name} must be {limits.requirement(hints[f.name] is int)}, got {value!r}{why}")
 
 
 @dataclass(frozen=True)

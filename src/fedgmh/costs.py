@@ -18,7 +18,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 import torch
 
-from fedgmh.algorithms import REGISTRY, Exchange, get_algorithm, resolve_options
+from fedgmh.algorithms import Exchange, get_algorithm
+from fedgmh.cards import algorithm_names, card, resolve_options
+from fedgmh.datasets import COST_DATASETS as DEFAULT_DATASETS
 from fedgmh.errors import UserError
 from fedgmh.record import load_record
 
@@ -138,7 +140,6 @@ PAPER_FIGURES = (
     ("second_extractor_pct", "99.42", "%", "extra storage of a second feature extractor relative to the model"),
 )
 
-DEFAULT_DATASETS = ("mnist", "cifar10", "cifar100")
 
 
 def _figures(sizes: Sizes) -> dict[str, float]:
@@ -187,7 +188,7 @@ def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | No
     for dataset in datasets:
         sizes = Sizes.for_dataset(dataset)
         count = sizes.num_classes if labels is None else labels
-        for name in sorted(REGISTRY):
+        for name in algorithm_names():
             seen = None
             for preset in ("paper", "official"):
                 ex = exchange(name, resolved_options(name, preset), sizes, count)
@@ -197,7 +198,7 @@ def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | No
                 for quantity, value in (("up_per_participant", ex.up), ("down_per_participant", ex.down), ("down_per_other_client", ex.down_other)):
                     rows.append({"kind": "algorithm", "dataset": dataset, "algorithm": name, "preset": preset, "quantity": quantity, "unit": "KB",
                                  "paper": math.nan, "analytic": value / KB, "measured": math.nan, "matches_paper": None,
-                                 "note": f"|S_m| = {count}" if REGISTRY[name].traffic_per_label else ""})
+                                 "note": f"|S_m| = {count}" if get_algorithm(name).traffic_per_label else ""})
     return pd.DataFrame(rows)
 
 
@@ -230,7 +231,7 @@ def measured_costs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
         num_clients = int(run["num_clients"])
         per_round = max(1, int(num_clients * float(run["config"]["join_ratio"])))
         cls = get_algorithm(algorithm)
-        options = build_options(cls.Options, run.get("algorithm_options") or {})
+        options = build_options(card(algorithm).options, run.get("algorithm_options") or {})
         sizes = Sizes.for_dataset(dataset)
         labels = int((run.get("partition") or {}).get("classes_per_client") or sizes.num_classes)
         ex = exchange(algorithm, options, sizes, labels, per_round)  # at most the last round's uploads

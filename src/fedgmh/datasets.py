@@ -30,6 +30,9 @@ DATASETS: dict[str, DatasetInfo] = {
     )
 }
 
+#: the datasets whose models the paper's section 2.3 tabulates (`fedgmh costs --dataset` default)
+COST_DATASETS = ("mnist", "cifar10", "cifar100")
+
 
 def get_info(name: str) -> DatasetInfo:
     try:

@@ -17,9 +17,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 #: errors of a write itself, whatever file the system names (shutil names the source it copies from)

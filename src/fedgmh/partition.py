@@ -24,12 +24,15 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import FIGURE_NO_DATE, atomic_path
+
+if TYPE_CHECKING:  # pandas is imported where used: the workflow's plan imports this module without it
+    import pandas as pd
 
 MIN_CLIENT_SIZE = 10  # the reference's `min_require_size`
 #: the largest alpha: far beyond where the shares are equal to double precision (1e6 is near-equal already), and
@@ -497,6 +500,8 @@ def client_statistics(partition: Partition, labels: np.ndarray, num_classes: int
         row["num_classes"] = int((counts > 0).sum())
         row.update({f"class_{k}": int(c) for k, c in enumerate(counts)})
         rows.append(row)
+    import pandas as pd
+
     return pd.DataFrame(rows)
 
 

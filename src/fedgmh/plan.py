@@ -1,9 +1,8 @@
 """The workflow's plan: a config checked and expanded into partitions and training runs, without torch.
 
 The Snakemake rules (workflow/rules/*.smk) ask a `Plan` what to run and with which arguments; it
-is built once per snakemake call, while the DAG is built, so it imports neither torch nor the
-algorithm classes (options are resolved by `fedgmh.algorithms.options`) -- unless the config names
-an algorithm that declares its options on its class, which only the registry knows.
+is built once per snakemake call, while the DAG is built, so it imports neither torch, pandas nor
+the algorithm classes (names and options come from the algorithm cards, `fedgmh.cards`).
 
 A run is (experiment, setting, algorithm, seed). Its setting id comes from
 `fedgmh.report.assign_setting_ids` (the same function names the columns of the tables):
@@ -38,15 +37,13 @@ from typing import Any
 import numpy as np
 
 from fedgmh import partition
-from fedgmh.algorithms import options as algorithm_options
-from fedgmh.algorithms.options import algorithm_names, resolve_options
+from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
 from fedgmh.report.claim_file import read_claims
-from fedgmh.report.names import format_number
-from fedgmh.store import run_subfolder
-from fedgmh.report.settings import assign_setting_ids, partition_id
+from fedgmh.report.labels import format_number
+from fedgmh.report.settings import assign_setting_ids, partition_id, run_subfolder
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -73,13 +70,8 @@ class ConfigError(UserError):
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """One line per key of `config` that the JSON schema rejects, saying which key and why
     (jsonschema's own text dumps the schema). A `$defs` entry marked `x-enum: registry` (the
-    algorithm names) gets the registry's names as its enum; a name that is not in OPTION_SETS
-    asks the registry to import the algorithm modules (see `algorithm_names`) before it counts as unknown."""
-    errors = _schema_errors(config, schema, algorithm_names())
-    if errors:  # perhaps an algorithm that declares its options on its class: the registry knows it
-        algorithm_options.load_registry()
-        errors = _schema_errors(config, schema, algorithm_names())
-    return [_describe(error) for error in errors]
+    algorithm names) gets the names of the algorithm cards as its enum."""
+    return [_describe(error) for error in _schema_errors(config, schema, algorithm_names())]
 
 
 def _schema_errors(config: dict[str, Any], schema: dict[str, Any], algorithms: list[str]) -> list[Any]:

@@ -35,12 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from fedgmh.algorithms.options import option_set
+from fedgmh.cards import card
 from fedgmh.config import EngineOptions
 from fedgmh.difference import DIFFERENT, FLOAT_LEVEL, Difference, compare
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path, write_json
 from fedgmh.record import RECORD_FILES, load_record, optional_files, read_bytes, read_json
+from fedgmh.report.settings import run_subfolder
 
 try:
     import fcntl
@@ -69,7 +70,7 @@ def with_option_defaults(record: dict[str, Any]) -> dict[str, Any]:
     """The record (or run identity) with every option it predates added at its default: a record
     written before an option existed ran as the option's default runs. (The dataclass default:
     an option a preset or variant sets otherwise counts as a difference, the safe side.)"""
-    algorithm_options = {**_option_defaults(option_set(record["config"]["algorithm"]).Options), **record["algorithm_options"]}
+    algorithm_options = {**_option_defaults(card(record["config"]["algorithm"]).options), **record["algorithm_options"]}
     return {**record, "algorithm_options": algorithm_options,
             "engine_options": {**_option_defaults(EngineOptions), **record["engine_options"]}}
 
@@ -318,11 +319,6 @@ def put(source: Path | str, destination: Path | str, beside_other_run: bool = Fa
             write_json({**read_json(destination / "run.json"), "workflow": labels}, destination / "run.json")
             outcome += " (labels)"
         return outcome
-
-
-def run_subfolder(experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
-    """Where the workflow files a run below a runs folder (results/<name>/runs, paper_artifacts/<name>/runs)."""
-    return f"{experiment}/{setting}/{algorithm}/seed{seed}"
 
 
 def _destination(run: StoredRun, source: Path) -> Path | str:

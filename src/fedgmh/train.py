@@ -27,7 +27,8 @@ import torch
 
 import fedgmh
 from fedgmh import data, gpu_slots, store
-from fedgmh.algorithms import REGISTRY, get_algorithm, resolve_options
+from fedgmh.algorithms import algorithm_classes, get_algorithm
+from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
@@ -185,7 +186,7 @@ def clear_record(out_dir: Path) -> None:
     """Remove the record files of a run folder (run.json and the tables a record can hold: the
     engine's and every algorithm's `record_tables`), before another run's record is trained or
     copied into it; other files of the folder are left alone."""
-    tables = {*ENGINE_TABLES, *(name for algorithm in REGISTRY.values() for name in algorithm.record_tables)}
+    tables = {*ENGINE_TABLES, *(name for algorithm in algorithm_classes().values() for name in algorithm.record_tables)}
     for path in [out_dir / "run.json", *(out_dir / f"{name}.csv" for name in sorted(tables))]:
         if path.is_symlink() or path.is_file():
             path.unlink()

@@ -23,7 +23,7 @@ from snakemake.utils import validate
 
 from fedgmh.errors import UserError
 from fedgmh.plan import TRAIN_MEM_MB, Plan, schema_problems
-from fedgmh.report.names import format_number
+from fedgmh.report.labels import format_number
 
 _SCHEMA = "../schemas/config.schema.yaml"
 try:

@@ -1,42 +1,35 @@
-"""Algorithms, found by name through `get_algorithm`.
+"""Algorithm behaviour: one class per algorithm, named by its card.
 
-Every module of this package is imported on first use of the registry (`REGISTRY`,
-`get_algorithm`, `Algorithm`, `Exchange`, `register`), so an algorithm registers itself
-(`@register`) just by living in a module of this folder. Its class holds its facts: display name,
-row in the paper's tables, traffic per round; its options (`fedgmh.algorithms.options`) are read
-without torch, so `resolve_options` and `option_rows` do not import the algorithm classes and
-importing this package stays light (the workflow checks every run's options while it plans).
+The card of an algorithm (`fedgmh.cards.<family>`) holds its facts and names its class as
+"fedgmh.algorithms.<family>:<Class>"; `get_algorithm` imports that class on first use and binds it
+to the card's name (`Algorithm.name`), so a class needs no registration of its own.
 """
 
+from __future__ import annotations
+
 import importlib
-import pkgutil
-from typing import Any
 
-from fedgmh.algorithms import options
-from fedgmh.algorithms.options import OPTION_SETS, option_rows, option_set, resolve_options
-
-_REGISTRY_NAMES = ("REGISTRY", "Algorithm", "Exchange", "get_algorithm", "register")
+from fedgmh.algorithms.base import Algorithm, Exchange
+from fedgmh.cards import algorithm_names, card
 
 
-def load_all() -> None:
-    """Import every module of this package: each algorithm class registers itself."""
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The class of algorithm `name` (a `UserError` for an unknown name)."""
+    module, _, class_name = card(name).algorithm.partition(":")
+    cls = getattr(importlib.import_module(module), class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise ValueError(f"the card of {name!r} names {card(name).algorithm!r}, which is not an Algorithm class")
+    bound = vars(cls).get("name")
+    if bound is None:
+        cls.name = name
+    elif bound != name:
+        raise ValueError(f"class {card(name).algorithm} is named by the cards of both {bound!r} and {name!r}: give each its own class")
+    return cls
 
 
-options.load_registry = load_all  # an algorithm name the options do not know: ask the modules
+def algorithm_classes() -> dict[str, type[Algorithm]]:
+    """Every algorithm's class by name (imports every algorithm module)."""
+    return {name: get_algorithm(name) for name in algorithm_names()}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _REGISTRY_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    load_all()
-    from fedgmh.algorithms import base
-
-    for public in _REGISTRY_NAMES:  # found as plain attributes from now on
-        globals()[public] = getattr(base, public)
-    return globals()[name]
-
-
-__all__ = ["OPTION_SETS", "REGISTRY", "Algorithm", "Exchange", "get_algorithm", "load_all", "option_rows", "option_set", "register",
-           "resolve_options"]
+__all__ = ["Algorithm", "Exchange", "algorithm_classes", "get_algorithm"]

@@ -20,8 +20,7 @@ import torch
 from torch import Tensor
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import register
-from fedgmh.algorithms.options import FedBABUOptions, PerFedAvgOptions
+from fedgmh.cards.adaptation import FedBABUOptions, PerFedAvgOptions
 from fedgmh.algorithms.personal import train_split_view
 from fedgmh.algorithms.sharing import FedPer
 from fedgmh.engine import Extra, Federation, GradHook, LocalResult, Params, Phase, cross_entropy, eval_generator, local_train, predict
@@ -85,16 +84,12 @@ class RecordsAdaptation:
 # --------------------------------------------------------------------------------------- FedBABU
 
 
-@register
 class FedBABU(RecordsAdaptation, FedPer):
     """FedPer whose head is never trained: the common initial head, frozen on every client (stored
     once), and FedAvg on the body; evaluated with the global body and that head, except where it
     fine-tunes (`finetune_at`): there each client's copy is first trained `finetune_epochs` epochs
     on its own train split (`finetune_parts`) at its current lr."""
 
-    name = "fedbabu"
-    display_name = "FedBABU"
-    paper_row = None  # not in the paper's tables
     transient = ("_tuned", "_before")
     # exchange: FedPer's (the body up from the trained clients, down to every client each round)
 
@@ -160,7 +155,6 @@ def gradient(loss_of, params: Params) -> Params:
     return torch.func.grad(loss_of)(params)
 
 
-@register
 class PerFedAvg(RecordsAdaptation, ParameterAveraging):
     """Fallah et al. 2020: minimise (1/N) sum_i f_i(w - alpha grad f_i(w)).
 
@@ -171,9 +165,6 @@ class PerFedAvg(RecordsAdaptation, ParameterAveraging):
     samples), from the evaluation generator (`eval_steps`, `eval_data`).
     """
 
-    name = "perfedavg"
-    display_name = "Per-FedAvg"
-    paper_row = None  # not in the paper's tables
     transient = ("train_fed", "_adapted", "_before")
     # exchange: ParameterAveraging's (the whole model up from the trained clients, down to all clients)
 

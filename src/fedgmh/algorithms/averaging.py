@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from fedgmh.algorithms.base import Algorithm, Exchange, register
+from fedgmh.algorithms.base import Algorithm, Exchange
 from fedgmh.engine import LocalResult, Params, Phase
 from fedgmh.model import is_body, is_fc1, is_head
 
@@ -100,11 +100,7 @@ class ParameterAveraging(Algorithm):
         self.global_params = weighted_mean([self.uploads.pop(client) for client in selected], self.aggregation_weights(selected))
 
 
-@register
 class FedAvg(ParameterAveraging):
     """McMahan et al. 2017: local SGD on the global model, weighted average; global model evaluated."""
 
-    name = "fedavg"
-    display_name = "FedAvg"
-    paper_row = 1
     personalised = False

@@ -1,4 +1,4 @@
-"""The algorithm interface: a few hooks on the engine's one round loop, and the registry."""
+"""The algorithm interface: a few hooks on the engine's one round loop."""
 
 from __future__ import annotations
 
@@ -8,12 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fedgmh.algorithms.options import OPTION_SETS, NoOptions, OptionSet
 from fedgmh.engine import Federation, LocalResult, Params, Phase, train_phases
-from fedgmh.errors import UserError
-
-REGISTRY: dict[str, type["Algorithm"]] = {}
-
 
 @dataclass(frozen=True)
 class Exchange:
@@ -36,21 +31,10 @@ class Algorithm:
     (`vectorised.train_phases_many`, engine option `vectorise`) when `why_sequential` allows it.
     """
 
+    #: the name of the card that names this class (set by `fedgmh.algorithms.get_algorithm`)
     name: ClassVar[str] = ""
-    #: the name in tables and figures
-    display_name: ClassVar[str] = ""
-    #: position of its row in the paper's tables (None: after those that have one, by name)
-    paper_row: ClassVar[int | None] = None
     #: True when what a client exchanges grows with its number of labels |S_m|
     traffic_per_label: ClassVar[bool] = False
-    #: its options, given by `register` from `fedgmh.algorithms.options.OPTION_SETS` (read without
-    #: torch by the workflow): the Options dataclass, the values that differ from its defaults for
-    #: this registered variant, and those of the official code / PFLlib (`--set preset=official`;
-    #: keys may be engine options too, e.g. drop_last). A class without an entry there declares them here.
-    Options: ClassVar[type] = NoOptions
-    defaults: ClassVar[dict[str, Any]] = {}
-    official: ClassVar[dict[str, Any]] = {}
-
     #: False when evaluating the same model twice can give different numbers (random forward
     #: passes): then no evaluation result is reused
     deterministic_eval: ClassVar[bool] = True
@@ -176,26 +160,3 @@ class Algorithm:
         writes each as NAME.csv beside metrics.csv, part of the run's record (stores copy and compare
         it); NAME: lower-case letters, digits and _, not metrics or clients. Default: none."""
         return {}
-
-
-def register(cls: type[Algorithm]) -> type[Algorithm]:
-    """Add `cls` to the registry under its name, with the option set of that name (OPTION_SETS);
-    a class without one there (e.g. an algorithm defined in a test) brings its own."""
-    if cls.name in REGISTRY:
-        raise ValueError(f"algorithm {cls.name!r} registered twice")
-    declared = OPTION_SETS.get(cls.name)
-    on_class = sorted({"Options", "defaults", "official"} & set(vars(cls)))
-    if declared is None:
-        OPTION_SETS[cls.name] = OptionSet(cls.Options, dict(cls.defaults), dict(cls.official))
-    elif on_class:
-        raise ValueError(f"algorithm {cls.name!r} declares {', '.join(on_class)} on its class and in OPTION_SETS; keep one")
-    else:
-        cls.Options, cls.defaults, cls.official = declared.Options, dict(declared.defaults), dict(declared.official)
-    REGISTRY[cls.name] = cls
-    return cls
-
-
-def get_algorithm(name: str) -> type[Algorithm]:
-    if name not in REGISTRY:
-        raise UserError(f"unknown algorithm {name!r}; available: {', '.join(sorted(REGISTRY))}")
-    return REGISTRY[name]

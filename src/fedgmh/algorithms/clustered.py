@@ -10,7 +10,7 @@ FedPer (body averaged, head local) plus two server mechanisms:
   (eqs. 4-6), each cluster trains one round from the new global body, and the cluster models are
   fused into an enhanced global body.
 
-Readings of what the paper leaves open, each a named option (fedgmh.algorithms.options.CEPFLOptions):
+Readings of what the paper leaves open, each a named option (fedgmh.cards.clustered.CEPFLOptions):
 docs/baselines.md, "CE-pFL".
 """
 
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from fedgmh.algorithms.averaging import weighted_mean
-from fedgmh.algorithms.base import Exchange, register
+from fedgmh.algorithms.base import Exchange
 from fedgmh.algorithms.fedgmh import LABEL_DTYPE, class_means
-from fedgmh.algorithms.options import CEPFLOptions
+from fedgmh.cards.clustered import CEPFLOptions
 from fedgmh.algorithms.sharing import FedPer
 from fedgmh.engine import Diverged, LocalResult, Params, Phase, divergence, mix_seed
 
@@ -97,7 +97,6 @@ def kmeans(rows: np.ndarray, clusters: int, seed: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------- the method
 
-@register
 class CEPFL(FedPer):
     """FedPer with priority-score selection and loss-triggered cluster rounds (module docstring).
 
@@ -110,10 +109,7 @@ class CEPFL(FedPer):
     broadcast=selected).
     """
 
-    name = "cepfl"
     record_tables = ("participations", "cluster_rounds")
-    display_name = "CE-pFL (Huang & Chen 2025)"
-    paper_row = None  # not in the FedGMH paper's tables
     traffic_per_label = True
     transient = ("trained",)
 

@@ -12,15 +12,14 @@ from __future__ import annotations
 import torch
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import Exchange, register
-from fedgmh.algorithms.options import PriorOptions
+from fedgmh.algorithms.base import Exchange
+from fedgmh.cards.controls import PriorOptions
 from fedgmh.engine import Params
 from fedgmh.priors import label_prior
 
 PRIOR_KEY = "label_prior"  # rides along in the evaluated parameters; never part of the model
 
 
-@register
 class Local(ParameterAveraging):
     """Each client trains its own model from the common initial model; nothing is sent either way.
 
@@ -28,9 +27,6 @@ class Local(ParameterAveraging):
     and batches as every FL method, PFLlib's serverlocal), the server only schedules.
     """
 
-    name = "local"
-    display_name = "Local"
-    paper_row = None  # not in the paper's tables
     trained_clients_upload = False  # clients_up is 0 every round
 
     def shares(self, name: str) -> bool:
@@ -50,13 +46,9 @@ class Local(ParameterAveraging):
         """Nothing to aggregate."""
 
 
-@register
 class FedAvgLabelPrior(FedAvg):
     """FedAvg, evaluated with each client's label prior added to the global model's logits."""
 
-    name = "fedavg_lp"
-    display_name = "FedAvg + label prior"
-    paper_row = None  # not in the paper's tables (FedAvg's row is inherited otherwise)
     personalised = True  # the evaluated model differs per client (by its prior only)
 
     def __init__(self, fed, options: PriorOptions) -> None:

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import Exchange, register
-from fedgmh.algorithms.options import FedCPOptions
+from fedgmh.algorithms.base import Exchange
+from fedgmh.cards.decoupled import FedCPOptions
 from fedgmh.engine import Channel, Extra, Federation, Params, Phase, cross_entropy
 from fedgmh.model import is_body, is_head
 
@@ -45,7 +45,6 @@ def balanced_softmax_loss(logits: Tensor, y: Tensor, counts: Tensor, mask: Tenso
 # FedRoD
 
 
-@register
 class FedRoD(ParameterAveraging):
     """Chen & Chao 2022: body + generic head averaged (Balanced Softmax); personal head local.
 
@@ -55,10 +54,6 @@ class FedRoD(ParameterAveraging):
     so each part gets exactly the gradient of its own loss, at the same parameters as PFLlib's
     two optimisers (generic step, then personal step on the same batch's detached outputs).
     """
-
-    name = "fedrod"
-    display_name = "FedRoD"
-    paper_row = 10
 
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)  # shared: every model key (body + generic head)
@@ -137,7 +132,6 @@ def shared_random_context(dim: int, device: torch.device) -> Tensor:
     return torch.rand(dim, generator=torch.Generator().manual_seed(PFLLIB_CONTEXT_SEED)).to(device)
 
 
-@register
 class FedCP(ParameterAveraging):
     """Zhang et al. 2023: a per-sample policy {r, s} splits the features between a frozen global
     head and a personal head; the personal body is aligned to the frozen global body by MMD.
@@ -148,9 +142,6 @@ class FedCP(ParameterAveraging):
     size, the bodies, the upload heads (head + ghead) / 2 and the CPNs.
     """
 
-    name = "fedcp"
-    display_name = "FedCP"
-    paper_row = 5
     transient = ("feature_dim",)
 
     @classmethod

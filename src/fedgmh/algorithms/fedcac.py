@@ -10,7 +10,7 @@ rises every round, so critical parameters end up purely local). A client's model
 theta_i = M_i * u_i + (1 - M_i) * w, rebuilt whenever w changes; a client that never trained has w.
 
 Every point where PFLlib (`servercac.py`, `clientcac.py`) departs from the authors' code (Fling)
-that changes results is an option (CACOptions in fedgmh.algorithms.options); `preset=official`
+that changes results is an option (CACOptions in fedgmh.cards.fedcac); `preset=official`
 selects PFLlib's. See docs/baselines.md.
 """
 
@@ -21,9 +21,9 @@ import logging
 import torch
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import Exchange, register
+from fedgmh.algorithms.base import Exchange
 from fedgmh.algorithms.fedgmh import critical_mask
-from fedgmh.algorithms.options import CACOptions
+from fedgmh.cards.fedcac import CACOptions
 from fedgmh.engine import Federation, LocalResult, Params, Phase
 
 _log = logging.getLogger(__name__)
@@ -87,15 +87,11 @@ def mean_model(models: list[Params]) -> Params:
     return {k: v / float(len(models)) for k, v in total.items()}
 
 
-@register
 class FedCAC(ParameterAveraging):
     """The global model w is FedAvg's (`ParameterAveraging` sharing the whole model); masks M_i and
     customised models u_i are kept per client that has trained (the server's copies; clients that
     never trained share w)."""
 
-    name = "fedcac"
-    display_name = "FedCAC"
-    paper_row = None
     transient = ("pending_masks", "mixed")
 
     @classmethod

@@ -8,7 +8,7 @@ computes a new mask from the head's criticality (Algorithm 1, eq. 7-8) and uploa
 (eq. 4-5).
 
 Every point where the official code (youcaihua1/FedGMH) departs from the paper's text is an
-option (GMHOptions, with each variant's official values, in fedgmh.algorithms.options);
+option (GMHOptions, with each variant's official values, in fedgmh.cards.fedgmh);
 `preset=official` selects all of them at once. See docs/fedgmh.md (FedGH: docs/baselines.md).
 """
 
@@ -19,8 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from fedgmh.algorithms.base import Algorithm, Exchange, register
-from fedgmh.algorithms.options import GMHOptions
+from fedgmh.algorithms.base import Algorithm, Exchange
+from fedgmh.cards.fedgmh import GMHOptions
 from fedgmh.engine import Federation, LocalResult, Params, Phase
 from fedgmh.errors import UserError
 from fedgmh.model import is_head
@@ -196,41 +196,22 @@ class GlobalMultiHead(Algorithm):
             self.heads["head.bias"][head] -= self.options.eta_h * grad_b
 
 
-@register
 class FedGMH(GlobalMultiHead):
-    name = "fedgmh"
-    display_name = "FedGMH"
-    paper_row = 15
+    """FedGMH: S global heads (one per label), critical-position mixing (the paper's method)."""
 
 
-@register
 class GMHOneHead(GlobalMultiHead):
     """GMH-o: one global head trained on all prototypes; critical-position mixing kept."""
 
-    name = "gmh_o"
-    display_name = "GMH-o"
-    paper_row = 12
 
-
-@register
 class GMHAverage(GlobalMultiHead):
     """GMH-a: S heads, no mask: h_m <- (h_m + H_m) / 2 (eq. 10); official code: h_m <- H_m."""
 
-    name = "gmh_a"
-    display_name = "GMH-a"
-    paper_row = 13
 
-
-@register
 class GMHOneHeadAverage(GlobalMultiHead):
     """GMH-oa: one head, no mask: h_m <- (h_m + h) / 2 (eq. 11); official code: FedGH."""
 
-    name = "gmh_oa"
-    display_name = "GMH-oa"
-    paper_row = 14
 
-
-@register
 class FedGH(GlobalMultiHead):
     """Yi et al. 2023: bodies local; one global head trained on the uploaded class-mean features.
 
@@ -239,10 +220,6 @@ class FedGH(GlobalMultiHead):
     pass is batched by default (the spec's and PFLlib's): one SGD step of lr 1.0 per prototype
     (`server_pass=per_prototype`) diverges at the paper's MNIST protocol (docs/baselines.md).
     """
-
-    name = "fedgh"
-    display_name = "FedGH"
-    paper_row = 7
 
     def __init__(self, fed, options) -> None:
         if options.heads != "single" or options.combine != "replace":

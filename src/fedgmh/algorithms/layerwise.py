@@ -27,8 +27,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedgmh.algorithms.base import Algorithm, Exchange, register
-from fedgmh.algorithms.options import LayerwiseOptions
+from fedgmh.algorithms.base import Algorithm, Exchange
+from fedgmh.cards.layerwise import LayerwiseOptions
 from fedgmh.engine import Federation, LocalResult, Params, Phase
 from fedgmh.errors import UserError
 
@@ -121,7 +121,6 @@ class LayerwiseAggregation(Algorithm):
 
     record_tables = ("layer_weights",)
 
-    paper_row = None  # not in the FedGMH paper's tables (source document 003)
     transient = ("layers", "_mixed", "_memo", "_uploads")
 
     @classmethod
@@ -287,17 +286,9 @@ class LayerwiseAggregation(Algorithm):
         return {"layer_weights": pd.DataFrame(rows)}
 
 
-@register
 class PFedLA(LayerwiseAggregation):
     """Ma et al. 2022: every layer of a client's model mixed from all clients' layers by its hypernetwork."""
 
-    name = "pfedla"
-    display_name = "pFedLA"
 
-
-@register
 class HeurPFedLA(LayerwiseAggregation):
     """Ma et al. 2022, heuristic variant: the k (default 1) layers with the largest self-weight are kept, not mixed."""
-
-    name = "heurpfedla"
-    display_name = "HeurpFedLA"

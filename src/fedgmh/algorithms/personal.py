@@ -18,8 +18,8 @@ from typing import Callable, Iterator
 import torch
 
 from fedgmh.algorithms.averaging import ParameterAveraging
-from fedgmh.algorithms.base import Algorithm, Exchange, register
-from fedgmh.algorithms.options import AMPOptions, DittoOptions, FomoOptions
+from fedgmh.algorithms.base import Algorithm, Exchange
+from fedgmh.cards.personal import AMPOptions, DittoOptions, FomoOptions
 from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, split_batches, summed_loss
 from fedgmh.errors import UserError
 
@@ -46,7 +46,6 @@ def pull_toward(own: torch.Tensor, others: torch.Tensor, weights: torch.Tensor) 
 # ----------------------------------------------------------------------------------------- Ditto
 
 
-@register
 class Ditto(ParameterAveraging):
     """Li et al. 2021: FedAvg global model + per-client personal model with a proximal pull to it.
 
@@ -55,9 +54,6 @@ class Ditto(ParameterAveraging):
     averaged by ParameterAveraging), in PFLlib's order. Personal models are evaluated.
     """
 
-    name = "ditto"
-    display_name = "Ditto"
-    paper_row = 3
     transient = ("_reported",)
 
     @classmethod
@@ -115,7 +111,6 @@ def attention_weights(own: torch.Tensor, others: torch.Tensor, alphaK: float, si
     return alphaK * torch.exp(-squared_distances(own, others) / sigma) / sigma
 
 
-@register
 class FedAMP(Algorithm):
     """Huang et al. 2021: attentive message passing; each client keeps and is evaluated on its own model.
 
@@ -124,10 +119,6 @@ class FedAMP(Algorithm):
     starting point; the paper's proximal step does not fix one). The server's copy of a client's
     model IS the client's model (uploaded right after training), so it is stored once.
     """
-
-    name = "fedamp"
-    display_name = "FedAMP"
-    paper_row = 4
 
     @classmethod
     def exchange(cls, options, sizes, labels, models=None) -> Exchange:
@@ -211,7 +202,6 @@ def train_split_view(fed: Federation, train_idx: list[torch.Tensor], fixed_order
     return view
 
 
-@register
 class FedFomo(Algorithm):
     """Zhang et al. 2021: each selected client mixes downloaded models by validation-loss gain per distance.
 
@@ -220,9 +210,6 @@ class FedFomo(Algorithm):
     N x N affinity matrix P; row i gains the raw weights w_n each time client i combines.
     """
 
-    name = "fedfomo"
-    display_name = "FedFomo"
-    paper_row = 6
     transient = ("train_fed",)
 
     @classmethod

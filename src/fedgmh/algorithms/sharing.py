@@ -3,18 +3,16 @@
 FedProx is FedAvg with a proximal gradient; FedPer, LG-FedAvg and FedRep are `ParameterAveraging`
 with another shared part (FedRep also with a two-phase local schedule). (FedGH, one global head
 trained on prototypes, lives with its family in fedgmh.py.) The PFLlib behaviour is behind options
-listed in each one's `official` preset (fedgmh.algorithms.options). See docs/baselines.md.
+listed in each one's `official` preset (fedgmh.cards.sharing). See docs/baselines.md.
 """
 
 from __future__ import annotations
 
 from fedgmh.algorithms.averaging import FedAvg, ParameterAveraging
-from fedgmh.algorithms.base import register
 from fedgmh.engine import LocalResult, Phase, proximal_hook
 from fedgmh.model import is_body, is_head
 
 
-@register
 class FedProx(FedAvg):
     """Li et al. 2020: local SGD on CE + (mu/2)||w - w_global||^2; the global model is evaluated.
 
@@ -22,33 +20,21 @@ class FedProx(FedAvg):
     step), w_global being the global model the client received this round.
     """
 
-    name = "fedprox"
-    display_name = "FedProx"
-    paper_row = 2
-
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         anchor = {"anchor": self.global_params}  # the global model received this round
         return [Phase(self.client_params(client), grad_hook=proximal_hook(self.options.mu), extra=anchor)]
 
 
-@register
 class FedPer(ParameterAveraging):
     """Arivazhagan et al. 2019: the body is averaged, the head stays on the client."""
 
-    name = "fedper"
-    display_name = "FedPer"
-    paper_row = 8
     shared_part = "body"
 
 
-@register
 class LGFedAvg(ParameterAveraging):
     """Liang et al. 2020: the top layers are averaged (`global_part`: the head by default), the rest
     of the model (local representation) stays on the client."""
 
-    name = "lgfedavg"
-    display_name = "LG-FedAvg"
-    paper_row = 11
     shared_part = "head"
 
     @classmethod
@@ -56,17 +42,12 @@ class LGFedAvg(ParameterAveraging):
         return options.global_part
 
 
-@register
 class FedRep(FedPer):
     """Collins et al. 2021: train the head (body frozen), then the body (head frozen); average the body.
 
     Both phases use the client's current lr (PFLlib: two optimisers whose ExponentialLR schedulers
     are stepped together once per participation, so they always hold the same lr).
     """
-
-    name = "fedrep"
-    display_name = "FedRep"
-    paper_row = 9
 
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         head = Phase(self.client_params(client), epochs=self.options.plocal_epochs, trainable=is_head)

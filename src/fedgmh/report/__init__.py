@@ -1,9 +1,13 @@
 """Run directories -> tidy results, paper-style tables, figures, and the comparison with the paper.
 
+The names below are imported from their modules on first use, so that a module of this package
+(e.g. `settings`, which the workflow's plan uses) imports without pandas.
+
 Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import order (no circle):
 
-- `values`: parsing, ordering and comparing values (shared helpers).
-- `names`: display names and orders of algorithms and datasets, number formatting.
+- `parsing`: parsing, ordering and comparing values (shared helpers).
+- `labels`: dataset names and order, result columns, swept dimensions, number formatting
+  (algorithm names and order: the algorithm cards, `fedgmh.cards`).
 - `paper`: the paper's protocol and its numbers (the reference CSV).
 - `latex`: the one LaTeX writer of every table (pandas `Styler.to_latex`, one symbol map).
 - `settings`: setting ids (`<dataset>_c<C>_a<alpha>` + swept dimensions + `@<variant>`), shared
@@ -18,6 +22,7 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
   writes it as Markdown and LaTeX.
 - `tables`: `make_table` -> rows = algorithms in the paper's order (or named variants), columns =
   settings; LaTeX (booktabs) + CSV, and the same beside the paper's values.
+- `other_documents`: reference values of the other source documents next to ours.
 - `to_target`: `rounds_to_target` -> first round at which an accuracy curve reaches each target;
   `uploads_to_target` -> client uploads until then.
 - `claim_file`, `claims`, `claims_report`: the paper's claims (reference/fedgmh_paper_claims.yaml),
@@ -28,23 +33,30 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
 - `document`: every table and figure in one LaTeX document (`report.tex` -> `report.pdf`).
 """
 
-from fedgmh.report.compare import attach_reference, compare_with_paper, write_comparison
-from fedgmh.report.figures import plot_curves
-from fedgmh.report.names import (
-    ALGORITHM_NAMES, ALGORITHM_ORDER, DATASET_NAMES, DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, algorithm_name,
-    dataset_name, format_number,
-)
-from fedgmh.report.to_target import rounds_to_target, write_rounds_to_target
-from fedgmh.report.runs import aggregate_runs, load_run, read_curves, read_results, write_aggregate
-from fedgmh.report.settings import assign_setting_ids, setting_id, sweep_dimensions
-from fedgmh.report.summary import ACCURACIES, summarize
-from fedgmh.report.tables import make_table, write_table
-from fedgmh.report.values import parse_options
+import importlib
+from typing import Any
 
-__all__ = [
-    "ACCURACIES", "ALGORITHM_NAMES", "ALGORITHM_ORDER", "DATASET_NAMES", "DATASET_ORDER", "OPTION_LABELS", "STD_DDOF",
-    "SWEEP_DIMS", "aggregate_runs", "algorithm_name", "assign_setting_ids", "attach_reference", "compare_with_paper",
-    "dataset_name", "format_number", "load_run", "make_table", "parse_options", "plot_curves", "read_curves", "read_results",
-    "rounds_to_target", "setting_id", "summarize", "sweep_dimensions", "write_aggregate", "write_comparison",
-    "write_rounds_to_target", "write_table",
-]
+#: module -> the public names the package gives from it
+EXPORTS = {
+    "fedgmh.cards": ("algorithm_name", "algorithm_order"),
+    "fedgmh.report.compare": ("attach_reference", "compare_with_paper", "write_comparison"),
+    "fedgmh.report.figures": ("plot_curves",),
+    "fedgmh.report.labels": ("DATASET_NAMES", "DATASET_ORDER", "OPTION_LABELS", "STD_DDOF", "SWEEP_DIMS", "dataset_name",
+                             "format_number"),
+    "fedgmh.report.parsing": ("parse_options",),
+    "fedgmh.report.to_target": ("rounds_to_target", "write_rounds_to_target"),
+    "fedgmh.report.runs": ("aggregate_runs", "load_run", "read_curves", "read_results", "write_aggregate"),
+    "fedgmh.report.settings": ("assign_setting_ids", "setting_id", "sweep_dimensions"),
+    "fedgmh.report.summary": ("ACCURACIES", "summarize"),
+    "fedgmh.report.tables": ("make_table", "write_table"),
+}
+_MODULE_OF = {name: module for module, names in EXPORTS.items() for name in names}
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value

@@ -28,7 +28,8 @@ from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import Claim, Need, read_claims, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import SWEEP_DIMS, algorithm_name, format_number
+from fedgmh.cards import algorithm_name
+from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
 from fedgmh.report.to_target import accuracy_by_seed, first_round_bounds
 from fedgmh.report.runs import read_curves, read_results

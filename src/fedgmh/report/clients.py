@@ -15,9 +15,10 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.report.figures import save_figure, setting_title
-from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name
+from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.report.labels import DATASET_ORDER
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
-from fedgmh.report.values import order_key
+from fedgmh.report.parsing import order_key
 
 CLIENT_COLUMNS = ("client", "test_samples", "test_acc_best", "test_acc_last")
 ROUNDS = {"best": "test_acc_best", "last": "test_acc_last"}
@@ -49,7 +50,7 @@ def client_results(results: pd.DataFrame, experiment: str | None = None) -> tupl
 
 
 def _missing_text(missing: pd.DataFrame, left_out: list[str]) -> str:
-    names = sorted(set(missing["algorithm"]), key=order_key(ALGORITHM_ORDER))
+    names = sorted(set(missing["algorithm"]), key=order_key(algorithm_order()))
     text = "no clients.csv (records made before it existed): " + ", ".join(
         f"{algorithm_name(a)} ({(missing['algorithm'] == a).sum()} run{'s' if (missing['algorithm'] == a).sum() != 1 else ''})"
         for a in names)
@@ -77,7 +78,7 @@ def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str
     settings = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
     panels = [s for s in settings if s in set(clients["setting"])] or settings[:1]  # one panel says that there is nothing
     left_out = [setting_title(frame[frame["setting"] == s], s) for s in settings if s not in panels]
-    order = sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER))
+    order = sorted(set(frame["algorithm"]), key=order_key(algorithm_order()))
     plt = use_agg()
     ncols = min(len(panels), 2)
     nrows = math.ceil(len(panels) / ncols)

@@ -31,7 +31,7 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.comparison_text import comparison_latex, comparison_markdown
-from fedgmh.report.names import OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
+from fedgmh.report.labels import OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
 from fedgmh.report.paper import (
     PAPER_ACCURACY, PAPER_SEEDS, PAPER_STD_DDOF, REFERENCE_DIMS, check_reference, read_reference, reference_cell, reference_dataset,
 )
@@ -40,7 +40,7 @@ from fedgmh.report.protocol import (
 )
 from fedgmh.report.runs import read_results
 from fedgmh.report.summary import summarize
-from fedgmh.report.values import norm_name
+from fedgmh.report.parsing import norm_name
 from fedgmh.report.verdicts import (
     DEFAULT_ALPHA, DEFAULT_MARGIN, INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, check_test_settings, sample_std, welch_tost,
 )
@@ -214,10 +214,10 @@ def write_comparison(results_paths: Sequence[Path | str], reference_path: Path |
                      out_other_csv: Path | str | None = None) -> pd.DataFrame:
     """Summarize every experiment of the results files, compare with the reference, write the report.
 
-    `other_paths`: reference values of other documents (`fedgmh.report.others`), listed after the
+    `other_paths`: reference values of other documents (`fedgmh.report.other_documents`), listed after the
     paper's cells in their own section of the Markdown and LaTeX (with their own summary) and in
     `out_other_csv`; the paper's comparison (the returned frame, `out_csv`) does not include them."""
-    from fedgmh.report.others import compare_other_references, others_latex, others_markdown
+    from fedgmh.report.other_documents import compare_other_references, others_latex, others_markdown
 
     check_test_settings(margin, alpha)
     check_reading(reading)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import format_number
+from fedgmh.report.labels import format_number
 from fedgmh.report.protocol import READINGS
 from fedgmh.report.verdicts import MIN_SEEDS
 

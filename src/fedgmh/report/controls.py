@@ -16,7 +16,8 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
-from fedgmh.report.names import algorithm_name, dataset_name, format_number
+from fedgmh.cards import algorithm_name
+from fedgmh.report.labels import dataset_name, format_number
 
 BASELINE = "fedavg"
 

@@ -21,7 +21,7 @@ from fedgmh.errors import UserError
 from fedgmh.io import atomic_path, write_text
 from fedgmh.report.claims_report import claims_latex, read_claims_table
 from fedgmh.report.latex import tex
-from fedgmh.report.names import dataset_name
+from fedgmh.report.labels import dataset_name
 from fedgmh.report.paper import read_reference
 from fedgmh.report.runs import read_results
 from fedgmh.report.summary import DEFAULT_ACCURACY

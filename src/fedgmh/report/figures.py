@@ -12,10 +12,11 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import FIGURE_NO_DATE, atomic_path
-from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, algorithm_name
+from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.report.labels import DATASET_ORDER
 from fedgmh.report.settings import setting_extra, setting_label
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
-from fedgmh.report.values import order_key
+from fedgmh.report.parsing import order_key
 
 
 def setting_title(data: pd.DataFrame, setting: str) -> str:
@@ -111,7 +112,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
 
     plt = use_agg()
     frame = _select(curves, settings, experiment, algorithms).assign(acc=lambda f: 100.0 * f["test_acc"])
-    order = sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER))
+    order = sorted(set(frame["algorithm"]), key=order_key(algorithm_order()))
     ds_key = order_key(DATASET_ORDER)
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
     fig, axes = plt.subplots(len(panels), 2, figsize=(10.5, 3.8 * len(panels)), squeeze=False,

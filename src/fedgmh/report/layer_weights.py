@@ -17,9 +17,9 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv
 from fedgmh.report.figures import save_figure, setting_title
-from fedgmh.report.names import ALGORITHM_ORDER, algorithm_name
+from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.style import use_agg
-from fedgmh.report.values import order_key
+from fedgmh.report.parsing import order_key
 
 LAYER_WEIGHTS_FILE = "layer_weights.csv"
 COLUMNS = ("layer", "client", "peer", "weight")
@@ -69,7 +69,7 @@ def select_runs(results: pd.DataFrame, experiment: str, setting: str, algorithms
         present = sorted(set(results.loc[results["experiment"] == experiment, "setting"]))
         raise UserError(f"no runs of experiment {experiment!r}, setting {setting!r}; its settings: {', '.join(present) or 'none'}")
     runs = {}
-    for algorithm in sorted(dict.fromkeys(algorithms), key=order_key(ALGORITHM_ORDER)):
+    for algorithm in sorted(dict.fromkeys(algorithms), key=order_key(algorithm_order())):
         data = frame[frame["algorithm"] == algorithm]
         if seed is not None:
             data = data[data["seed"] == seed]

@@ -3,7 +3,7 @@
 Where the protocol lives: the reference CSV's columns give each cell's local epochs, participation
 and FedGMH's beta and eta_h; the rounds, clients and seeds are below; the batch size and learning
 rate are `fedgmh train`'s defaults (`TrainConfig`) and the lr decay, the evaluation and every
-algorithm option are the options' defaults (`fedgmh.algorithms.options`: the paper's text is every
+algorithm option are the options' defaults (`fedgmh.cards`: the paper's text is every
 default; `preset=official` is PFLlib's / the official code's reading) - the code's defaults are the
 paper's protocol (protocol.md), so they are read, not copied.
 """
@@ -18,8 +18,8 @@ import pandas as pd
 
 from fedgmh.config import TrainConfig
 from fedgmh.errors import UserError
-from fedgmh.report.names import DATASET_NAMES, dataset_name, format_number
-from fedgmh.report.values import norm_name
+from fedgmh.report.labels import DATASET_NAMES, dataset_name, format_number
+from fedgmh.report.parsing import norm_name
 
 REFERENCE_COLUMNS = ("table", "dataset", "C", "alpha", "algorithm", "mean", "std")
 #: the reference's columns that place a cell: a table varies some of them (its swept dimensions)

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from fedgmh.algorithms.options import PRESETS, resolve_options
+from fedgmh.cards import PRESETS, resolve_options
 from fedgmh.errors import UserError
-from fedgmh.report.names import SWEEP_DIMS, format_number
+from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_BATCH_SIZE, PAPER_CLIENTS, PAPER_LR, PAPER_ROUNDS, PAPER_SEEDS, REFERENCE_DIMS
 from fedgmh.report.settings import DEFAULT_ASSIGNMENT
-from fedgmh.report.values import norm_name
+from fedgmh.report.parsing import norm_name
 from fedgmh.store import EXECUTION_OPTIONS
 
 #: the readings of the paper's protocol (`--set preset=` values), in words

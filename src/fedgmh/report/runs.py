@@ -19,11 +19,11 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import reading, write_csv
 from fedgmh.record import load_record
-from fedgmh.report.names import (
+from fedgmh.report.labels import (
     ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
 )
 from fedgmh.report.settings import assign_setting_ids
-from fedgmh.report.values import jsonable, parse_options
+from fedgmh.report.parsing import jsonable, parse_options
 
 LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds
 #: metrics.csv columns kept in curves.csv when a run has them (`clients_up`: clients that uploaded in the round)

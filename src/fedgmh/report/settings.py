@@ -1,4 +1,4 @@
-"""Setting ids, shared with the workflow (workflow/rules/common.smk names its run folders with them).
+"""Setting ids and run folders, shared with the workflow (workflow/rules/common.smk names its run folders with them).
 
 `<dataset>_c<C>_a<alpha>`, plus `_n<N>` when the setting's number of clients N differs from the
 config's (`default_clients`; the partition's id has the same part), plus `_chain` for the chain
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fedgmh.report.names import SWEEP_DIMS, dataset_name, format_number
-from fedgmh.report.values import freeze
+from fedgmh.report.labels import SWEEP_DIMS, dataset_name, format_number
+from fedgmh.report.parsing import freeze
 
 DEFAULT_ASSIGNMENT = "random"
 
@@ -140,3 +140,8 @@ def setting_label(record: dict[str, Any], setting: str) -> tuple[str, str]:
 def setting_extra(record: dict[str, Any], setting: str) -> str:
     """What a setting id adds after its partition part: '_e4', '_beta0.1@official', ... ('' for none)."""
     return _split(record, setting)[1]
+
+
+def run_subfolder(experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
+    """Where the workflow files a run below a runs folder (results/<name>/runs, paper_artifacts/<name>/runs)."""
+    return f"{experiment}/{setting}/{algorithm}/seed{seed}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedgmh.report.names import ALGORITHM_ORDER
+from fedgmh.cards import algorithm_order
 
 HIGHLIGHT = "fedgmh"
 HIGHLIGHT_COLOR = "#000000"
@@ -27,7 +27,7 @@ def method_style(algorithm: str) -> dict[str, Any]:
     """matplotlib keyword arguments (color, linestyle, marker, linewidth, zorder) of a method."""
     if algorithm == HIGHLIGHT:
         return {"color": HIGHLIGHT_COLOR, "linestyle": "-", "marker": "o", "linewidth": 2.6, "markersize": 5, "zorder": 10}
-    others = [a for a in ALGORITHM_ORDER if a != HIGHLIGHT]
+    others = [a for a in algorithm_order() if a != HIGHLIGHT]
     i = others.index(algorithm) if algorithm in others else len(others) + sum(map(ord, algorithm))
     return {"color": COLORS[i % len(COLORS)], "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)],
             "linewidth": 1.5, "markersize": 4.5, "zorder": 3}

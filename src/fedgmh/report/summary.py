@@ -17,10 +17,11 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.report.names import ALGORITHM_ORDER, DATASET_ORDER, STD_DDOF, algorithm_name, format_number
+from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.report.labels import DATASET_ORDER, STD_DDOF, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_SEEDS
 from fedgmh.report.settings import assignment_of, base_setting, dim_value, sweep_dimensions, variant_of
-from fedgmh.report.values import freeze, order_key
+from fedgmh.report.parsing import freeze, order_key
 
 #: accuracy of a run -> (results.csv column, words for captions)
 ACCURACIES: dict[str, tuple[str, str]] = {
@@ -123,7 +124,7 @@ def summarize(results: pd.DataFrame, experiment: str, accuracy: str = DEFAULT_AC
     out = pd.DataFrame(rows)
     dim_columns = [f"opt_{d[4:]}" if d.startswith("opt:") else d for d in dims]
     out = out.rename(columns=dict(zip(dims, dim_columns)))
-    ds_key, alg_key = order_key(DATASET_ORDER), order_key(ALGORITHM_ORDER)
+    ds_key, alg_key = order_key(DATASET_ORDER), order_key(algorithm_order())
     out["_ds"] = out["dataset"].map(lambda d: ds_key(d)[0])
     out["_alg"] = out["algorithm"].map(lambda a: alg_key(a)[0])
     out["_variant"] = out["variant"].map(variant_order.index)

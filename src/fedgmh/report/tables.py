@@ -19,12 +19,12 @@ import pandas as pd
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.compare import attach_reference
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
+from fedgmh.report.labels import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_SEEDS, read_reference
 from fedgmh.report.runs import read_results
 from fedgmh.report.settings import assignment_of, setting_label
 from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, cell_text, summarize, with_adaptation
-from fedgmh.report.values import order_key, parse_scalar, sort_value
+from fedgmh.report.parsing import order_key, parse_scalar, sort_value
 
 
 def dim_label(column: str, value: Any) -> str:

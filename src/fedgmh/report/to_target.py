@@ -37,9 +37,10 @@ from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.figures import setting_title
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import ALGORITHM_ORDER, algorithm_name, format_number
+from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.report.labels import format_number
 from fedgmh.report.runs import read_curves
-from fedgmh.report.values import order_key
+from fedgmh.report.parsing import order_key
 
 NOT_REACHED = "not reached"
 NEVER = "–"
@@ -138,7 +139,7 @@ def rounds_to_target(curves: pd.DataFrame, experiment: str, setting: str, target
     paper = paper or {}
     setting_name = setting_title(frame, setting)
     rows = []
-    for algorithm in sorted(set(frame["algorithm"]), key=order_key(ALGORITHM_ORDER)):
+    for algorithm in sorted(set(frame["algorithm"]), key=order_key(algorithm_order())):
         acc = accuracy_by_seed(frame[frame["algorithm"] == algorithm])
         horizon, mean = float(acc.index.max()), acc.dropna().mean(axis=1)
         for i, target in enumerate(targets):
@@ -228,7 +229,7 @@ def uploads_to_target(curves: pd.DataFrame, experiment: str, setting: str, targe
     paper = paper or {}
     name = setting_title(frame, setting)
     rows = []
-    algorithms = sorted(set(frame["algorithm"]) | set(paper), key=order_key(ALGORITHM_ORDER))
+    algorithms = sorted(set(frame["algorithm"]) | set(paper), key=order_key(algorithm_order()))
     for algorithm in algorithms:
         data = frame[frame["algorithm"] == algorithm]
         per_seed: dict[int, list[float]] = {}

@@ -28,10 +28,10 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.report.latex import latex_table
-from fedgmh.report.names import format_number
+from fedgmh.report.labels import format_number
 from fedgmh.report.paper import reference_dataset
 from fedgmh.report.to_target import NEVER, run_uploads
-from fedgmh.report.values import norm_name
+from fedgmh.report.parsing import norm_name
 
 OTHER_COLUMNS = ("document", "item", "dataset", "clients", "join_ratio", "algorithm", "quantity", "target", "value", "unit")
 QUANTITIES = ("uploads_to_target", "mean_client_accuracy")

@@ -1,53 +1,11 @@
-"""Names, orders and small helpers shared by the reporting modules (no pandas needed)."""
+"""The labels of the reports: dataset names and order, result columns, swept dimensions, option symbols and
+number formatting (no pandas needed; algorithm names and order are on the algorithm cards, `fedgmh.cards`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-
-
-def algorithm_order() -> list[str]:
-    """The registered algorithms in the paper's row order (their `paper_row`; those without one
-    after the others, by name)."""
-    from fedgmh.algorithms import REGISTRY  # imported when used: importing fedgmh.report stays light
-
-    return sorted(REGISTRY, key=lambda name: (REGISTRY[name].paper_row is None, REGISTRY[name].paper_row or 0, name))
-
-
-class _AlgorithmNames(Mapping[str, str]):
-    """Registered name -> display name, in the paper's row order, read from the registry when used."""
-
-    def __getitem__(self, name: str) -> str:
-        from fedgmh.algorithms import REGISTRY
-
-        return REGISTRY[name].display_name or name
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(algorithm_order())
-
-    def __len__(self) -> int:
-        return len(algorithm_order())
-
-
-class _AlgorithmOrder(Sequence[str]):
-    """`algorithm_order()` as a sequence that reads the registry when used."""
-
-    def __getitem__(self, index):
-        return algorithm_order()[index]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(algorithm_order())
-
-    def __len__(self) -> int:
-        return len(algorithm_order())
-
-
-# Both come from the algorithm classes (`display_name`, `paper_row`), an algorithm registered late included.
-ALGORITHM_NAMES: Mapping[str, str] = _AlgorithmNames()
-ALGORITHM_ORDER: Sequence[str] = _AlgorithmOrder()
 
 DATASET_NAMES: dict[str, str] = {
     "mnist": "MNIST",
@@ -85,6 +43,9 @@ RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "last10_test_
 #: results columns of a run whose evaluated models are adapted copies (its adaptation.csv): the pooled accuracy
 #: of the shared model itself at the final evaluation, and the adaptation's budget in words
 ADAPTATION_COLUMNS = ["before_adaptation", "adaptation_budget"]
+#: results columns of a run whose evaluated models are adapted copies (its adaptation.csv): the pooled accuracy
+#: of the shared model itself at the final evaluation, and the adaptation's budget in words
+ADAPTATION_COLUMNS = ["before_adaptation", "adaptation_budget"]
 
 
 def format_number(value: Any) -> str:
@@ -98,11 +59,6 @@ def format_number(value: Any) -> str:
             return str(int(value))
         return f"{float(value):.10g}"
     return str(value)
-
-
-def algorithm_name(algorithm: str) -> str:
-    """The display name of a registered algorithm; any other name unchanged."""
-    return ALGORITHM_NAMES.get(algorithm, algorithm)
 
 
 def dataset_name(dataset: str) -> str:
