@@ -127,7 +127,8 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     command = next(line for line in out.splitlines() if "--algorithm gmh_a" in line and "cifar100_c5_a0.5.npz" in line)
     for part in ("--rounds 300", "--join-ratio 0.2", "--local-epochs 2", "--batch-size 100", "--lr 0.01",
                  "--set beta=0.5", "--set eta_h=1.0", "--threads 1", "results/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed",
-                 "--config-name paper --experiment table5 --setting cifar100_c5_a0.5 >"):
+                 "--config-name paper --experiment table5 --setting cifar100_c5_a0.5 --put-record "
+                 "paper_artifacts/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed"):
         assert part in command, command
     # FedGMH's Table 5 cells come from the Table 2 runs (trained once)
     assert "results/paper/runs/table5/cifar100_c5_a0.5/fedgmh" not in out
@@ -170,13 +171,14 @@ def test_table2_full_plans_the_paper_runs_of_table2s_offline_columns(tmp_path: P
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     counts = job_counts(out)
-    assert counts["train"] == 4 * 12 * 5 == 240 and counts["run_record"] == 240
+    assert counts["train"] == 4 * 12 * 5 == 240 and "run_record" not in counts  # each train job files its own record
     assert counts["download"] == 2 and counts["partition"] == 4 and counts["table"] == 1 and counts["compare"] == 1
     train = [line for line in out.splitlines() if "fedgmh train" in line]
     assert len(train) == 240 and all("--device cuda:auto --jobs-per-gpu 8 --threads 1" in c for c in train)
     assert set(re.findall(r"resources: .*?\b(gpu=\d+)", out)) == {"gpu=1"}
     assert any("--algorithm fedcp --rounds 300" in c and "--out results/paper/runs/table2/cifar100_c5_a5/fedcp/seed4" in c for c in train)
-    assert "paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed0" in out  # where the records are put
+    # where the records are put, by the train job itself
+    assert any("--put-record paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed0 >" in c for c in train)
 
 
 def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> None:
