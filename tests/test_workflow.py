@@ -200,6 +200,38 @@ def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> Non
     assert "workflow specific profile" in out and job_counts(out)["train"] == 62
 
 
+def test_a_failed_job_shows_its_one_line_reason(tmp_path: Path) -> None:
+    """The workflow profile's show-failed-logs: a job that fails prints its log, so the command's one-line
+    error is in Snakemake's own output, not only in the log file (here a dataset file that is not one)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "digits.npz").write_bytes(b"not a dataset")
+    result = snakemake(tmp_path, "results/smoke/partitions/digits_c2_a0.5.npz", "--cores", "1", "--configfile", str(SMOKE),
+                       timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    log = (tmp_path / "logs" / "smoke" / "partition" / "digits_c2_a0.5.log").read_text().strip().splitlines()
+    assert len(log) == 1 and log[0].startswith("fedgmh partition: error: "), log
+    assert log[0] in out, out[-3000:]
+
+
+def test_the_smoke_run_leaves_a_clone_clean() -> None:
+    """Every folder the smoke run writes (README: the smoke command, then its HTML report under
+    results/smoke/) is ignored by git and holds no tracked file, so `git status` stays clean."""
+    from test_plan import load
+
+    from fedgmh.plan import Plan
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    smoke = Plan(load("smoke.yaml"), basedir=REPO)
+    folders = [smoke.results, smoke.logs, smoke.artifacts, smoke.data, ".snakemake"]
+    for folder in folders:
+        probe = subprocess.run(["git", "check-ignore", "-q", f"{folder}/report.html"], cwd=REPO)
+        assert probe.returncode == 0, f"{folder}/ is not ignored by git"
+    tracked = subprocess.run(["git", "ls-files", "--", *folders], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert tracked == "", tracked
+
+
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "all_runs", "--cores", "2", "--configfile", str(SMOKE), "--config", "device=cuda",
                        "--resources", "gpu=1", timeout=120)
