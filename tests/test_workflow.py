@@ -184,15 +184,21 @@ def test_table2_full_plans_the_paper_runs_of_table2s_offline_columns(tmp_path: P
 def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> None:
     """`snakemake all_tables` plans with no flag (the workflow profile gives --cores) and without
     importing torch: here a `torch` that fails when imported comes first on the path. Device auto
-    too: whether a GPU is there is told without torch."""
+    too: whether a GPU is there is told without torch. The working directory is a copy of .test, the
+    workflow catalog's test layout: its config/config.yaml is the smoke config, found with no --configfile."""
+    import shutil
+
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('torch was imported while the DAG was built')\n")
     env_path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    workdir = tmp_path / ".test"
+    shutil.copytree(REPO / ".test", workdir)  # the link to config/smoke.yaml copied as the file
+    assert (workdir / "config" / "config.yaml").read_text() == SMOKE.read_text()
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "-n", "all_tables",
-         "--configfile", str(SMOKE), "--config", "device=auto"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), "-n", "all_tables",
+         "--config", "device=auto"],
+        capture_output=True, text=True, timeout=300, cwd=workdir,
         env=dict(os.environ, PYTHONPATH=env_path, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"),
     )
     out = result.stdout + result.stderr
@@ -225,11 +231,13 @@ def test_the_smoke_run_leaves_a_clone_clean() -> None:
         pytest.skip("not a git checkout")
     smoke = Plan(load("smoke.yaml"), basedir=REPO)
     folders = [smoke.results, smoke.logs, smoke.artifacts, smoke.data, ".snakemake"]
+    folders += [f".test/{folder}" for folder in folders]  # snakemake --directory .test (the catalog's test layout)
     for folder in folders:
         probe = subprocess.run(["git", "check-ignore", "-q", f"{folder}/report.html"], cwd=REPO)
         assert probe.returncode == 0, f"{folder}/ is not ignored by git"
     tracked = subprocess.run(["git", "ls-files", "--", *folders], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert tracked == "", tracked
+    assert subprocess.run(["git", "check-ignore", "-q", ".test/config/config.yaml"], cwd=REPO).returncode == 1
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
