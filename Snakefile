@@ -32,9 +32,9 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     """Tables (with rounds-to-target and the comparison with the paper), figures and partition heat-maps."""
     input:
         rules.all_tables.input,
         rules.all_figures.input,
         rules.all_partitions.input,
-    default_target: True
