@@ -1,6 +1,6 @@
 # Results: aggregate the runs of each experiment, then LaTeX tables (and CSV), accuracy curves, the
 # rounds-to-target table, the comparison with the paper and the paper's claims. Outputs marked with
-# report(...) go into `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
+# report(...) go into `snakemake --report results/<name>/report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
 # and figure into one LaTeX document and compiles it (needs a TeX engine, so it is not part of `all`).
 # Every rule here is a local rule: quick, and on a cluster it runs where snakemake runs.
 
