@@ -2,7 +2,7 @@
 #
 #   snakemake all_tables --configfile config/smoke.yaml                 # CI-sized, minutes
 #   snakemake all --resources gpu=2                                     # the paper (config/config.yaml)
-#   snakemake --report report.html --configfile ...                    # afterwards: self-contained HTML report
+#   snakemake all --configfile config/smoke.yaml --report results/smoke/report.html   # afterwards: self-contained HTML report
 #
 # The workflow profile profiles/default (= workflow/profiles/default) gives the flags every call
 # needs (--cores); give more on the command line. The target must come BEFORE --resources:
@@ -33,8 +33,8 @@ include: "workflow/rules/report.smk"
 
 rule all:
     """Tables (with rounds-to-target and the comparison with the paper), figures and partition heat-maps."""
+    default_target: True
     input:
         rules.all_tables.input,
         rules.all_figures.input,
         rules.all_partitions.input,
-    default_target: True

@@ -42,6 +42,27 @@ def test_train_writes_metrics_and_run_record(setup, capsys):
     assert "best test accuracy" in capsys.readouterr().out
 
 
+def test_train_puts_its_record_into_a_store_folder(setup, capsys):
+    """--put-record (the workflow's train job): the record, trained or reused from a store, goes into the
+    store folder; a record of other settings there stays and this one goes beside it."""
+    store = setup / "store" / "table2" / "digits" / "fedavg" / "seed0"
+    assert main(train_args(setup, "--put-record", str(store), algorithm="fedavg", out="put")) == 0
+    assert (store / "run.json").read_bytes() == (setup / "put" / "run.json").read_bytes()
+    assert (store / "metrics.csv").read_bytes() == (setup / "put" / "metrics.csv").read_bytes()
+    assert f"store put: added {store}" in capsys.readouterr().out
+    # the same run again, reused from that store: already there
+    assert main(train_args(setup, "--store", str(setup / "store"), "--put-record", str(store), algorithm="fedavg",
+                           out="put_again")) == 0
+    assert f"store put: present {store}" in capsys.readouterr().out
+    # other settings, same folder: beside the first record, which stays
+    first = (store / "run.json").read_bytes()
+    assert main(train_args(setup, "--lr", "0.2", "--put-record", str(store), algorithm="fedavg", out="put_other")) == 0
+    assert "beside the record of another run" in capsys.readouterr().out
+    assert (store / "run.json").read_bytes() == first
+    beside = list(store.parent.glob("seed0-*/run.json"))
+    assert len(beside) == 1 and json.loads(beside[0].read_text())["config"]["lr"] == 0.2
+
+
 @pytest.mark.parametrize(
     "extra,algorithm,message",
     [

@@ -30,12 +30,12 @@ def test_profile_keeps_site_keys_out_of_the_rules() -> None:
 
 def test_only_training_goes_to_the_cluster() -> None:
     """Every rule that runs a command, except `train`, is a local rule: downloads (compute nodes are
-    often offline), partitions, records and reports run where snakemake runs."""
+    often offline), partitions and reports run where snakemake runs."""
     text = "\n".join(path.read_text() for path in sorted((REPO / "workflow" / "rules").glob("*.smk")))
     rules = dict(re.findall(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", text, re.MULTILINE | re.DOTALL))
     commands = {name for name, body in rules.items() if re.search(r"^    (shell|run|script):", body, re.MULTILINE)}
     local = {name for name, body in rules.items() if re.search(r"^    localrule: True$", body, re.MULTILINE)}
-    assert {"download", "partition", "train", "run_record", "aggregate", "table", "report_pdf"} <= commands
+    assert {"download", "partition", "train", "aggregate", "table", "report_pdf"} <= commands
     assert commands - local == {"train"} and local <= commands
 
 

@@ -182,6 +182,20 @@ def test_schema_problems_name_the_key() -> None:
     ]
 
 
+def test_a_list_given_with_snakemakes_config_flag_gets_a_hint() -> None:
+    """`snakemake --config seeds=[0,1,2]` gives the items as text ('0'): the schema's complaint comes with
+    one line that says why and what to do instead."""
+    from snakemake.cli import parse_config
+
+    config = load("smoke.yaml") | parse_config(["seeds=[0,1,2]"])
+    problems = plan.schema_problems(config, SCHEMA)
+    assert problems[:3] == [f"  seeds[{i}]: '{i}' is not of type 'integer'" for i in range(3)]
+    assert len(problems) == 4 and problems[3].startswith("  hint: snakemake --config reads the items of a list as text")
+    assert "--configfile" in problems[3]
+    # text that is not a number gets no such hint
+    assert not any("hint" in line for line in plan.schema_problems(load("smoke.yaml") | {"seeds": ["a"]}, SCHEMA))
+
+
 def test_schema_limits_what_becomes_a_folder_or_a_command_word() -> None:
     config = load("smoke.yaml")
     config["name"] = "n" * 65

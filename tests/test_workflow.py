@@ -127,7 +127,8 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     command = next(line for line in out.splitlines() if "--algorithm gmh_a" in line and "cifar100_c5_a0.5.npz" in line)
     for part in ("--rounds 300", "--join-ratio 0.2", "--local-epochs 2", "--batch-size 100", "--lr 0.01",
                  "--set beta=0.5", "--set eta_h=1.0", "--threads 1", "results/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed",
-                 "--config-name paper --experiment table5 --setting cifar100_c5_a0.5 >"):
+                 "--config-name paper --experiment table5 --setting cifar100_c5_a0.5 --put-record "
+                 "paper_artifacts/paper/runs/table5/cifar100_c5_a0.5/gmh_a/seed"):
         assert part in command, command
     # FedGMH's Table 5 cells come from the Table 2 runs (trained once)
     assert "results/paper/runs/table5/cifar100_c5_a0.5/fedgmh" not in out
@@ -170,32 +171,73 @@ def test_table2_full_plans_the_paper_runs_of_table2s_offline_columns(tmp_path: P
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     counts = job_counts(out)
-    assert counts["train"] == 4 * 12 * 5 == 240 and counts["run_record"] == 240
+    assert counts["train"] == 4 * 12 * 5 == 240 and "run_record" not in counts  # each train job files its own record
     assert counts["download"] == 2 and counts["partition"] == 4 and counts["table"] == 1 and counts["compare"] == 1
     train = [line for line in out.splitlines() if "fedgmh train" in line]
     assert len(train) == 240 and all("--device cuda:auto --jobs-per-gpu 8 --threads 1" in c for c in train)
     assert set(re.findall(r"resources: .*?\b(gpu=\d+)", out)) == {"gpu=1"}
     assert any("--algorithm fedcp --rounds 300" in c and "--out results/paper/runs/table2/cifar100_c5_a5/fedcp/seed4" in c for c in train)
-    assert "paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed0" in out  # where the records are put
+    # where the records are put, by the train job itself
+    assert any("--put-record paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed0 >" in c for c in train)
 
 
 def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> None:
     """`snakemake all_tables` plans with no flag (the workflow profile gives --cores) and without
     importing torch: here a `torch` that fails when imported comes first on the path. Device auto
-    too: whether a GPU is there is told without torch."""
+    too: whether a GPU is there is told without torch. The working directory is a copy of .test, the
+    workflow catalog's test layout: its config/config.yaml is the smoke config, found with no --configfile."""
+    import shutil
+
     fake = tmp_path / "fake" / "torch"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('torch was imported while the DAG was built')\n")
     env_path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    workdir = tmp_path / ".test"
+    shutil.copytree(REPO / ".test", workdir)  # the link to config/smoke.yaml copied as the file
+    assert (workdir / "config" / "config.yaml").read_text() == SMOKE.read_text()
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "-n", "all_tables",
-         "--configfile", str(SMOKE), "--config", "device=auto"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), "-n", "all_tables",
+         "--config", "device=auto"],
+        capture_output=True, text=True, timeout=300, cwd=workdir,
         env=dict(os.environ, PYTHONPATH=env_path, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"),
     )
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert "workflow specific profile" in out and job_counts(out)["train"] == 62
+
+
+def test_a_failed_job_shows_its_one_line_reason(tmp_path: Path) -> None:
+    """The workflow profile's show-failed-logs: a job that fails prints its log, so the command's one-line
+    error is in Snakemake's own output, not only in the log file (here a dataset file that is not one)."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "digits.npz").write_bytes(b"not a dataset")
+    result = snakemake(tmp_path, "results/smoke/partitions/digits_c2_a0.5.npz", "--cores", "1", "--configfile", str(SMOKE),
+                       timeout=600)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    log = (tmp_path / "logs" / "smoke" / "partition" / "digits_c2_a0.5.log").read_text().strip().splitlines()
+    assert len(log) == 1 and log[0].startswith("fedgmh partition: error: "), log
+    assert log[0] in out, out[-3000:]
+
+
+def test_the_smoke_run_leaves_a_clone_clean() -> None:
+    """Every folder the smoke run writes (README: the smoke command, then its HTML report under
+    results/smoke/) is ignored by git and holds no tracked file, so `git status` stays clean."""
+    from test_plan import load
+
+    from fedgmh.plan import Plan
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    smoke = Plan(load("smoke.yaml"), basedir=REPO)
+    folders = [smoke.results, smoke.logs, smoke.artifacts, smoke.data, ".snakemake"]
+    folders += [f".test/{folder}" for folder in folders]  # snakemake --directory .test (the catalog's test layout)
+    for folder in folders:
+        probe = subprocess.run(["git", "check-ignore", "-q", f"{folder}/report.html"], cwd=REPO)
+        assert probe.returncode == 0, f"{folder}/ is not ignored by git"
+    tracked = subprocess.run(["git", "ls-files", "--", *folders], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert tracked == "", tracked
+    assert subprocess.run(["git", "check-ignore", "-q", ".test/config/config.yaml"], cwd=REPO).returncode == 1
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:

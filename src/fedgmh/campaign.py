@@ -2,7 +2,7 @@
 
 Each entry names one run of a workflow config (`experiment/setting/algorithm/seedN`, checked against
 the config's plan). An entry is *done* when its record is in the store (paper_artifacts/<name>/runs/,
-where the workflow's run_record rule puts it), *running* while a campaign process trains it,
+where the workflow's train job puts it), *running* while a campaign process trains it,
 *cut off* when its run folder holds a snapshot (resumed before anything new is started), and *to do*
 otherwise. `run_campaign` keeps `jobs` runs going, each one Snakemake process that trains the run
 and stores its record; the workflow itself decides reuse and resumption, the campaign only chooses
@@ -264,7 +264,7 @@ def _run(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path,
                     continue
                 del running[slug]
                 (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
-                if process.returncode == 0:  # trained (or reused) and stored by the workflow's run_record rule
+                if process.returncode == 0:  # trained (or reused) and stored by the workflow's train job
                     outcome["finished"].append(entry.name)
                     where = entry.record if record_problem(entry, base) is None else \
                         f"beside {entry.record} (which holds a record of other settings)"

@@ -190,6 +190,10 @@ def _cmd_train(args: argparse.Namespace) -> None:
                           stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu,
                           workflow=workflow)
     print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
+    if args.put_record:  # the workflow's train job files the record itself: no job of its own per run
+        from fedgmh.cli_store import put_record
+
+        print(put_record(args.out, args.put_record, beside_other_run=True))
 
 
 class _Version(argparse.Action):
@@ -285,6 +289,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace the run in OUT: a finished run of other settings (refused without this flag) or of the same "
         "settings (without it: not trained again), and a snapshot of other settings (without it: refused); a "
         "snapshot of the same settings is resumed",
+    )
+    p.add_argument(
+        "--put-record",
+        metavar="DIR",
+        help="then put the run's record (trained or reused) into DIR, a folder of a store; a record of another run "
+        "there stays and this one goes beside it (DIR-<digest>), as `fedgmh store put --beside-other-run`",
     )
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument(

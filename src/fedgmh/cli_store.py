@@ -41,11 +41,16 @@ def _cmd_merge(args: argparse.Namespace) -> None:
         raise UserError("some records were not merged (lines above); nothing in the store was overwritten")
 
 
-def _cmd_put(args: argparse.Namespace) -> None:
+def put_record(source: str, destination: str, beside_other_run: bool) -> str:
+    """Put the record in `source` into the store folder `destination` (fedgmh.store.put); the line that says what was done."""
     from fedgmh import store
 
-    outcome = store.put(args.source, args.destination, beside_other_run=args.beside_other_run)
-    print(f"store put: {outcome}" + ("" if " in " in outcome else f" {args.destination}"))
+    outcome = store.put(source, destination, beside_other_run=beside_other_run)
+    return f"store put: {outcome}" + ("" if " in " in outcome else f" {destination}")
+
+
+def _cmd_put(args: argparse.Namespace) -> None:
+    print(put_record(args.source, args.destination, args.beside_other_run))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("sources", nargs="+")
     v.add_argument("--into", required=True, help="store folder, e.g. paper_artifacts/paper/runs")
     v.set_defaults(func=_cmd_merge)
-    v = verbs.add_parser("put", help="copy one run's record to a given folder of a store (the workflow's run_record rule)")
+    v = verbs.add_parser("put", help="copy one run's record to a given folder of a store (what `fedgmh train --put-record` does after a run)")
     v.add_argument("source")
     v.add_argument("destination")
     v.add_argument("--beside-other-run", action="store_true",

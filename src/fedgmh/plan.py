@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from fedgmh import partition
 from fedgmh.cards import algorithm_names, resolve_options
@@ -71,7 +72,26 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
     """One line per key of `config` that the JSON schema rejects, saying which key and why
     (jsonschema's own text dumps the schema). A `$defs` entry marked `x-enum: registry` (the
     algorithm names) gets the names of the algorithm cards as its enum."""
-    return [_describe(error) for error in _schema_errors(config, schema, algorithm_names())]
+    errors = _schema_errors(config, schema, algorithm_names())
+    problems = [_describe(error) for error in errors]
+    if any(_list_item_as_text(error) for error in errors):
+        problems.append("  hint: snakemake --config reads the items of a list as text (seeds=[0,1,2] gives '0', '1', '2'): "
+                        "put the list in a config file (e.g. a copy of config/smoke.yaml) and give it with --configfile")
+    return problems
+
+
+def _list_item_as_text(error: Any) -> bool:
+    """Whether a schema error is a list item that is text but reads as the number or boolean the schema
+    wants, as `snakemake --config key=[...]` gives it."""
+    if error.validator != "type" or not isinstance(error.instance, str) or not error.absolute_path \
+            or not isinstance(error.absolute_path[-1], int):
+        return False
+    try:
+        wanted = yaml.safe_load(error.instance)
+    except yaml.YAMLError:
+        return False
+    return isinstance(wanted, (int, float)) and error.validator_value in ("integer", "number") or \
+        isinstance(wanted, bool) and error.validator_value == "boolean"
 
 
 def _schema_errors(config: dict[str, Any], schema: dict[str, Any], algorithms: list[str]) -> list[Any]:

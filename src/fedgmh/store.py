@@ -293,7 +293,7 @@ def put(source: Path | str, destination: Path | str, beside_other_run: bool = Fa
     ' (labels)'; its results are never rewritten). Refuses (StoreConflict) to replace a record of
     another run, or one of the same run with other results, and (UserError) an invalid one. With
     `beside_other_run`, a record of another run at `destination` stays and this one goes beside it
-    (`seed0-<digest>`, as `merge` does): the workflow's run_record rule, after a config edit; the
+    (`seed0-<digest>`, as `merge` does): the workflow's train job (`fedgmh train --put-record`), after a config edit; the
     outcome then names the folder."""
     new = read_record(source)
     destination = Path(destination)

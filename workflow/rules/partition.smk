@@ -12,8 +12,12 @@ rule partition:
         partition=f"{RESULTS}/partitions/{{partition}}.npz",
         stats=f"{RESULTS}/partitions/{{partition}}.stats.csv",
         heatmap=f"{ARTIFACTS}/partitions/{{partition}}.pdf",
-        heatmap_png=report(f"{ARTIFACTS}/partitions/{{partition}}.png", caption="../report/partition.rst",
-                           category="Partitions", labels={"partition": "{partition}"}),
+        heatmap_png=report(
+            f"{ARTIFACTS}/partitions/{{partition}}.png",
+            caption="../report/partition.rst",
+            category="Partitions",
+            labels={"partition": "{partition}"},
+        ),
     log:
         f"{LOGS}/partition/{{partition}}.log",
     localrule: True

@@ -1,6 +1,6 @@
 # Results: aggregate the runs of each experiment, then LaTeX tables (and CSV), accuracy curves, the
 # rounds-to-target table, the comparison with the paper and the paper's claims. Outputs marked with
-# report(...) go into `snakemake --report report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
+# report(...) go into `snakemake --report results/<name>/report.html` (captions: workflow/report/*.rst). `report_pdf` puts every table
 # and figure into one LaTeX document and compiles it (needs a TeX engine, so it is not part of `all`).
 # Every rule here is a local rule: quick, and on a cluster it runs where snakemake runs.
 
@@ -61,10 +61,20 @@ rule table:
         results=rules.aggregate.output.results,
         reference=[REFERENCE] if REFERENCE else [],
     output:
-        tex=report(f"{ARTIFACTS}/{{experiment}}.tex", caption="../report/table.rst", category="Tables",
-                   subcategory="{experiment}", labels={"table": "{experiment}", "format": "LaTeX"}),
-        csv=report(f"{ARTIFACTS}/{{experiment}}.csv", caption="../report/table.rst", category="Tables",
-                   subcategory="{experiment}", labels={"table": "{experiment}", "format": "CSV"}),
+        tex=report(
+            f"{ARTIFACTS}/{{experiment}}.tex",
+            caption="../report/table.rst",
+            category="Tables",
+            subcategory="{experiment}",
+            labels={"table": "{experiment}", "format": "LaTeX"},
+        ),
+        csv=report(
+            f"{ARTIFACTS}/{{experiment}}.csv",
+            caption="../report/table.rst",
+            category="Tables",
+            subcategory="{experiment}",
+            labels={"table": "{experiment}", "format": "CSV"},
+        ),
         cells=f"{ARTIFACTS}/{{experiment}}.cells.csv",
     log:
         f"{LOGS}/report/table_{{experiment}}.log",
@@ -80,16 +90,19 @@ rule table:
 
 
 rule curves:
-    wildcard_constraints:
-        figure="|".join(re.escape(name) for name in config["figures"]) or "(?!)",  # not client_accuracy
     input:
-        curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=config["figures"][wildcards.figure]["experiment"]),
+        curves=lambda wildcards: expand(
+            rules.aggregate.output.curves, experiment=config["figures"][wildcards.figure]["experiment"]
+        ),
     output:
         pdf=f"{ARTIFACTS}/{{figure}}.pdf",
-        png=report(f"{ARTIFACTS}/{{figure}}.png", caption="../report/figure.rst", category="Figures",
-                   labels={"figure": "{figure}"}),
+        png=report(
+            f"{ARTIFACTS}/{{figure}}.png", caption="../report/figure.rst", category="Figures", labels={"figure": "{figure}"}
+        ),
     log:
         f"{LOGS}/report/curves_{{figure}}.log",
+    wildcard_constraints:
+        figure="|".join(re.escape(name) for name in config["figures"]) or "(?!)",  # not client_accuracy
     localrule: True
     params:
         experiment=lambda wildcards: config["figures"][wildcards.figure]["experiment"],
@@ -100,7 +113,9 @@ rule curves:
             else []
         ),
         title=lambda wildcards: (
-            [f"--title={config['figures'][wildcards.figure]['title']}"] if config["figures"][wildcards.figure].get("title") else []
+            [f"--title={config['figures'][wildcards.figure]['title']}"]
+            if config["figures"][wildcards.figure].get("title")
+            else []
         ),
     shell:
         "fedgmh curves --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
@@ -114,8 +129,12 @@ rule client_accuracy:
         results=lambda wildcards: expand(rules.aggregate.output.results, experiment=CLIENTS_FIGURE),
     output:
         pdf=f"{ARTIFACTS}/client_accuracy.pdf",
-        png=report(f"{ARTIFACTS}/client_accuracy.png", caption="../report/clients.rst", category="Figures",
-                   labels={"figure": "client accuracy"}),
+        png=report(
+            f"{ARTIFACTS}/client_accuracy.png",
+            caption="../report/clients.rst",
+            category="Figures",
+            labels={"figure": "client accuracy"},
+        ),
         csv=f"{ARTIFACTS}/client_accuracy.csv",
     log:
         f"{LOGS}/report/client_accuracy.log",
@@ -131,17 +150,21 @@ rule client_accuracy:
 
 rule dots:
     """Each seed's accuracy per cell of a paper table's experiment, next to the paper's mean ± std."""
-    wildcard_constraints:
-        experiment="|".join(re.escape(name) for name in DOT_PLOTS) or "(?!)",
     input:
         results=rules.aggregate.output.results,
         reference=[REFERENCE] if REFERENCE else [],
     output:
         pdf=f"{ARTIFACTS}/{{experiment}}_seeds.pdf",
-        png=report(f"{ARTIFACTS}/{{experiment}}_seeds.png", caption="../report/dots.rst", category="Figures",
-                   labels={"figure": "{experiment} seeds"}),
+        png=report(
+            f"{ARTIFACTS}/{{experiment}}_seeds.png",
+            caption="../report/dots.rst",
+            category="Figures",
+            labels={"figure": "{experiment} seeds"},
+        ),
     log:
         f"{LOGS}/report/dots_{{experiment}}.log",
+    wildcard_constraints:
+        experiment="|".join(re.escape(name) for name in DOT_PLOTS) or "(?!)",
     localrule: True
     params:
         title=lambda wildcards: f"{config['experiments'][wildcards.experiment].get('title', wildcards.experiment)}: each seed "
@@ -154,12 +177,24 @@ rule dots:
 
 rule rounds_to_target:
     input:
-        curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"]),
+        curves=lambda wildcards: expand(
+            rules.aggregate.output.curves, experiment=config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"]
+        ),
     output:
-        tex=report(f"{ARTIFACTS}/rounds_to_target.tex", caption="../report/rounds.rst", category="Tables",
-                   subcategory="rounds to target", labels={"table": "rounds to target", "format": "LaTeX"}),
-        csv=report(f"{ARTIFACTS}/rounds_to_target.csv", caption="../report/rounds.rst", category="Tables",
-                   subcategory="rounds to target", labels={"table": "rounds to target", "format": "CSV"}),
+        tex=report(
+            f"{ARTIFACTS}/rounds_to_target.tex",
+            caption="../report/rounds.rst",
+            category="Tables",
+            subcategory="rounds to target",
+            labels={"table": "rounds to target", "format": "LaTeX"},
+        ),
+        csv=report(
+            f"{ARTIFACTS}/rounds_to_target.csv",
+            caption="../report/rounds.rst",
+            category="Tables",
+            subcategory="rounds to target",
+            labels={"table": "rounds to target", "format": "CSV"},
+        ),
     log:
         f"{LOGS}/report/rounds_to_target.log",
     localrule: True
@@ -179,10 +214,20 @@ rule uploads_to_target:
     input:
         curves=lambda wildcards: expand(rules.aggregate.output.curves, experiment=UPLOADS_TO_TARGET["experiment"]),
     output:
-        tex=report(f"{ARTIFACTS}/uploads_to_target.tex", caption="../report/uploads.rst", category="Tables",
-                   subcategory="uploads to target", labels={"table": "uploads to target", "format": "LaTeX"}),
-        csv=report(f"{ARTIFACTS}/uploads_to_target.csv", caption="../report/uploads.rst", category="Tables",
-                   subcategory="uploads to target", labels={"table": "uploads to target", "format": "CSV"}),
+        tex=report(
+            f"{ARTIFACTS}/uploads_to_target.tex",
+            caption="../report/uploads.rst",
+            category="Tables",
+            subcategory="uploads to target",
+            labels={"table": "uploads to target", "format": "LaTeX"},
+        ),
+        csv=report(
+            f"{ARTIFACTS}/uploads_to_target.csv",
+            caption="../report/uploads.rst",
+            category="Tables",
+            subcategory="uploads to target",
+            labels={"table": "uploads to target", "format": "CSV"},
+        ),
     log:
         f"{LOGS}/report/uploads_to_target.log",
     localrule: True
@@ -206,8 +251,12 @@ rule layer_weights:
         results=lambda wildcards: expand(rules.aggregate.output.results, experiment=LAYER_WEIGHTS["experiment"]),
     output:
         pdf=f"{ARTIFACTS}/layer_weights.pdf",
-        png=report(f"{ARTIFACTS}/layer_weights.png", caption="../report/layer_weights.rst", category="Figures",
-                   labels={"figure": "layer weights"}),
+        png=report(
+            f"{ARTIFACTS}/layer_weights.png",
+            caption="../report/layer_weights.rst",
+            category="Figures",
+            labels={"figure": "layer weights"},
+        ),
         csv=f"{ARTIFACTS}/layer_weights.csv",
     log:
         f"{LOGS}/report/layer_weights.log",
@@ -233,11 +282,19 @@ rule compare:
         reference=[REFERENCE] if REFERENCE else [],
         other=OTHER_REFERENCES,
     output:
-        md=report(f"{ARTIFACTS}/comparison.md", caption="../report/comparison.rst", category="Comparison with the paper",
-                  labels={"file": "comparison.md"}),
+        md=report(
+            f"{ARTIFACTS}/comparison.md",
+            caption="../report/comparison.rst",
+            category="Comparison with the paper",
+            labels={"file": "comparison.md"},
+        ),
         tex=f"{ARTIFACTS}/comparison.tex",
-        csv=report(f"{ARTIFACTS}/comparison.csv", caption="../report/comparison.rst", category="Comparison with the paper",
-                   labels={"file": "comparison.csv"}),
+        csv=report(
+            f"{ARTIFACTS}/comparison.csv",
+            caption="../report/comparison.rst",
+            category="Comparison with the paper",
+            labels={"file": "comparison.csv"},
+        ),
         other=[f"{ARTIFACTS}/comparison_other.csv"] if OTHER_REFERENCES else [],
     log:
         f"{LOGS}/report/compare.log",
@@ -261,10 +318,18 @@ rule claims:
         results=expand(rules.aggregate.output.results, experiment=PLAN.claim_experiments),
         curves=expand(rules.aggregate.output.curves, experiment=PLAN.claim_experiments),
     output:
-        md=report(f"{ARTIFACTS}/claims.md", caption="../report/claims.rst", category="The paper's claims",
-                  labels={"file": "claims.md"}),
-        csv=report(f"{ARTIFACTS}/claims.csv", caption="../report/claims.rst", category="The paper's claims",
-                   labels={"file": "claims.csv"}),
+        md=report(
+            f"{ARTIFACTS}/claims.md",
+            caption="../report/claims.rst",
+            category="The paper's claims",
+            labels={"file": "claims.md"},
+        ),
+        csv=report(
+            f"{ARTIFACTS}/claims.csv",
+            caption="../report/claims.rst",
+            category="The paper's claims",
+            labels={"file": "claims.csv"},
+        ),
     log:
         f"{LOGS}/report/claims.log",
     localrule: True
@@ -282,10 +347,20 @@ rule costs:
     input:
         records=[f"{d}/run.json" for d in PLAN.experiment_run_dirs(COSTS_RUNS)] if COSTS_RUNS else [],
     output:
-        csv=report(f"{ARTIFACTS}/costs.csv", caption="../report/costs.rst", category="Tables",
-                   subcategory="costs", labels={"table": "costs", "format": "CSV"}),
-        tex=report(f"{ARTIFACTS}/costs.tex", caption="../report/costs.rst", category="Tables",
-                   subcategory="costs", labels={"table": "costs", "format": "LaTeX"}),
+        csv=report(
+            f"{ARTIFACTS}/costs.csv",
+            caption="../report/costs.rst",
+            category="Tables",
+            subcategory="costs",
+            labels={"table": "costs", "format": "CSV"},
+        ),
+        tex=report(
+            f"{ARTIFACTS}/costs.tex",
+            caption="../report/costs.rst",
+            category="Tables",
+            subcategory="costs",
+            labels={"table": "costs", "format": "LaTeX"},
+        ),
     log:
         f"{LOGS}/report/costs.log",
     localrule: True
@@ -301,10 +376,17 @@ rule controls_summary:
     predicts with no model."""
     input:
         results=lambda wildcards: expand(rules.aggregate.output.results, experiment=CONTROLS),
-        stats=lambda wildcards: sorted({f"{RESULTS}/partitions/{run.partition}.stats.csv" for run in PLAN.runs if run.experiment == CONTROLS}),
+        stats=lambda wildcards: sorted(
+            {f"{RESULTS}/partitions/{run.partition}.stats.csv" for run in PLAN.runs if run.experiment == CONTROLS}
+        ),
     output:
-        md=report(f"{ARTIFACTS}/controls_summary.md", caption="../report/controls.rst", category="Tables",
-                  subcategory="controls", labels={"table": "controls summary", "format": "Markdown"}),
+        md=report(
+            f"{ARTIFACTS}/controls_summary.md",
+            caption="../report/controls.rst",
+            category="Tables",
+            subcategory="controls",
+            labels={"table": "controls summary", "format": "Markdown"},
+        ),
         csv=f"{ARTIFACTS}/controls_summary.csv",
     log:
         f"{LOGS}/report/controls_summary.log",
@@ -372,22 +454,24 @@ rule report_pdf:
     params:
         title=f"FedGMH reproduction: every table and figure of config {NAME}",
         titles=json.dumps({name: exp.get("title", name) for name, exp in config["experiments"].items()}),
-        captions=json.dumps({
-            **{
-                name: f"{fig.get('title') or config['experiments'][fig['experiment']].get('title', fig['experiment'])}: test "
-                "accuracy per round, mean over seeds; right: the last rounds; shaded: ±1 std of FedGMH and the best other method."
-                for name, fig in config["figures"].items()
-            },
-            **{
-                f"{name}_seeds": f"{config['experiments'][name].get('title', name)}: each seed (dots; bar: our mean) next to "
-                "the paper's mean ± std (diamond)."
-                for name in DOT_PLOTS
-            },
-            "client_accuracy": "Per-client test accuracy per method and setting; settings whose runs predate per-client "
-            "results are named, not drawn.",
-            "layer_weights": "Per-layer aggregation weights at the last round: row = the client whose model is built, column "
-            "= the peer whose parameters it weighs; the diagonal outlined.",
-        }),
+        captions=json.dumps(
+            {
+                **{
+                    name: f"{fig.get('title') or config['experiments'][fig['experiment']].get('title', fig['experiment'])}: test "
+                    "accuracy per round, mean over seeds; right: the last rounds; shaded: ±1 std of FedGMH and the best other method."
+                    for name, fig in config["figures"].items()
+                },
+                **{
+                    f"{name}_seeds": f"{config['experiments'][name].get('title', name)}: each seed (dots; bar: our mean) next to "
+                    "the paper's mean ± std (diamond)."
+                    for name in DOT_PLOTS
+                },
+                "client_accuracy": "Per-client test accuracy per method and setting; settings whose runs predate per-client "
+                "results are named, not drawn.",
+                "layer_weights": "Per-layer aggregation weights at the last round: row = the client whose model is built, column "
+                "= the peer whose parameters it weighs; the diagonal outlined.",
+            }
+        ),
         reference=lambda wildcards, input: ["--reference", input.reference[0]] if input.reference else [],
         claims=lambda wildcards, input: ["--claims", input.claims[0]] if input.claims else [],
         accuracy=config["table_accuracy"],

@@ -7,6 +7,12 @@
 # (it ignores params derived from input, such as `arguments`). The job then replaces the folder's
 # run (`--overwrite`: its tables and a snapshot of other settings go; a snapshot of these settings
 # is resumed) unless a store holds this run's record, which is reused.
+#
+# The same job then puts the record (trained or reused) into the store next to the artifacts it
+# feeds (`--put-record`), so paper_artifacts/<name>/ is self-contained when committed and a fresh
+# clone reuses it instead of training (docs/store.md): one job per run, no copy job. A record of
+# other settings in its place (the config was edited since) stays, and this one goes beside it; the
+# store never rewrites a record's results. The marker file `stored` tells Snakemake it is in place.
 
 
 rule train:
@@ -16,6 +22,7 @@ rule train:
     output:
         metrics=f"{RESULTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/metrics.csv",
         record=f"{RESULTS}/runs/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}/run.json",
+        stored=touch(f"{RESULTS}/stored/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.done"),
     log:
         f"{LOGS}/train/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
     threads: config["threads_per_job"]
@@ -26,29 +33,9 @@ rule train:
     params:
         run=lambda wildcards: train_job(wildcards).identity,
         arguments=lambda wildcards, input, threads: PLAN.train_arguments(train_job(wildcards), input.partition, threads),
+        store_folder=lambda wildcards: PLAN.record_destination(train_job(wildcards)),
     shell:
-        "fedgmh train {params.arguments:q} > {log:q} 2>&1"
-
-
-rule run_record:
-    """A finished run's record (metrics per round, run.json) put into the store next to the
-    artifacts it feeds, so paper_artifacts/<name>/ is self-contained when committed and a fresh
-    clone reuses it instead of training (docs/store.md). A record of other settings in its place
-    (the config was edited since) stays, and this one goes beside it; the store never rewrites a
-    record's results. The marker file tells Snakemake the record is in place."""
-    input:
-        metrics=rules.train.output.metrics,
-        record=rules.train.output.record,
-    output:
-        touch(f"{RESULTS}/stored/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.done"),
-    log:
-        f"{LOGS}/run_record/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
-    localrule: True
-    params:
-        source=lambda wildcards, input: os.path.dirname(input.record),
-        destination=lambda wildcards: PLAN.record_destination(train_job(wildcards)),
-    shell:
-        "fedgmh store put --beside-other-run {params.source:q} {params.destination:q} > {log:q} 2>&1"
+        "fedgmh train {params.arguments:q} --put-record {params.store_folder:q} > {log:q} 2>&1"
 
 
 rule all_runs:
