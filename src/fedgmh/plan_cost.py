@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 import fedgmh
-from fedgmh.algorithms.options import resolve_options
+from fedgmh.cards import resolve_options
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
 from fedgmh.plan import Plan, Run, schema_problems, with_defaults
