@@ -12,15 +12,14 @@ See docs/baselines.md.
 
 from __future__ import annotations
 
-import copy
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
 from fedgmh.algorithms.averaging import ParameterAveraging
 from fedgmh.algorithms.base import Algorithm, Exchange, register
 from fedgmh.algorithms.options import AMPOptions, DittoOptions, FomoOptions
-from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, split_batches, summed_loss
+from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, summed_loss
 from fedgmh.errors import UserError
 
 
