@@ -217,7 +217,7 @@ def test_fedbabu_trains_exactly_as_fedper_with_the_head_frozen(monkeypatch):
     babu = rows_of(build("fedbabu"), rounds=2)
     babu_plain = rows_of(build("fedbabu", finetune_epochs="0"), rounds=2)
     original = engine.local_train
-    monkeypatch.setattr(engine, "local_train", lambda *a, **kw: original(*a, **{**kw, "trainable": is_body}))
+    monkeypatch.setattr(engine.training, "local_train", lambda *a, **kw: original(*a, **{**kw, "trainable": is_body}))
     fedper = build("fedper")
     per = rows_of(fedper, rounds=2)
     assert babu_plain == per and babu[:-1] == per[:-1]

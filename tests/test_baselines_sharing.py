@@ -121,7 +121,7 @@ def test_fedrep_trains_head_then_body_with_the_other_frozen(monkeypatch):
         calls.append((kwargs, params, result))
         return result
 
-    monkeypatch.setattr(engine, "local_train", spy)
+    monkeypatch.setattr(engine.training, "local_train", spy)
     algo.send(0, [2])
     received = algo.eval_params(2)
     result = algo.train_client(0, 2)

@@ -39,7 +39,7 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
     fed, algorithm = _trained(name)
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
     passes = []
-    monkeypatch.setattr(engine, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
+    monkeypatch.setattr(engine.evaluation, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
     monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
     together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
     assert passes == [fed.num_clients]

@@ -193,8 +193,7 @@ class StoppedDisk:
 def test_a_snapshot_write_that_fails_is_one_line_and_keeps_the_previous_snapshot(setup, tmp_path, monkeypatch, capsys, stop):
     """torch.save reports whatever stops a write as a RuntimeError about zip positions: the line says
     what happened (the disk is full; interrupted), and the run resumes from the snapshot before."""
-    from fedgmh import engine
-    from fedgmh.engine import Checkpoint
+    from fedgmh.engine import Checkpoint, checkpoint as checkpoint_room
 
     out, saves, real_save = tmp_path / "run", [], Checkpoint.save
     error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) if stop == "full disk" else KeyboardInterrupt()
@@ -202,7 +201,7 @@ def test_a_snapshot_write_that_fails_is_one_line_and_keeps_the_previous_snapshot
     def second_save_fails(self, snapshot):
         saves.append(snapshot["next_round"])
         if len(saves) == 2:
-            monkeypatch.setattr(engine, "open", lambda path, mode: StoppedDisk(path, mode, 1000, error), raising=False)
+            monkeypatch.setattr(checkpoint_room, "open", lambda path, mode: StoppedDisk(path, mode, 1000, error), raising=False)
         real_save(self, snapshot)
 
     monkeypatch.setattr(Checkpoint, "save", second_save_fails)
@@ -263,7 +262,7 @@ def snapshot_of_an_interrupted_run(setup: Path, out: Path, monkeypatch, capsys, 
             raise KeyboardInterrupt
         return play_round(fed, algorithm, rnd, *args, **kwargs)
 
-    monkeypatch.setattr("fedgmh.engine.play_round", ctrl_c)
+    monkeypatch.setattr("fedgmh.engine.rounds.play_round", ctrl_c)
     assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=3)) == 130
     monkeypatch.undo()
     capsys.readouterr()

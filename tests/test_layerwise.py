@@ -123,7 +123,7 @@ def test_same_seed_same_run(overrides):
     ],
 )
 def test_bad_options_fail_before_training(name, overrides, message, monkeypatch):
-    monkeypatch.setattr("fedgmh.engine.local_train", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr("fedgmh.engine.training.local_train", lambda *a, **k: pytest.fail("trained"))
     with pytest.raises(UserError, match=message):
         build(name, **overrides)
 
@@ -223,7 +223,7 @@ def test_3_the_client_trains_from_the_layerwise_mix_not_from_its_own_model(monke
     import fedgmh.engine as engine
 
     real = engine.local_train
-    monkeypatch.setattr(engine, "local_train", lambda fed, params, client, **kw: starts.setdefault(client, params) and real(fed, params, client, **kw))
+    monkeypatch.setattr(engine.training, "local_train", lambda fed, params, client, **kw: starts.setdefault(client, params) and real(fed, params, client, **kw))
     algo.send(1, [0, 3])
     algo.train_clients(1, [0, 3])
     for client in (0, 3):

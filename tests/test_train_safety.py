@@ -109,32 +109,29 @@ def test_snapshots_hold_only_tensors_and_plain_values(tmp_path, name):
     torch.load(tmp_path / "ck.pt", weights_only=True)  # no allow-list needed: nothing but tensors and plain values
 
 
-def test_snapshot_of_the_earlier_format_still_resumes_identically(tmp_path):
-    """Runs started before the change wrote numpy arrays into their snapshots: they resume."""
+def test_a_snapshot_of_the_format_before_packing_is_refused_in_one_line(tmp_path):
+    """No snapshot of the format that pickled numpy arrays is left (committed or under way): such a
+    file is refused like any other that needs more than tensors and plain values."""
     fed, algo = fresh("fedfomo")
-    expected = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3))
 
     class OldFormat(Checkpoint):
-        def save(self, snapshot):  # what engine.Checkpoint.save wrote before
+        def save(self, snapshot):  # what engine.Checkpoint.save wrote before values were packed
             torch.save({"identity": self.identity, **snapshot}, self.path)
 
     def stop_after_round_2(row):
         if row["round"] == 2:
             raise Stop
 
-    fed, algo = fresh("fedfomo")
     with pytest.raises(Stop):
         run_rounds(fed, algo, 4, 0.5, seed=3, on_round=stop_after_round_2,
                    checkpoint=OldFormat(tmp_path / "ck.pt", every=1, identity={"run": 1}))
-    with pytest.raises(pickle.UnpicklingError):
-        torch.load(tmp_path / "ck.pt", weights_only=True)  # really the old format
-    fed, algo = fresh("fedfomo")
-    resumed = run_rounds(fed, algo, 4, 0.5, seed=3, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1}))
-    pd.testing.assert_frame_equal(without_timing(resumed), expected, check_exact=True)
+    with pytest.raises(UserError, match="objects other than tensors and plain values") as refused:
+        Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1}).load()
+    assert "\n" not in str(refused.value)
 
 
 def test_checkpoint_values_round_trip_exactly(tmp_path):
-    from fedgmh.engine import _pack, _unpack
+    from fedgmh.engine import pack as _pack, unpack as _unpack
 
     rng = np.random.RandomState(7)
     rng.standard_normal()  # a cached gaussian in the state too
@@ -530,7 +527,7 @@ def test_interrupt_before_the_first_checkpoint_says_the_run_starts_again(setup, 
     assert main(train_args(setup, tmp_path / "a")) == 130
     assert capsys.readouterr().err == "fedgmh train: interrupted\n"
     monkeypatch.undo()
-    monkeypatch.setattr("fedgmh.engine.play_round", _ctrl_c_in_round(1))
+    monkeypatch.setattr("fedgmh.engine.rounds.play_round", _ctrl_c_in_round(1))
     assert main(train_args(setup, tmp_path / "b", "--checkpoint-every", "5", rounds=3)) == 130
     assert capsys.readouterr().err == ("fedgmh train: interrupted at round 1; no checkpoint yet (one every 5 rounds): "
                                        "the same command starts again\n")
@@ -542,7 +539,7 @@ def test_a_stop_while_the_checkpoint_loads_says_the_run_resumes_and_the_snapshot
     from fedgmh.cli import main
 
     out = tmp_path / "run"
-    monkeypatch.setattr("fedgmh.engine.play_round", _ctrl_c_in_round(2))
+    monkeypatch.setattr("fedgmh.engine.rounds.play_round", _ctrl_c_in_round(2))
     assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 130
     monkeypatch.undo()
     capsys.readouterr()
@@ -563,3 +560,29 @@ def test_a_stop_while_the_checkpoint_loads_says_the_run_resumes_and_the_snapshot
     assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 0
     assert len(loads) == 1  # train passes what it read to the round loop
     assert json.loads((out / "run.json").read_text())["resumed_from_round"] == 2
+
+
+# --- run_training in its natural order: a finished or stored run needs no device and no data --------
+
+
+def test_a_finished_or_stored_run_is_reused_without_loading_the_data_or_taking_a_device(setup, tmp_path, monkeypatch):
+    from fedgmh import data, train
+    from fedgmh.cli import main
+
+    assert main(train_args(setup, tmp_path / "store" / "run")) == 0
+    record = json.loads((tmp_path / "store" / "run" / "run.json").read_text())
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the dataset was loaded")
+
+    def no_device(*args, **kwargs):
+        raise AssertionError("a device was taken")
+
+    monkeypatch.setattr(data, "load_dataset", no_data)
+    monkeypatch.setattr(train, "pick_device", no_device)
+    assert main(train_args(setup, tmp_path / "store" / "run")) == 0  # finished in its own folder
+    assert main(train_args(setup, tmp_path / "elsewhere", "--store", str(tmp_path / "store"))) == 0  # found in the store
+    reused = json.loads((tmp_path / "elsewhere" / "run.json").read_text())
+    assert reused["best_test_acc"] == record["best_test_acc"] and reused["started_utc"] == record["started_utc"]
+    with pytest.raises(AssertionError, match="a device was taken"):  # a run to train does take one
+        main(train_args(setup, tmp_path / "new", rounds=2))

@@ -26,21 +26,18 @@ docs/store.md has the policy.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import hashlib
 import itertools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from fedgmh.cards import card
-from fedgmh.config import EngineOptions
 from fedgmh.difference import DIFFERENT, FLOAT_LEVEL, Difference, compare
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path, write_json
-from fedgmh.record import RECORD_FILES, load_record, optional_files, read_bytes, read_json
+from fedgmh.record import (  # noqa: F401 - the run key, re-exported: store.run_key is what reuse compares
+    CONFIG_KEYS, EXECUTION_OPTIONS, PARTITION_KEYS, RECORD_FILES, key_digest, load_record, optional_files, read_bytes,
+    read_json, run_key, with_option_defaults)
 from fedgmh.report.settings import run_subfolder
 
 try:
@@ -48,11 +45,6 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent writers are the user's to avoid
     fcntl = None
 
-#: engine options that choose how a run is computed, not what: never part of the key
-EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "eval_batched", "vectorise", "memory_format", "conv"})
-CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
-PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "num_classes", "num_clients",
-                  "classes_per_client", "alpha", "train_ratio", "seed", "digest")
 #: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
 #: ...`); never part of the run key
 WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
@@ -60,44 +52,6 @@ WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
 
 class StoreConflict(UserError):
     """Two records of the same run disagree: the store needs a person to decide which one is right."""
-
-
-def _option_defaults(options_class: type) -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(options_class) if f.default is not dataclasses.MISSING}
-
-
-def with_option_defaults(record: dict[str, Any]) -> dict[str, Any]:
-    """The record (or run identity) with every option it predates added at its default: a record
-    written before an option existed ran as the option's default runs. (The dataclass default:
-    an option a preset or variant sets otherwise counts as a difference, the safe side.)"""
-    algorithm_options = {**_option_defaults(card(record["config"]["algorithm"]).options), **record["algorithm_options"]}
-    return {**record, "algorithm_options": algorithm_options,
-            "engine_options": {**_option_defaults(EngineOptions), **record["engine_options"]}}
-
-
-def run_key(record: dict[str, Any]) -> dict[str, Any]:
-    """The results-deciding part of a run record (or of the identity of a run about to start)."""
-    try:
-        config = record["config"]
-        filled = with_option_defaults(record)
-        algorithm_options, engine_options = filled["algorithm_options"], filled["engine_options"]
-        partition = record["partition"]
-        return {
-            "results_version": record.get("results_version"),
-            **{k: config[k] for k in CONFIG_KEYS},
-            "algorithm_options": dict(sorted(algorithm_options.items())),
-            "engine_options": {k: v for k, v in sorted(engine_options.items()) if k not in EXECUTION_OPTIONS},
-            "partition": {k: partition.get(k) for k in PARTITION_KEYS}
-            # a chain partition says so (its digest differs anyway); ExDir's random draw has no such key, as before
-            | ({"assignment": partition["assignment"]} if partition.get("assignment", "random") != "random" else {}),
-        }
-    except (KeyError, TypeError, AttributeError) as err:
-        raise UserError(f"not a run record of fedgmh train (missing {err})") from None
-
-
-def key_digest(key: dict[str, Any]) -> str:
-    """A short, stable name for a run key (sha256 of its canonical JSON)."""
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def describe_key(key: dict[str, Any]) -> str:

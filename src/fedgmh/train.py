@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -32,11 +31,11 @@ from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
 from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
-from fedgmh.io import check_writable_folder, remove_leftovers, write_csv, write_json
+from fedgmh.io import check_writable_folder, remove_leftovers, write_json
 from fedgmh.machine import machine_facts
-from fedgmh.record import load_record, read_json, results_of
+from fedgmh.record import load_record, new_record, read_json, run_key, write_record
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
-from fedgmh.model import FedAvgCNN
+from fedgmh.model import FedAvgCNN, use_unfold_convolutions
 from fedgmh.partition import load_partition
 
 
@@ -66,7 +65,8 @@ def pick_device(name: str, jobs_per_gpu: int = 1) -> torch.device:
 
 
 def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.device) -> tuple[Federation, dict]:
-    """Load the dataset and partition (checking that they belong together) and build the model."""
+    """Load the dataset and partition (checking that they belong together) and build the model (with
+    engine option conv=unfold, its convolutions unfolded: `model.use_unfold_convolutions`)."""
     info = data.get_info(config.dataset)
     partition, meta = load_partition(Path(config.partition))
     dataset = data.load_dataset(config.dataset, Path(config.root), device=device)
@@ -79,6 +79,8 @@ def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.d
         raise UserError(f"partition {config.partition} indexes samples outside {config.dataset} ({len(dataset.labels)} samples)")
     torch.manual_seed(config.seed)  # every client starts from these same initial weights
     model = FedAvgCNN(info.channels, dataset.num_classes, info.height).to(device)
+    if engine.conv == "unfold":
+        use_unfold_convolutions(model)
     as_tensor = lambda a: torch.as_tensor(a, dtype=torch.long, device=device)  # noqa: E731
     fed = Federation(
         model=model,
@@ -122,7 +124,7 @@ def label_record(out_dir: Path, record: dict, workflow: dict[str, str] | None) -
 
 def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
     """Copy the stored record of the run `identity` describes to `out_dir`; None when none exists."""
-    found, notes = store.find(stores, store.run_key(identity))
+    found, notes = store.find(stores, run_key(identity))
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     say = warn if progress else (lambda line: None)
     for line in notes:  # an invalid record is a warning: said also when quiet
@@ -150,7 +152,7 @@ def check_read_files(out_dir: Path) -> None:
 
 def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
     """The record of the finished run in `out_dir` (its run.json) when it is this very run, by the
-    results store's notion of "the same run" (`store.run_key`: settings that decide the numbers,
+    results store's notion of "the same run" (`record.run_key`: settings that decide the numbers,
     not device, threads or paths); None when there is none, it is incomplete, or `overwrite`.
     A finished run of other settings, or an invalid record (fedgmh.record), is refused (UserError
     naming what differs, or why) unless `overwrite`."""
@@ -159,10 +161,10 @@ def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
         return None
     advice = "choose another --out, or add --overwrite to replace it"
     try:
-        key = store.run_key(read_json(path))
+        key = run_key(read_json(path))
     except UserError as err:
         raise UserError(f"{out_dir} holds a run record that cannot be read ({err}); {advice}") from None
-    differences = store.key_differences(key, store.run_key(identity))
+    differences = store.key_differences(key, run_key(identity))
     if differences:
         raise UserError(f"{out_dir} holds a finished run of other settings (there vs here: {'; '.join(differences)}); {advice}")
     if not (out_dir / "metrics.csv").is_file():
@@ -286,26 +288,12 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     unknown = set(workflow or {}) - set(store.WORKFLOW_LABELS)
     if unknown:
         raise UserError(f"unknown workflow label(s) {', '.join(sorted(unknown))}; known: {', '.join(store.WORKFLOW_LABELS)}")
-    algo_options, engine = resolve_options(config.algorithm, config.overrides)
-    device = pick_device(config.device, jobs_per_gpu)
     out_dir = Path(out_dir)
     check_writable_folder(out_dir)  # now, not when the run ends
     check_read_files(out_dir)
-    if device.type == "cuda":  # same config + seed = same result, also with cuDNN
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = engine.tf32
-    if config.threads:
-        torch.set_num_threads(config.threads)
-    fed, partition_meta = build_federation(config, engine, device)
-    if not selects_a_client(fed.num_clients, config.join_ratio):
-        raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
-    if engine.drop_last and fed.train_sizes().max() < config.batch_size:
-        raise UserError(f"with drop_last no client has a full batch of {config.batch_size} (the largest train split has "
-                        f"{fed.train_sizes().max()} samples), so nothing would train: use --batch-size <= "
-                        f"{fed.train_sizes().max()} or --set drop_last=false")
-    algorithm = get_algorithm(config.algorithm)(fed, algo_options)
-    identity = run_identity(config, algo_options, engine, partition_meta)
+    # 1. what the run is, from its options and partition file alone
+    identity = planned_identity(config)
+    # 2. finished or stored: nothing more is needed (no device, no data)
     finished = finished_run(out_dir, identity, overwrite)
     if finished is not None:
         print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
@@ -323,6 +311,24 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             return label_record(out_dir, reused, workflow)
     for name in ("*.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries (of every table)
         remove_leftovers(out_dir / name)
+    # 3. device (a GPU slot), data, model, algorithm
+    algo_options, engine = resolve_options(config.algorithm, config.overrides)
+    device = pick_device(config.device, jobs_per_gpu)
+    if device.type == "cuda":  # same config + seed = same result, also with cuDNN
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = engine.tf32
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    fed, _ = build_federation(config, engine, device)
+    if not selects_a_client(fed.num_clients, config.join_ratio):
+        raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
+    if engine.drop_last and fed.train_sizes().max() < config.batch_size:
+        raise UserError(f"with drop_last no client has a full batch of {config.batch_size} (the largest train split has "
+                        f"{fed.train_sizes().max()} samples), so nothing would train: use --batch-size <= "
+                        f"{fed.train_sizes().max()} or --set drop_last=false")
+    algorithm = get_algorithm(config.algorithm)(fed, algo_options)
+    # 4. the rounds
     resumed = None  # a stop while the snapshot loads (seconds, for a 100-client state) keeps it: the run resumes from it
     try:
         resumed = checkpoint.load()
@@ -331,7 +337,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         log = ProgressLog(config.algorithm, config.rounds, resumed["next_round"] if resumed else 0) if progress else None
         if resumed is not None and progress:
             print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
-        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, config.seed, log, checkpoint, snapshot=resumed,
+        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, on_round=log, checkpoint=checkpoint, snapshot=resumed,
                           on_played=log.played if log else None)
     except Interrupted as stop:
         # a snapshot on disk now is this run's (another run's is refused when loading): also one written
@@ -344,21 +350,12 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             stop.message += "; checkpoints are off (--checkpoint-every 0): the same command starts again"
         raise
     wall = time.perf_counter() - wall
+    # 5. the record
     check_trained(rows, config.rounds)
     metrics = pd.DataFrame([{k: v for k, v in row.items() if k != "client_acc"} for row in rows])
-    results = results_of(metrics)
     clients = client_table(rows[int(metrics["test_acc"].idxmax())], rows[-1], fed)
-    extra = algorithm_tables(algorithm)
-    run_record = {
-        "algorithm": config.algorithm,
-        "dataset": config.dataset,
-        "seed": config.seed,
-        "config": dataclasses.asdict(config),
-        "algorithm_options": dataclasses.asdict(algo_options),
-        "engine_options": dataclasses.asdict(engine),
-        "partition": partition_meta,
-        "num_clients": fed.num_clients,
-        **results,
+    tables = {**({"clients.csv": clients} if clients is not None else {}), **algorithm_tables(algorithm)}
+    facts = {
         "wall_time_s": wall,
         "memory": memory_record(fed, algorithm, device),
         "resumed_from_round": resumed["next_round"] if resumed else None,
@@ -368,7 +365,6 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         **({"jobs_per_gpu": jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
         "host": platform.node(),
         "machine": machine_facts(device),
-        "results_version": fedgmh.RESULTS_VERSION,
         "versions": {
             "fedgmh": fedgmh.__version__,
             "python": platform.python_version(),
@@ -376,13 +372,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             "numpy": np.__version__,
         },
         "code_version": fedgmh.code_version(),
-        **({"workflow": workflow} if workflow else {}),
     }
-    write_csv(metrics, out_dir / "metrics.csv")
-    if clients is not None:
-        write_csv(clients, out_dir / "clients.csv")
-    for name, table in extra.items():
-        write_csv(table, out_dir / name)
-    write_json(run_record, out_dir / "run.json")  # written last: its presence marks a finished run
+    run_record = new_record(dataclasses.asdict(config), identity, metrics, fed.num_clients, facts, workflow)
+    write_record(out_dir, run_record, metrics, tables)
     checkpoint.remove()
     return run_record

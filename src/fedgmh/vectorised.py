@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from torch.func import grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from fedgmh.engine import Extra, Federation, Forward, LocalResult, Params, Phase, cross_entropy_loss
+from fedgmh.engine.federation import Extra, Federation, Forward, LocalResult, Params
+from fedgmh.engine.training import Phase, cross_entropy_loss
 
 _SEAMS = ("trainable", "loss_fn", "grad_hook", "draw")
 _PLAIN = (int, float, bool, str, type(None))

@@ -21,7 +21,6 @@ from torch import Tensor
 
 from fedgmh.algorithms.averaging import ParameterAveraging
 from fedgmh.cards.adaptation import FedBABUOptions, PerFedAvgOptions
-from fedgmh.algorithms.personal import train_split_view
 from fedgmh.algorithms.sharing import FedPer
 from fedgmh.engine import Extra, Federation, GradHook, LocalResult, Params, Phase, cross_entropy, eval_generator, local_train, predict
 from fedgmh.model import is_body, is_head
@@ -34,9 +33,7 @@ def evaluation_fed(fed: Federation, rnd: int, client: int) -> Federation:
     """`fed` whose random numbers (batch shuffles) come from the evaluation generator of
     (seed, rnd, client): local training on it personalises a model for `client`'s evaluation
     without moving the run's training generator. Drawn on the CPU (device-independent numbers)."""
-    view = train_split_view(fed, fed.train_idx, fixed_order=False)
-    view.generator = eval_generator(fed.seed, rnd, client)
-    return view
+    return fed.view(generator=eval_generator(fed.seed, rnd, client))
 
 
 def momentum(factor: float) -> GradHook | None:
@@ -172,9 +169,7 @@ class PerFedAvg(RecordsAdaptation, ParameterAveraging):
         super().__init__(fed, options)
         self.parts = 3 if options.order == "hf" else 2
         # the training view: batches of parts * B samples, its SGD step being beta
-        self.train_fed = train_split_view(fed, fed.train_idx, fixed_order=False)
-        self.train_fed.batch_size = self.parts * fed.batch_size
-        self.train_fed.client_lr = self.outer_lr  # type: ignore[method-assign]
+        self.train_fed = fed.view(batch_size=self.parts * fed.batch_size, lr=self.outer_lr)
         self._adapted: dict[int, Params] = {}
         self._before: dict[int, int] = {}
 
@@ -206,7 +201,7 @@ class PerFedAvg(RecordsAdaptation, ParameterAveraging):
         phase = Phase(self.global_params, loss_fn=self.meta_loss, extra={"alpha": torch.tensor(alpha, dtype=dtype, device=fed.device)})
         if not self.options.double_train:
             return [phase]
-        decay = fed.options.lr_decay if fed.options.lr_decay_unit == "participation" else 1.0
+        decay = fed.decay_per_training
         second = {"alpha": torch.tensor(alpha * decay, dtype=dtype, device=fed.device),
                   "beta_factor": torch.tensor(decay if self.options.beta_decay else 1.0, dtype=dtype, device=fed.device)}
         return [phase, Phase(None, loss_fn=self.meta_loss, grad_hook=scaled_step, extra=second)]
@@ -215,8 +210,7 @@ class PerFedAvg(RecordsAdaptation, ParameterAveraging):
         self.keep(client, results[-1].params)
         if len(results) == 1:
             return results[0]
-        self.fed.participations[client] += 1  # PFLlib's scheduler stepped by each of its two train() calls
-        return LocalResult.in_a_row(results)
+        return LocalResult.in_a_row(results).as_trainings(2)  # PFLlib's scheduler stepped by each of its two train() calls
 
     def meta_loss(self, params: Params, x: Tensor, y: Tensor, mask: Tensor | None, extra: Extra) -> Tensor:
         """A loss whose gradient w.r.t. `params` is Per-FedAvg's meta-gradient on this batch, and
@@ -283,7 +277,7 @@ class PerFedAvg(RecordsAdaptation, ParameterAveraging):
         if self.options.eval_data == "batch":
             idx = fed.train_idx[client]
             batch = idx[torch.randperm(len(idx), generator=view.generator)[: fed.batch_size].to(idx.device)]
-            view.shuffled_batches = lambda c: iter((batch,))  # type: ignore[method-assign]  # every epoch: that batch
+            view = view.view(batches=lambda c: iter((batch,)))  # every epoch: that batch
         return local_train(view, self.global_params, client, epochs=self.options.eval_steps, lr=fed.client_lr(client)).params
 
 

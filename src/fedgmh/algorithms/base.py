@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fedgmh.engine import Federation, LocalResult, Params, Phase, train_phases
+from fedgmh.engine import Federation, LocalResult, Params, Phase, train_clients, train_phases
 
 @dataclass(frozen=True)
 class Exchange:
@@ -20,7 +20,8 @@ class Exchange:
 
 
 class Algorithm:
-    """Hooks called by `engine.run_rounds` / `engine.play_round`, in this order every round:
+    """The engine's contract (`engine.EngineAlgorithm`), with a default for every optional hook.
+    Hooks called by `engine.run_rounds` / `engine.play_round`, in this order every round:
 
     choose_clients(rnd, proposed) -> send(rnd, selected) -> eval_params(client) for every client
     (when evaluating) -> train_clients(rnd, selected) -> aggregate(rnd, selected).
@@ -100,16 +101,6 @@ class Algorithm:
         """Logits of a model at evaluation (an algorithm with extra heads combines them here)."""
         return self.fed.forward(params, x)
 
-    def evaluate_together(self):
-        """`vectorised.evaluate_many` when the clients are evaluated in vmap passes (engine option
-        eval_batched), else None: one pass per client, as always for an evaluation that draws at
-        random (its draws follow the client-by-client order)."""
-        if not (self.fed.options.eval_batched and self.deterministic_eval):
-            return None
-        from fedgmh.vectorised import evaluate_many
-
-        return evaluate_many
-
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         """The client's local training, as phases run one after the other."""
         raise NotImplementedError
@@ -143,14 +134,9 @@ class Algorithm:
         return None
 
     def train_clients(self, rnd: int, selected: list[int]) -> list[LocalResult]:
-        """Train the selected clients: one vectorised step when allowed, else one after the other."""
-        if len(selected) > 1 and self.fed.vectorised and self.why_sequential() is None:
-            from fedgmh.vectorised import train_phases_many
-
-            plans = [self.start_training(rnd, client) for client in selected]
-            results = train_phases_many(self.training_fed(), plans, selected, lambda client: self.draw_after_training(rnd, client))
-            return [self.finish_training(rnd, c, phases, res) for c, phases, res in zip(selected, plans, results)]
-        return [self.train_client(rnd, client) for client in selected]
+        """Train the selected clients the way the engine chooses (`engine.train_clients`: one
+        vectorised step when allowed, else one after the other)."""
+        return train_clients(self.fed, self, rnd, selected)
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         """Server step after the selected clients have trained."""

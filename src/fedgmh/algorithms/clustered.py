@@ -26,7 +26,7 @@ from fedgmh.algorithms.base import Exchange
 from fedgmh.algorithms.fedgmh import LABEL_DTYPE, class_means
 from fedgmh.cards.clustered import CEPFLOptions
 from fedgmh.algorithms.sharing import FedPer
-from fedgmh.engine import Diverged, LocalResult, Params, Phase, divergence, mix_seed
+from fedgmh.engine import LocalResult, Params, Phase, mix_seed, train_chosen
 
 LOSS_DTYPE = torch.float32  # the uploaded mean training loss: one float
 
@@ -124,7 +124,7 @@ class CEPFL(FedPer):
         super().__init__(fed, options)
         n = fed.num_clients
         self.centres: list[dict[int, torch.Tensor] | None] = [None] * n
-        # on the federation's device, where a checkpoint restores them (engine._to_device)
+        # on the federation's device, where a checkpoint restores them (engine.checkpoint.restore_run)
         self.last_round = torch.full((n,), -1, dtype=torch.int64, device=fed.device)
         self.scores = torch.full((n,), math.nan, dtype=torch.float64, device=fed.device)
         self.window: list[tuple[int, float]] = []
@@ -233,16 +233,8 @@ class CEPFL(FedPer):
             self.fed.channel.download(self.global_params)
             if self.options.broadcast == "selected":
                 self.received[client] = self.global_params
-        results = self.train_clients(rnd, members) if members else []
-        for client, result in zip(members, results):
-            problem = divergence(result)
-            if problem:
-                raise Diverged(f"round {rnd}, cluster round, client {client}: {problem} (the model diverged; try a smaller --lr); "
-                               "the run is stopped and nothing is written")
-        if members:
-            self.fed.participations[members] += 1
+        train_chosen(self.fed, self, rnd, members, extra="cluster round")
         self.mean_losses(members)  # uploaded with the bodies
-        self.extra_uploads += len(members)
         weights = self.aggregation_weights(members)
         cluster_models, cluster_weights = [], []
         for cluster in sorted({cluster_of[c] for c in members}):

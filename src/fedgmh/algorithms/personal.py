@@ -12,15 +12,14 @@ See docs/baselines.md.
 
 from __future__ import annotations
 
-import copy
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
 from fedgmh.algorithms.averaging import ParameterAveraging
 from fedgmh.algorithms.base import Algorithm, Exchange
 from fedgmh.cards.personal import AMPOptions, DittoOptions, FomoOptions
-from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, split_batches, summed_loss
+from fedgmh.engine import Federation, LocalResult, Params, Phase, evaluate_clients, proximal_hook, summed_loss
 from fedgmh.errors import UserError
 
 
@@ -187,21 +186,6 @@ def fomo_weights(loss_old: float, losses: list[float], distances: list[float]) -
     return raw, positive / total if total > 0 else positive
 
 
-def fixed_order_batches(fed: Federation, client: int) -> Iterator[torch.Tensor]:
-    """One epoch over the client's train split in stored order (a DataLoader with shuffle=False)."""
-    return iter(split_batches(fed.epoch_indices(client, shuffle=False), fed.batch_size))
-
-
-def train_split_view(fed: Federation, train_idx: list[torch.Tensor], fixed_order: bool) -> Federation:
-    """`fed` with other train splits, for `local_train`; data, options, RNG and lr decay stay shared."""
-    view = copy.copy(fed)
-    view.train_idx = train_idx
-    view.client_lr = fed.client_lr  # type: ignore[method-assign]  # the round counter lives on `fed`
-    if fixed_order:
-        view.shuffled_batches = lambda client: fixed_order_batches(view, client)  # type: ignore[method-assign]
-    return view
-
-
 class FedFomo(Algorithm):
     """Zhang et al. 2021: each selected client mixes downloaded models by validation-loss gain per distance.
 
@@ -231,7 +215,7 @@ class FedFomo(Algorithm):
             cut = len(idx) - int(options.val_ratio * len(idx))
             train.append(idx[:cut])
             self.val_idx.append(idx[cut:])
-        self.train_fed = train_split_view(fed, train, options.local_order == "fixed")
+        self.train_fed = fed.view(train_idx=train, shuffle=options.local_order != "fixed")
         self.uploaded: set[int] = set()
         self.last_round: list[int] = []
         self.downloads: dict[int, list[tuple[int, Params]]] = {}

@@ -18,7 +18,6 @@ DATASET_ORDER = list(DATASET_NAMES)
 
 STD_DDOF = 0  # population std over seeds, like numpy.std / PFLlib's average_data
 
-RUN_JSON_KEYS = ("algorithm", "dataset", "seed", "config", "best_test_acc", "best_round", "final_test_acc", "wall_time_s")
 PARTITION_FIELDS = ("classes_per_client", "alpha")
 # algorithm options that get a results.csv column even when a run did not set them (--set), taken
 # from run.json's resolved `algorithm_options`

@@ -18,9 +18,9 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import reading, write_csv
-from fedgmh.record import load_record
+from fedgmh.record import check_fields, load_record
 from fedgmh.report.labels import (
-    ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS, RUN_JSON_KEYS,
+    ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS,
 )
 from fedgmh.report.settings import assign_setting_ids
 from fedgmh.report.parsing import jsonable, parse_options
@@ -46,7 +46,7 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
         record, metrics = load_record(run_dir)
     except UserError as err:
         raise UserError(f"run {run_dir}: {err}") from None
-    absent = [k for k in RUN_JSON_KEYS if k not in record]
+    absent = check_fields(record)
     if absent:
         raise UserError(f"run {run_dir}: run.json lacks {', '.join(absent)}; it was not written by a finished `fedgmh train`")
     config = record["config"]

@@ -1,0 +1,216 @@
+"""Checkpoints: periodic snapshots of a run, read without running code from them, checked against
+the run they belong to, so that a killed run resumes exactly where it stopped."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedgmh.engine.federation import Federation
+from fedgmh.errors import UserError
+from fedgmh.record import identity_text, same_run_identity
+
+_PACKED = "__fedgmh_packed__"  # marks a value that `pack` turned into tensors and plain values
+
+
+def pack(value):
+    """A checkpoint value as tensors and plain Python values only, which `torch.load(weights_only=True)`
+    reads without running code: numpy arrays and scalars become raw bytes in a uint8 tensor (exact,
+    any dtype), sets become tagged lists."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        array = np.array(value, order="C")  # a copy; 0-d for a scalar
+        raw = torch.from_numpy(array.reshape(-1).view(np.uint8))
+        kind = "ndarray" if isinstance(value, np.ndarray) else "scalar"
+        return {_PACKED: kind, "dtype": array.dtype.str, "shape": list(array.shape), "bytes": raw}
+    if isinstance(value, dict):
+        return {k: pack(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return {_PACKED: "set", "items": [pack(v) for v in value]}
+    if isinstance(value, (list, tuple)):
+        return type(value)(pack(v) for v in value)
+    return value
+
+
+def unpack(value):
+    """The inverse of `pack` (values that were never packed pass through unchanged)."""
+    if isinstance(value, dict):
+        kind = value.get(_PACKED)
+        if kind in ("ndarray", "scalar"):
+            array = np.frombuffer(value["bytes"].numpy().tobytes(), dtype=np.dtype(value["dtype"])).reshape(value["shape"]).copy()
+            return array if kind == "ndarray" else array[()]
+        if kind == "set":
+            return {unpack(v) for v in value["items"]}
+        return {k: unpack(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(unpack(v) for v in value)
+    return value
+
+
+class _WriteRecorder:
+    """A file for torch.save that keeps what stopped a write: torch.save turns any exception of the
+    file's `write` (a full disk's OSError, a Ctrl-C's KeyboardInterrupt) into a RuntimeError of its own."""
+
+    def __init__(self, handle) -> None:
+        self.handle, self.error = handle, None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except BaseException as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def rows_digest(identity: dict | str, rows: list[dict]) -> str:
+    """A checksum of a snapshot's metric rows and the run they belong to (exact: floats by their hex
+    form, arrays by dtype, shape and bytes), so rows edited in a snapshot are not resumed into a record.
+    It catches edits and corruption, not a forger who recomputes it."""
+    digest = hashlib.sha256(identity_text(identity).encode())
+    for row in rows:
+        for key in sorted(row):
+            value = row[key]
+            if isinstance(value, (np.ndarray, np.generic)):
+                array = np.ascontiguousarray(value)
+                text = f"{array.dtype.str}{array.shape}{hashlib.sha256(array.tobytes()).hexdigest()}"
+            elif isinstance(value, float):
+                text = value.hex()
+            else:
+                text = repr(value)
+            digest.update(f"{key}={text};".encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+class Checkpoint:
+    """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
+
+    A snapshot holds the algorithm's state, every RNG state and the metrics so far; resuming
+    from it gives exactly the metrics of an uninterrupted run. `identity` describes the run; a
+    snapshot of another run is refused rather than silently mixed in.
+
+    A snapshot holds only tensors and plain values (`pack`) and is read with
+    `torch.load(weights_only=True)`: a file that would run code when loaded (a crafted pickle) is
+    refused with a UserError before anything in it is used, and so is one of other settings.
+    Its metric rows carry a checksum (`rows_digest`): a snapshot whose rows were edited is refused.
+    """
+
+    def __init__(self, path: Path | str, every: int, identity: dict) -> None:
+        self.path, self.every, self.identity = Path(path), every, identity
+
+    def due(self, rnd: int, rounds: int) -> bool:
+        return self.every > 0 and rnd < rounds and (rnd + 1) % self.every == 0
+
+    def save(self, snapshot: dict) -> None:
+        """Write the snapshot atomically: a failed or interrupted write (a full disk, Ctrl-C) leaves the
+        previous one as it was and raises what stopped it (`_WriteRecorder`)."""
+        from fedgmh.io import atomic_path
+
+        with atomic_path(self.path) as tmp, open(tmp, "wb") as handle:
+            writer = _WriteRecorder(handle)
+            try:
+                torch.save({"identity": identity_text(self.identity), "rows_digest": rows_digest(self.identity, snapshot.get("rows", [])),
+                            **pack(snapshot)}, writer)
+            except RuntimeError:
+                if writer.error is None:
+                    raise
+                raise writer.error from None
+
+    def _read(self) -> dict:
+        """The file's contents, read without running code from it."""
+        try:
+            return torch.load(self.path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            needs = _unsafe_globals(self.path)
+            what = f"objects other than tensors and plain values ({', '.join(needs[:5])})" if needs else \
+                "objects other than tensors and plain values, or is unreadable"
+            raise UserError(f"checkpoint {self.path} holds {what}, so it was not loaded (such a file can run code "
+                            "when loaded); delete it to start the run afresh") from None
+
+    def load(self) -> dict | None:
+        if not self.path.exists():
+            return None
+        try:
+            snapshot = self._read()
+        except UserError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any unreadable file gets the same advice
+            raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
+        if not isinstance(snapshot, dict) or "identity" not in snapshot:
+            raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
+        if not same_run_identity(snapshot["identity"], self.identity):  # checked before anything is used
+            raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
+        try:
+            unpacked = unpack({k: v for k, v in snapshot.items() if k not in ("identity", "rows_digest")})
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from None
+        if snapshot.get("rows_digest") != rows_digest(snapshot["identity"], unpacked.get("rows", [])):
+            raise UserError(f"checkpoint {self.path} holds metric rows that do not match its checksum (edited or corrupt), "
+                            "so it was not resumed; delete it to start the run afresh")
+        return unpacked
+
+    def holds_other_run(self) -> bool:
+        """Whether the snapshot file belongs to a run of other settings (False when there is none or it
+        cannot be read as one: `load` then says what is wrong)."""
+        if not self.path.is_file():
+            return False
+        try:
+            snapshot = self._read()
+        except Exception:  # noqa: BLE001 - unreadable: not known to be another run's
+            return False
+        return isinstance(snapshot, dict) and "identity" in snapshot and not same_run_identity(snapshot["identity"], self.identity)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _unsafe_globals(path: Path) -> list[str] | None:
+    """The globals a pickle needs beyond what weights_only allows (read from its opcodes, nothing
+    run); None when this torch cannot tell."""
+    finder = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if finder is None or not hasattr(torch.serialization, "safe_globals"):
+        return None
+    try:
+        return list(finder(path))
+    except Exception:  # noqa: BLE001 - not a zip checkpoint: nothing to allow
+        return None
+
+
+def restore_run(fed: Federation, algorithm, snapshot: dict, rng: np.random.RandomState) -> None:
+    """Put a loaded snapshot back: the run's generators, participation counts and the algorithm's state."""
+    fed.generator.set_state(snapshot["generator"])
+    fed.participations[:] = snapshot["participations"]  # in place: algorithms may hold views of fed
+    rng.set_state(snapshot["rng"])
+    algorithm.load_state({k: _to_device(v, fed.device) for k, v in snapshot["algorithm"].items()})
+
+
+def _to_device(value, device: torch.device):
+    """Move the tensors of a (nested) checkpoint value to `device`, keeping shared tensors shared."""
+    if device.type == "cpu":
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def snapshot_run(checkpoint: Checkpoint, fed: Federation, algorithm, rng: np.random.RandomState, rows: list[dict], rnd: int) -> int:
+    """Snapshot the run after round `rnd`; returns the round it resumes from."""
+    checkpoint.save({
+        "next_round": rnd + 1,
+        "rows": rows,
+        "rng": rng.get_state(),
+        "generator": fed.generator.get_state(),
+        "participations": fed.participations.copy(),
+        "algorithm": algorithm.state(),
+    })
+    return rnd + 1
