@@ -84,7 +84,7 @@ def test_costs_do_not_import_the_training_module():
 
 
 def test_an_unknown_algorithm_is_one_clear_error():
-    with pytest.raises(UserError, match="unknown algorithm 'fedavgg'; available: cepfl, "):
+    with pytest.raises(UserError, match="unknown algorithm 'fedavgg' \\(did you mean 'fedavg'\\?\\); available: cepfl, "):
         get_algorithm("fedavgg")
 
 

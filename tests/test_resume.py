@@ -153,8 +153,8 @@ def test_progress_goes_on_through_rounds_that_are_not_evaluated(monkeypatch, cap
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" |")[0] for line in lines] == [
         "[fedgmh] round 9/30 not evaluated", "[fedgmh] round 19/30 not evaluated",
-        "[fedgmh] round 28/30 acc 0.5000 best 0.5000 train_loss 1.0000", "[fedgmh] round 29/30 acc 0.5000 best 0.5000 train_loss 1.0000",
-        "[fedgmh] round 30/30 acc 0.5000 best 0.5000 train_loss 1.0000"]
+        "[fedgmh] round 28/30 acc 50.00 % best 50.00 % train_loss 1.0000", "[fedgmh] round 29/30 acc 50.00 % best 50.00 % train_loss 1.0000",
+        "[fedgmh] round 30/30 acc 50.00 % best 50.00 % train_loss 1.0000"]
     assert lines[0].endswith("1s elapsed, ETA 2s")  # 1 s for 10 rounds, 21 left
 
 

@@ -160,7 +160,7 @@ def train_config(args: argparse.Namespace):
     from fedgmh.config import TrainConfig, parse_overrides
 
     return TrainConfig(
-        dataset=args.dataset,
+        dataset=_train_dataset(args),
         root=args.root,
         partition=args.partition,
         algorithm=args.algorithm,
@@ -176,6 +176,21 @@ def train_config(args: argparse.Namespace):
     )
 
 
+def _train_dataset(args: argparse.Namespace) -> str:
+    """--dataset, checked by name (an unknown one gets the closest name), or the dataset the partition
+    file was made from (a given one that differs is refused when the run's identity is built)."""
+    if args.dataset is not None:
+        from fedgmh.datasets import get_info
+
+        return get_info(args.dataset).name
+    from fedgmh.partition import load_partition
+
+    _, meta = load_partition(Path(args.partition))
+    if not meta.get("dataset"):
+        raise UserError(f"partition {args.partition} does not name its dataset (an older file): give --dataset")
+    return meta["dataset"]
+
+
 def _cmd_train(args: argparse.Namespace) -> None:
     from fedgmh.store import WORKFLOW_LABELS
     from fedgmh.train import run_training
@@ -189,7 +204,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
     result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
                           stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu,
                           workflow=workflow)
-    print(f"{args.algorithm}: best test accuracy {result['best_test_acc']:.4f} at round {result['best_round']}")
+    print(f"{args.algorithm}: best test accuracy {100 * result['best_test_acc']:.2f} % at round {result['best_round']}")
     if args.put_record:  # the workflow's train job files the record itself: no job of its own per run
         from fedgmh.cli_store import put_record
 
@@ -252,11 +267,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every option of an algorithm (its hyper-parameters, its paper / official-code switches, the engine "
         "options) with its default and its preset=official value: `fedgmh options ALGORITHM`.",
     )
-    p.add_argument("--dataset", required=True, choices=datasets, metavar="DATASET", help="one of: %(choices)s")
+    p.add_argument("--dataset", metavar="DATASET",
+                   help=f"one of: {', '.join(datasets)} (default: the one the partition file was made from)")
     p.add_argument("--root", required=True, help="folder of the prepared datasets (`fedgmh download`)")
     p.add_argument("--partition", required=True, help="partition file (`fedgmh partition`)")
-    p.add_argument("--algorithm", required=True, choices=algorithms, metavar="ALGORITHM",
-                   help="one of: %(choices)s; its options: `fedgmh options ALGORITHM`")
+    p.add_argument("--algorithm", required=True, metavar="ALGORITHM",
+                   help=f"one of: {', '.join(algorithms)}; its options: `fedgmh options ALGORITHM`")
     p.add_argument("--rounds", type=int, required=True, help="training rounds (the run evaluates rounds 0 .. ROUNDS)")
     p.add_argument("--join-ratio", type=float, default=defaults["join_ratio"], help="share of clients per round (default %(default)s)")
     p.add_argument("--local-epochs", type=int, default=defaults["local_epochs"], help="default %(default)s")

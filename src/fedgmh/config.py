@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
-from fedgmh.errors import UserError
+from fedgmh.errors import UserError, did_you_mean
 
 TRUE_WORDS = {"true", "1", "yes", "on"}
 FALSE_WORDS = {"false", "0", "no", "off"}
@@ -166,7 +166,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.rounds >= 0, f"rounds must be >= 0, got {self.rounds}"),
+            (self.rounds >= 1, f"rounds must be >= 1 (a run of 0 rounds would record an untrained model), got {self.rounds}"),
             (0 < self.join_ratio <= 1, f"join ratio must be in (0, 1], got {self.join_ratio}"),
             (self.local_epochs >= 1, f"local epochs must be >= 1, got {self.local_epochs}"),
             (self.batch_size >= 1, f"batch size must be >= 1, got {self.batch_size}"),
@@ -230,7 +230,7 @@ def build_options(cls: type, values: dict[str, Any]) -> Any:
     kwargs = {}
     for name, raw in values.items():
         if name not in fields:
-            raise UserError(f"unknown option {name!r}; known: {', '.join(sorted(fields)) or 'none'}")
+            raise UserError(f"unknown option {name!r}{did_you_mean(name, fields)}; known: {', '.join(sorted(fields)) or 'none'}")
         value = _convert(cls, name, hints[name], raw)
         choices = fields[name].metadata.get("choices")
         if choices and value not in choices:

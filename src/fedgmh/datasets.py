@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedgmh.errors import UserError
+from fedgmh.errors import UserError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -38,4 +38,4 @@ def get_info(name: str) -> DatasetInfo:
     try:
         return DATASETS[name]
     except KeyError:
-        raise UserError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}") from None
+        raise UserError(f"unknown dataset {name!r}{did_you_mean(name, DATASETS)}; available: {', '.join(DATASETS)}") from None

@@ -6,8 +6,23 @@ The CLI prints these as a one-line message instead of a traceback and exits with
 """
 
 
+import difflib
+from collections.abc import Iterable
+
+
 class UserError(Exception):
     """An error caused by the user's input, with a message that says what to do."""
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the known name closest to `name`, case and '-'/'_' aside; '' when none is close."""
+    known = list(known)
+    folded = {k.lower().replace("-", "_"): k for k in known}
+    wanted = name.lower().replace("-", "_")
+    if wanted in folded:
+        return f" (did you mean {folded[wanted]!r}?)"
+    close = difflib.get_close_matches(wanted, list(folded), n=1, cutoff=0.6)
+    return f" (did you mean {folded[close[0]]!r}?)" if close else ""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -209,7 +209,9 @@ class ProgressLog:
     def __call__(self, row: dict) -> None:
         self.best = max(self.best, row["test_acc"])
         self.last_evaluated = row["round"]
-        self._line(row["round"], f"acc {row['test_acc']:.4f} best {self.best:.4f} train_loss {row['train_loss']:.4f}")
+        loss = row["train_loss"]  # NaN in the final evaluation, which trains nothing
+        loss_text = "n/a" if loss is None or math.isnan(loss) else f"{loss:.4f}"
+        self._line(row["round"], f"acc {100 * row['test_acc']:.2f} % best {100 * self.best:.2f} % train_loss {loss_text}")
 
     def played(self, rnd: int) -> None:
         """After every round played, evaluated or not (`engine.run_rounds`' `on_played`)."""
@@ -266,6 +268,8 @@ def planned_identity(config: TrainConfig) -> dict:
     or building the model (the partition file's meta holds the dataset's fingerprint)."""
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     partition, meta = load_partition(Path(config.partition))
+    if meta.get("dataset") not in (None, config.dataset):
+        raise UserError(f"partition {config.partition} was made for dataset {meta['dataset']!r}, not {config.dataset!r}")
     return run_identity(config, algo_options, engine, {**meta, "digest": partition.digest()})
 
 

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, get_type_hints
 
 from fedgmh.config import EngineOptions, RangedOptions, build_options, option_names
-from fedgmh.errors import UserError
+from fedgmh.errors import UserError, did_you_mean
 
 #: the presets every algorithm takes
 PRESETS = ("paper", "official")
@@ -77,7 +77,8 @@ class Card:
         unknown = set(values) - algo_keys - engine_keys
         if unknown:
             known = ", ".join(sorted(algo_keys | engine_keys | {"preset"}))
-            raise UserError(f"unknown option(s) {', '.join(sorted(unknown))} for {self.name}; known: {known}")
+            hints = "".join(did_you_mean(name, algo_keys | engine_keys | {"preset"}) for name in sorted(unknown))
+            raise UserError(f"unknown option(s) {', '.join(sorted(unknown))} for {self.name}{hints}; known: {known}")
         algo = build_options(self.options, {k: v for k, v in values.items() if k in algo_keys})
         engine = build_options(EngineOptions, {k: v for k, v in values.items() if k in engine_keys})
         return algo, engine
@@ -134,7 +135,7 @@ def all_cards() -> dict[str, Card]:
 def card(name: str) -> Card:
     cards = all_cards()
     if name not in cards:
-        raise UserError(f"unknown algorithm {name!r}; available: {', '.join(sorted(cards))}")
+        raise UserError(f"unknown algorithm {name!r}{did_you_mean(name, cards)}; available: {', '.join(sorted(cards))}")
     return cards[name]
 
 
