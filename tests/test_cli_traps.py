@@ -11,19 +11,15 @@ from fedgmh.cli import main
 from fedgmh.errors import did_you_mean
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> Path:
-    from fedgmh import data
-
-    root = tmp_path_factory.mktemp("traps")
-    data.download("digits", root / "data")
-    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
-                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(root / "p.npz")]) == 0
-    return root
+@pytest.fixture
+def setup(digits_root, digits_partition) -> tuple[Path, Path]:
+    """The embedded data set and a partition of it (conftest)."""
+    return digits_root, digits_partition
 
 
-def _train(setup: Path, out: Path, *extra: str, rounds: str = "1") -> list[str]:
-    return ["train", "--root", str(setup / "data"), "--partition", str(setup / "p.npz"), "--rounds", rounds,
+def _train(setup: tuple[Path, Path], out: Path, *extra: str, rounds: str = "1") -> list[str]:
+    root, partition = setup
+    return ["train", "--root", str(root), "--partition", str(partition), "--rounds", rounds,
             "--local-epochs", "1", "--join-ratio", "0.5", "--threads", "1", "--out", str(out), *extra]
 
 
