@@ -5,7 +5,8 @@
 # aggregated (`fedgmh aggregate`) and compared cell by cell (`fedgmh compare`: a verdict by Welch's
 # interval and an equivalence test at the default margin, docs/verdicts.md; a cell with fewer than
 # 3 distinct seeds is "reduced protocol", not judged), and the paper's claims tested on them
-# (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"). The workflow writes the
+# (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"), and Figure 3 with its
+# rounds to 70 / 75 % from the CIFAR-100 ExDir(5, 0.5) records (figure3.{pdf,png}, rounds_to_target.{tex,csv}). The workflow writes the
 # complete tables once every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
 # preset=official, as the paper's authors ran them), when any such record is committed:
@@ -32,6 +33,15 @@ fedgmh compare --results "$out/table2_results.csv" --reference reference/fedgmh_
 fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "$out/table2_results.csv" --curves "$curves/table2.csv" \
     --title "The paper's claims on the full-protocol records committed so far (Table 2's reading)" \
     --out "$out/claims.md" --csv "$out/claims.csv"
+# Figure 3 and its rounds to 70 / 75 % (the paper config's `rounds_to_target`), from the CIFAR-100
+# ExDir(5, 0.5) records so far: the setting's methods with a record, each with its seed count
+if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
+    fedgmh curves --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 \
+        --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), the paper's protocol" --out "$out/figure3.pdf" --png "$out/figure3.png"
+    fedgmh rounds --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
+        --paper "$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))')" \
+        --out "$out/rounds_to_target.tex" --csv "$out/rounds_to_target.csv"
+fi
 
 mapfile -t official < <(find paper_artifacts/paper/runs/table2_pflib -path '*@official/*' -regextype posix-extended \
         -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
