@@ -15,7 +15,7 @@ import torch
 from conftest import comparable, make_federation
 
 from fedgmh.algorithms import get_algorithm
-from fedgmh.engine import LocalResult, _check_trained, evaluate_clients, play_round, predict
+from fedgmh.engine import LocalResult, check_trained, evaluate_clients, play_round, predict
 from fedgmh.train import resolve_options
 
 READS = ("__float__", "__int__", "__bool__", "item", "tolist", "numpy", "cpu", "__array__")
@@ -106,9 +106,9 @@ def test_check_trained_finds_each_kind_of_divergence_in_one_read():
     bad_param = LocalResult({"w": torch.tensor([1.0, float("inf")]), "n": torch.ones(2, dtype=torch.long)}, torch.tensor(1.0), 4)
     nan_loss = LocalResult({"w": torch.ones(3)}, torch.tensor(float("nan")), 4)
     with counted_reads() as counts:
-        problems = _check_trained([ok, infinite_loss, bad_param, nan_loss])
+        problems = check_trained([ok, infinite_loss, bad_param, nan_loss])
     assert problems[:2] == [None, None]
     assert "parameter w is no longer finite" in problems[2] and problems[3] == "the training loss is nan"
     assert counts["reads"] == 2  # one read for all, then one for the parameter of the client that diverged
     assert ok.loss_sum == 2.5 and isinstance(ok.loss_sum, float) and isinstance(ok._loss, float)
-    assert _check_trained([]) == []
+    assert check_trained([]) == []
