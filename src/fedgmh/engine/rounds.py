@@ -21,7 +21,7 @@ from fedgmh.engine.federation import EvaluateMany, LocalResult
 from fedgmh.engine.training import Diverged, check_trained
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.stopping import sigterm_at_round_end
-from fedgmh.vectorised import evaluate_many, train_phases_many
+from fedgmh import vectorised  # looked up at call time: tests count the batched passes
 
 
 def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> list[LocalResult]:
@@ -30,7 +30,7 @@ def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> l
     (`why_sequential`), else one after the other (`train_client`). `Algorithm.train_clients`."""
     if len(clients) > 1 and fed.vectorised and algorithm.why_sequential() is None:
         plans = [algorithm.start_training(rnd, client) for client in clients]
-        results = train_phases_many(algorithm.training_fed(), plans, clients, lambda client: algorithm.draw_after_training(rnd, client))
+        results = vectorised.train_phases_many(algorithm.training_fed(), plans, clients, lambda client: algorithm.draw_after_training(rnd, client))
         return [algorithm.finish_training(rnd, c, phases, res) for c, phases, res in zip(clients, plans, results)]
     return [algorithm.train_client(rnd, client) for client in clients]
 
@@ -57,7 +57,7 @@ def evaluator(fed: Federation, algorithm) -> EvaluateMany | None:
     """The engine's choice of how clients are evaluated: `vectorised.evaluate_many` (vmap passes) under
     engine option eval_batched, unless the algorithm evaluates at random (its draws follow the
     client-by-client order); None: one pass per client."""
-    return evaluate_many if fed.options.eval_batched and getattr(algorithm, "deterministic_eval", True) else None
+    return vectorised.evaluate_many if fed.options.eval_batched and getattr(algorithm, "deterministic_eval", True) else None
 
 
 def play_round(
