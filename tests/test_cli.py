@@ -66,7 +66,7 @@ def test_train_puts_its_record_into_a_store_folder(setup, capsys):
 @pytest.mark.parametrize(
     "extra,algorithm,message",
     [
-        ((), "fedfoo", "invalid choice: 'fedfoo'"),
+        ((), "fedfoo", "unknown algorithm 'fedfoo'"),
         (("--set", "gamma=2"), "fedgmh", "unknown option(s) gamma"),
         (("--set", "beta=high"), "fedgmh", "beta='high': expected a finite float"),
         (("--set", "drop_last=maybe"), "fedavg", "expected a value of type bool"),
@@ -147,7 +147,7 @@ def test_train_help_lists_algorithms_and_datasets_and_points_to_the_options(caps
     assert all(name in out for name in [*algorithm_names(), *DATASETS])
     assert "fedgmh options ALGORITHM" in out
     assert main(["train", "--dataset", "svhn", "--root", "r", "--partition", "p", "--algorithm", "fedavg", "--rounds", "1", "--out", "o"]) == 2
-    assert "invalid choice: 'svhn'" in capsys.readouterr().err
+    assert "unknown dataset 'svhn'" in capsys.readouterr().err
 
 
 def test_train_defaults_are_those_of_train_config():
