@@ -46,7 +46,7 @@ def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed
 
     from fedgmh.config import EngineOptions
     from fedgmh.engine import Federation
-    from fedgmh.model import FedAvgCNN
+    from fedgmh.model import FedAvgCNN, use_unfold_convolutions
 
     num_classes = num_classes or (max(max(c) for c in client_labels) + 1)
     gen = torch.Generator().manual_seed(1234 + seed)
@@ -61,6 +61,9 @@ def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed
     images = torch.randn(len(labels), 1, 28, 28, generator=gen)
     torch.manual_seed(seed)
     model = FedAvgCNN(1, num_classes, 28)
+    options = EngineOptions(**engine)
+    if options.conv == "unfold":  # as fedgmh.train.build_federation builds the model
+        use_unfold_convolutions(model)
     return Federation(
         model=model.to(device),
         images=images.to(device),
@@ -71,7 +74,7 @@ def make_federation(client_labels, *, batch_size=4, local_epochs=1, lr=0.1, seed
         batch_size=batch_size,
         local_epochs=local_epochs,
         lr=lr,
-        options=EngineOptions(**engine),
+        options=options,
         seed=seed,
     )
 

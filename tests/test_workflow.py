@@ -353,8 +353,10 @@ def test_smoke_workflow_end_to_end(tmp_path: Path) -> None:
     records = sorted((art / "runs").rglob("run.json"))
     assert len(records) == 62
     assert sorted({p.name for p in (art / "runs").rglob("*") if p.is_file()}) == [
-        "clients.csv", "cluster_rounds.csv", "layer_weights.csv", "metrics.csv", "participations.csv", "run.json"]
+        "adaptation.csv", "clients.csv", "cluster_rounds.csv", "layer_weights.csv", "metrics.csv", "participations.csv",
+        "run.json"]
     # the algorithms' own tables (extra_records) travel with their records, and only theirs
+    assert {p.parent.parent.name for p in (art / "runs").rglob("adaptation.csv")} == {"fedbabu", "perfedavg"}
     assert {p.parent.parent.name for p in (art / "runs").rglob("layer_weights.csv")} == {"pfedla", "heurpfedla"}
     for table in ("participations.csv", "cluster_rounds.csv"):
         assert {p.parent.parent.name for p in (art / "runs").rglob(table)} == {"cepfl"}
