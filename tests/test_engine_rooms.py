@@ -58,8 +58,15 @@ def test_a_view_trains_on_its_own_terms_and_leaves_the_federation_unchanged():
 
 
 def test_the_federation_leaves_the_model_as_given_under_conv_unfold():
-    fed = make_federation(CLIENTS, num_classes=3, conv="unfold")
-    assert all(type(m) is torch.nn.Conv2d for m in fed.model.modules() if "Conv" in type(m).__name__)
+    """Swapping convolutions is the model builder's job (train.build_federation), never the Federation's."""
+    from fedgmh.engine import Federation
+
+    given = make_federation(CLIENTS, num_classes=3)
+    fed = Federation(model=given.model, images=given.images, labels=given.labels, train_idx=given.train_idx,
+                     test_idx=given.test_idx, num_classes=3, batch_size=4, local_epochs=1, lr=0.1,
+                     options=given.options.__class__(conv="unfold"), seed=0)
+    convs = [type(m) for m in fed.model.modules() if "Conv" in type(m).__name__]
+    assert fed.model is given.model and convs and all(kind is torch.nn.Conv2d for kind in convs)
 
 
 class _Fixed:
