@@ -130,6 +130,17 @@ def test_document_holds_every_table_and_figure(results: pd.DataFrame, tmp_path: 
         report.document.build_document(tmp_path / "x.tex", "t", [], inputs=[tmp_path / "missing.tex"])
 
 
+@pytest.mark.parametrize("stem, caption", [
+    ("mnist_c2_a0.5", "MNIST ExDir(2, 0.5)."),
+    ("cifar100_c50_a1000000_n20", "CIFAR-100 ExDir(50, 1000000), 20 clients."),
+    ("fashion_mnist_c4_a1000000_n10_chain", "Fashion-MNIST chain(4, 1000000), 10 clients."),
+])
+def test_every_partition_heat_map_gets_a_caption_in_words(stem: str, caption: str) -> None:
+    from fedgmh.report.document import figure_caption
+
+    assert figure_caption(Path(f"partitions/{stem}.pdf")) == f"Partition: samples per class and client, {caption}"
+
+
 def test_pdf_without_tex_engine_is_a_clear_error(monkeypatch, tmp_path: Path) -> None:
     from fedgmh.report import document
 

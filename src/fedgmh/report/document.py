@@ -38,14 +38,17 @@ PREAMBLE = r"""\documentclass[10pt]{article}
 \setlength{\LTcapwidth}{\textwidth}
 """
 TEX_ENGINE = "latexmk"
-PARTITION_FILE = re.compile(r"(?P<dataset>[a-z0-9_]+?)_c(?P<c>\d+)_a(?P<alpha>[0-9.e+-]+)$")
+#: a partition id, `<dataset>_c<C>_a<alpha>[_n<N>][_chain]` (the workflow's partition file names)
+PARTITION_FILE = re.compile(r"(?P<dataset>[a-z0-9_]+?)_c(?P<c>\d+)_a(?P<alpha>[0-9.e+-]+)(?:_n(?P<clients>\d+))?(?P<chain>_chain)?$")
 
 
 def figure_caption(path: Path) -> str:
     """A caption for a figure without one: partition heat-maps by their setting, others by name."""
     match = PARTITION_FILE.fullmatch(path.stem)
     if match:
-        return f"Partition: samples per class and client, {dataset_name(match['dataset'])} ExDir({match['c']}, {match['alpha']})."
+        scheme = "chain" if match["chain"] else "ExDir"
+        clients = f", {match['clients']} clients" if match["clients"] else ""
+        return f"Partition: samples per class and client, {dataset_name(match['dataset'])} {scheme}({match['c']}, {match['alpha']}){clients}."
     return path.stem.replace("_", " ")
 
 
