@@ -279,6 +279,16 @@ def test_fedbabu_best_chooses_among_the_evaluated_rounds_only():
     assert sparse.best_round == chosen and all(torch.equal(sparse.best_body[k], bodies[chosen][k]) for k in bodies[chosen])
 
 
+def test_fedbabu_best_at_every_evaluation_fine_tunes_from_the_best_body_so_far():
+    rows, _, _ = global_rounds()
+    chosen = first_best(rows, range(1, FALLING["rounds"] + 1))
+    assert all(first_best(rows, range(1, r + 1)) == r for r in range(1, chosen + 1))  # the setup: each round a new best up to it
+    best = rows_of(build("fedbabu", finetune_from="best", finetune_at="every_eval"), **FALLING)
+    final = rows_of(build("fedbabu", finetune_at="every_eval"), **FALLING)
+    assert best[: chosen + 1] == final[: chosen + 1]  # up to the best round: each round's own body
+    assert all(b["test_loss"] != f["test_loss"] for b, f in zip(best[chosen + 1 :], final[chosen + 1 :]))  # after it: the kept one
+
+
 @pytest.mark.parametrize("finetune_at", ["last", "every_eval"])
 def test_fedbabu_best_resumes_with_the_kept_body(tmp_path, finetune_at):
     """Cut after the best round and resumed, the run fine-tunes from the same body (it is in the snapshot)."""

@@ -9,7 +9,8 @@ training from the shared model on the client's own train split (never stored, ne
 
 The personalisation draws its random numbers (fine-tuning shuffles, the adaptation batch) from
 `engine.eval_generator(seed, round, client)`, never from the training generator: the training, and
-every evaluation, are the same whichever rounds are evaluated (`eval_every`, `eval_last`).
+every evaluation, are the same whichever rounds are evaluated (`eval_every`, `eval_last`), except
+FedBABU's finetune_from=best, whose starting point is the best of the evaluated rounds.
 Per-FedAvg's meta-step is a loss (`PerFedAvg.meta_loss`: the inner step inside it) on the
 engine's `local_train`, over batches of 2B samples split into D and D'. See docs/baselines.md.
 """
