@@ -289,6 +289,16 @@ def test_fedbabu_best_at_every_evaluation_fine_tunes_from_the_best_body_so_far()
     assert all(b["test_loss"] != f["test_loss"] for b, f in zip(best[chosen + 1 :], final[chosen + 1 :]))  # after it: the kept one
 
 
+def test_fedbabu_best_keeps_the_same_round_on_the_batched_paths():
+    """Vectorised training and batched evaluation change sums only to float rounding: the same round is kept."""
+    sequential, batched = build("fedbabu", finetune_from="best"), build("fedbabu", finetune_from="best", vectorise="on", eval_batched="true")
+    assert batched.fed.options.vectorise == "on" and batched.fed.options.eval_batched
+    rows, batched_rows = rows_of(sequential, **FALLING), rows_of(batched, **FALLING)
+    assert (batched.best_round, batched.best_acc) == (sequential.best_round, sequential.best_acc)
+    assert [r["test_acc"] for r in batched_rows] == [r["test_acc"] for r in rows]
+    assert batched_rows[-1]["test_loss"] == pytest.approx(rows[-1]["test_loss"], rel=1e-4)
+
+
 @pytest.mark.parametrize("finetune_at", ["last", "every_eval"])
 def test_fedbabu_best_resumes_with_the_kept_body(tmp_path, finetune_at):
     """Cut after the best round and resumed, the run fine-tunes from the same body (it is in the snapshot)."""
