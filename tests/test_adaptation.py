@@ -93,12 +93,14 @@ def test_a_killed_run_resumes_with_identical_metrics(tmp_path, name, overrides):
 def test_bad_options_fail_before_training():
     for name, option, value, message in [("fedbabu", "finetune_epochs", "-1", "finetune_epochs must be an integer >= 0"),
                                          ("fedbabu", "finetune_parts", "fc1", "choose one of"),
+                                         ("fedbabu", "finetune_from", "first", "finetune_from.*choose one of"),
                                          ("perfedavg", "beta", "-0.1", "beta must be"),
                                          ("perfedavg", "eval_steps", "-1", "eval_steps must be an integer >= 0"),
                                          ("perfedavg", "delta", "0", "delta must be"),
                                          ("perfedavg", "order", "second", "choose one of")]:
-        with pytest.raises(UserError, match=message):
+        with pytest.raises(UserError, match=message) as refused:
             resolve_options(name, {option: value})
+        assert "\n" not in str(refused.value)
     fedbabu, eng = resolve_options("fedbabu", {"preset": "official"})
     assert (fedbabu.finetune_epochs, fedbabu.finetune_parts, fedbabu.finetune_at, eng.drop_last) == (10, "all", "last", True)
     paper, official = resolve_options("perfedavg", {})[0], resolve_options("perfedavg", {"preset": "official"})[0]
@@ -161,10 +163,12 @@ def test_fedbabu_fine_tunes_at_the_last_round_only_and_leaves_training_alone():
 
 
 def test_fedbabu_fine_tunes_with_the_authors_budget_by_default_and_pflibs_under_official():
+    """The default: the authors' budget from the final body; preset=authors: also from their best round."""
     fields = ("finetune_epochs", "finetune_lr", "finetune_momentum", "finetune_from")
     default, authors = resolve_options("fedbabu", {})[0], resolve_options("fedbabu", {"preset": "authors"})[0]
     official, eng = resolve_options("fedbabu", {"preset": "official"})
-    assert [getattr(default, f) for f in fields] == [getattr(authors, f) for f in fields] == [5, 1e-3, 0.9, "final"]
+    assert [getattr(default, f) for f in fields] == [5, 1e-3, 0.9, "final"]  # not best: it selects on the test split
+    assert [getattr(authors, f) for f in fields] == [5, 1e-3, 0.9, "best"]
     assert [getattr(official, f) for f in fields] + [eng.drop_last] == [10, 0.0, 0.0, "final", True]
     for option, value in [("finetune_lr", "-1"), ("finetune_momentum", "1")]:
         with pytest.raises(UserError, match=option):
@@ -223,6 +227,95 @@ def test_fedbabu_trains_exactly_as_fedper_with_the_head_frozen(monkeypatch):
     assert babu_plain == per and babu[:-1] == per[:-1]
     head0 = {k: v for k, v in fedper.fed.initial_params().items() if is_head(k)}
     assert fedper.local and all(torch.equal(own[k], head0[k]) for own in fedper.local.values() for k in head0)
+
+
+# --- FedBABU from the best round's model (finetune_from=best, the authors' main_fed.py) ---------------
+
+FALLING = {"rounds": 5, "seed": 2}  # here the global accuracy peaks at round 2 (tied with 3), then falls
+
+
+def global_rounds(**overrides):
+    """The global model's metrics rows (no fine-tuning) and its body at each round's evaluation."""
+    plain = build("fedbabu", finetune_epochs="0", **overrides)
+    bodies, send = {}, plain.send
+    plain.send = lambda rnd, selected: (bodies.__setitem__(rnd, plain.global_params), send(rnd, selected))[1]
+    return rows_of(plain, **FALLING), bodies, {k: v for k, v in plain.fed.initial_params().items() if is_head(k)}
+
+
+def first_best(rows, rounds):
+    """The authors' pick: the first of the rounds with the highest accuracy."""
+    accuracy = {r["round"]: r["test_acc"] for r in rows}
+    return max(rounds, key=lambda rnd: (accuracy[rnd], -rnd))
+
+
+def test_fedbabu_best_fine_tunes_from_the_body_of_the_round_with_the_best_global_test_accuracy():
+    rows, bodies, head0 = global_rounds()
+    last = FALLING["rounds"]
+    chosen = first_best(rows, range(1, last + 1))  # round 0, the untrained model, is never a candidate
+    assert chosen < last and rows[chosen]["test_acc"] > rows[-1]["test_acc"]  # the setup: the accuracy falls
+    best, final = build("fedbabu", finetune_from="best"), build("fedbabu")
+    best_rows, final_rows = rows_of(best, **FALLING), rows_of(final, **FALLING)
+    assert best_rows[:-1] == final_rows[:-1] == rows[:-1]  # the training and the global evaluations: unchanged
+    assert (best.best_round, best.best_acc) == (chosen, rows[chosen]["test_acc"])
+    assert all(torch.equal(best.best_body[k], bodies[chosen][k]) for k in bodies[chosen])
+    for client in range(best.fed.num_clients):
+        expected = local_train(engine_view(best, last, client), {**bodies[chosen], **head0}, client, epochs=1, lr=1e-3,
+                               grad_hook=momentum(0.9)).params
+        model = best.eval_params(client)
+        assert all(torch.equal(model[k], expected[k]) for k in expected)
+        assert not torch.equal(model["head.weight"], final.eval_params(client)["head.weight"])
+    table = best.extra_records()["adaptation"]  # "before": the model fine-tuning started from
+    assert table["correct_before"].sum() / table["test_samples"].sum() == pytest.approx(rows[chosen]["test_acc"])
+    assert table["budget"].iloc[0] == f"1 epochs (all, lr 0.001, momentum 0.9) from round {chosen} (best test acc)"
+
+
+def test_fedbabu_best_chooses_among_the_evaluated_rounds_only():
+    """As the authors' --test_freq: a round that is not evaluated is never kept."""
+    rows, bodies, _ = global_rounds()
+    sparse = build("fedbabu", finetune_from="best", eval_every="3")
+    rows_of(sparse, **FALLING)
+    chosen = first_best(rows, [3, FALLING["rounds"]])
+    assert chosen != first_best(rows, range(1, FALLING["rounds"] + 1))
+    assert sparse.best_round == chosen and all(torch.equal(sparse.best_body[k], bodies[chosen][k]) for k in bodies[chosen])
+
+
+def test_fedbabu_best_at_every_evaluation_fine_tunes_from_the_best_body_so_far():
+    rows, _, _ = global_rounds()
+    chosen = first_best(rows, range(1, FALLING["rounds"] + 1))
+    assert all(first_best(rows, range(1, r + 1)) == r for r in range(1, chosen + 1))  # the setup: each round a new best up to it
+    best = rows_of(build("fedbabu", finetune_from="best", finetune_at="every_eval"), **FALLING)
+    final = rows_of(build("fedbabu", finetune_at="every_eval"), **FALLING)
+    assert best[: chosen + 1] == final[: chosen + 1]  # up to the best round: each round's own body
+    assert all(b["test_loss"] != f["test_loss"] for b, f in zip(best[chosen + 1 :], final[chosen + 1 :]))  # after it: the kept one
+
+
+def test_fedbabu_best_keeps_the_same_round_on_the_batched_paths():
+    """Vectorised training and batched evaluation change sums only to float rounding: the same round is kept."""
+    sequential, batched = build("fedbabu", finetune_from="best"), build("fedbabu", finetune_from="best", vectorise="on", eval_batched="true")
+    assert batched.fed.options.vectorise == "on" and batched.fed.options.eval_batched
+    rows, batched_rows = rows_of(sequential, **FALLING), rows_of(batched, **FALLING)
+    assert (batched.best_round, batched.best_acc) == (sequential.best_round, sequential.best_acc)
+    assert [r["test_acc"] for r in batched_rows] == [r["test_acc"] for r in rows]
+    assert batched_rows[-1]["test_loss"] == pytest.approx(rows[-1]["test_loss"], rel=1e-4)
+
+
+@pytest.mark.parametrize("finetune_at", ["last", "every_eval"])
+def test_fedbabu_best_resumes_with_the_kept_body(tmp_path, finetune_at):
+    """Cut after the best round and resumed, the run fine-tunes from the same body (it is in the snapshot)."""
+    options = {"finetune_from": "best", "finetune_at": finetune_at}
+    whole = build("fedbabu", **options)
+    expected = rows_of(whole, **FALLING)
+
+    def stop(row):
+        if row["round"] == whole.best_round + 1:  # the snapshot holds rounds up to the best one
+            raise KeyboardInterrupt
+
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": "fedbabu-best"})
+    with pytest.raises(Interrupted):
+        rows_of(build("fedbabu", **options), on_round=stop, checkpoint=checkpoint, **FALLING)
+    resumed = build("fedbabu", **options)
+    assert rows_of(resumed, checkpoint=checkpoint, **FALLING) == expected
+    assert resumed.best_round == whole.best_round
 
 
 # --- Per-FedAvg --------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ training from the shared model on the client's own train split (never stored, ne
 
 The personalisation draws its random numbers (fine-tuning shuffles, the adaptation batch) from
 `engine.eval_generator(seed, round, client)`, never from the training generator: the training, and
-every evaluation, are the same whichever rounds are evaluated (`eval_every`, `eval_last`).
+every evaluation, are the same whichever rounds are evaluated (`eval_every`, `eval_last`), except
+FedBABU's finetune_from=best, whose starting point is the best of the evaluated rounds.
 Per-FedAvg's meta-step is a loss (`PerFedAvg.meta_loss`: the inner step inside it) on the
 engine's `local_train`, over batches of 2B samples split into D and D'. See docs/baselines.md.
 """
@@ -84,23 +85,32 @@ class RecordsAdaptation:
 class FedBABU(RecordsAdaptation, FedPer):
     """FedPer whose head is never trained: the common initial head, frozen on every client (stored
     once), and FedAvg on the body; evaluated with the global body and that head, except where it
-    fine-tunes (`finetune_at`): there each client's copy is first trained `finetune_epochs` epochs
-    on its own train split (`finetune_parts`) at its current lr."""
+    fine-tunes (`finetune_at`): there each client's copy of the starting model (`finetune_from`) is
+    first trained `finetune_epochs` epochs on its own train split (`finetune_parts`).
 
-    transient = ("_tuned", "_before")
+    finetune_from=best keeps one body, `best_body`: that of the evaluated round (from round 1 on)
+    whose global model scored the best pooled test accuracy so far (`best_acc`, first of equals,
+    as the authors' main_fed.py), part of the checkpointed state."""
+
+    transient = ("_tuned", "_before", "_start")
     # exchange: FedPer's (the body up from the trained clients, down to every client each round)
 
     def __init__(self, fed: Federation, options: FedBABUOptions) -> None:
         super().__init__(fed, options)  # global_params: the body; initial_local: the frozen head, for all
         self._tuned: dict[int, Params] = {}
         self._before: dict[int, int] = {}
+        self._start: Params | None = None  # the model this round's fine-tuning starts from
+        self.best_body: Params | None = None
+        self.best_acc = -1.0
+        self.best_round = -1
 
     def adaptation_budget(self) -> str:
         o = self.options
         if o.finetune_epochs == 0:
             return "none"
         lr = f"lr {o.finetune_lr:g}" if o.finetune_lr else "the client's lr"
-        return f"{o.finetune_epochs} epochs ({o.finetune_parts}, {lr}, momentum {o.finetune_momentum:g})"
+        start = f" from round {self.best_round} (best test acc)" if self.keeps_best() and self.best_round >= 0 else ""
+        return f"{o.finetune_epochs} epochs ({o.finetune_parts}, {lr}, momentum {o.finetune_momentum:g}){start}"
 
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         return [Phase(self.client_params(client), trainable=is_body)]
@@ -110,7 +120,7 @@ class FedBABU(RecordsAdaptation, FedPer):
         self.uploads[client] = self.fed.channel.upload({k: params[k] for k in self.global_params})
 
     def send(self, rnd: int, selected: list[int]) -> None:
-        self._tuned = {}
+        self._tuned, self._start = {}, None
         super().send(rnd, selected)
 
     def fine_tunes(self, rnd: int) -> bool:
@@ -119,20 +129,45 @@ class FedBABU(RecordsAdaptation, FedPer):
             return False
         return self.options.finetune_at == "every_eval" or rnd == self.fed.total_rounds
 
+    def keeps_best(self) -> bool:
+        return self.options.finetune_from == "best" and self.options.finetune_epochs > 0
+
     def eval_params(self, client: int) -> Params:
         rnd = self.fed.current_round
+        if self._start is None:  # the round's first evaluated client
+            self._start = self.starting_model(rnd)
         if not self.fine_tunes(rnd):
             return self.client_params(client)  # the same tensors for every client
         if client not in self._tuned:
-            self.note_unadapted(client, self.client_params(client))
-            self._tuned[client] = self.fine_tuned(rnd, client)
+            self.note_unadapted(client, self._start)
+            self._tuned[client] = self.fine_tuned(rnd, client, self._start)
         return self._tuned[client]
 
-    def fine_tuned(self, rnd: int, client: int) -> Params:
-        """The client's copy of (global body, initial head) after its fine-tuning epochs, at
-        `finetune_lr` (0: its current lr) with `finetune_momentum`."""
+    def starting_model(self, rnd: int) -> Params:
+        """What fine-tuning in (evaluated) round `rnd` starts from: the global body, or with
+        finetune_from=best the best round's body up to this one; the initial head."""
+        if not self.keeps_best():
+            return {**self.global_params, **self.initial_local}
+        if rnd >= 1:  # the authors evaluate (and may keep) a model only after its first round
+            accuracy = self.global_test_accuracy()
+            if accuracy > self.best_acc:
+                self.best_body = {k: v.detach().clone() for k, v in self.global_params.items()}
+                self.best_acc, self.best_round = accuracy, rnd
+        return {**(self.best_body if self.best_body is not None else self.global_params), **self.initial_local}
+
+    def global_test_accuracy(self) -> float:
+        """The global model's (global body, initial head) correct predictions over all clients' test
+        splits / their samples: the authors' test_img_local_all (per-client accuracies weighted by
+        test share). One pass per client, as the engine evaluates; no label prior."""
+        fed, model = self.fed, {**self.global_params, **self.initial_local}
+        correct = sum(int(predict(fed, model, idx, self.forward)[0].sum()) for idx in fed.test_idx)
+        return correct / max(sum(len(idx) for idx in fed.test_idx), 1)
+
+    def fine_tuned(self, rnd: int, client: int, start: Params) -> Params:
+        """The client's copy of `start` after its fine-tuning epochs, at `finetune_lr` (0: its
+        current lr) with `finetune_momentum`."""
         fed, o = self.fed, self.options
-        return local_train(evaluation_fed(fed, rnd, client), self.client_params(client), client, epochs=o.finetune_epochs,
+        return local_train(evaluation_fed(fed, rnd, client), start, client, epochs=o.finetune_epochs,
                            lr=o.finetune_lr or fed.client_lr(client), trainable=FINETUNED[o.finetune_parts],
                            grad_hook=momentum(o.finetune_momentum)).params
 
