@@ -102,6 +102,24 @@ def test_the_report_commands_of_the_workflow_import_no_torch(tmp_path):
     assert (tmp_path / "t.tex").is_file() and (tmp_path / "f.png").is_file()
 
 
+def test_the_partition_command_imports_no_torch(tmp_path):
+    """`fedgmh partition` (a workflow job per partition) reads the prepared dataset and draws the
+    heat-map without torch: torch's import would be most of the job's start-up."""
+    from fedgmh.data import download
+
+    download("digits", tmp_path)
+    out = run_blocked("torch", """
+        import sys
+        from fedgmh.cli import main
+        root = sys.argv[2]
+        assert main(["partition", "--dataset", "digits", "--root", root, "--clients", "10", "--classes-per-client", "2",
+                     "--alpha", "0.5", "--out", f"{root}/p.npz", "--heatmap", f"{root}/p.png"]) == 0
+        print("torch" in sys.modules)
+        """, str(tmp_path))
+    assert out.split()[-1] == "False"
+    assert (tmp_path / "p.npz").is_file() and (tmp_path / "p.png").is_file()
+
+
 def test_ranges_are_checked_with_one_line_errors():
     cases = [("fedgmh", {"beta": "1.5"}, "beta must be in [0, 1], got 1.5"),
              ("fedgmh", {"eta_h": "0"}, "eta_h must be a finite number > 0, got 0.0"),

@@ -55,7 +55,7 @@ def test_train_arguments_are_the_runs(tmp_path: Path) -> None:
     pairs = dict(zip(words[::2], words[1::2]))
     assert pairs | {"--set": None, "--store": None} == {
         "--dataset": "digits", "--root": "data", "--partition": "results/smoke/partitions/digits_c2_a0.5.npz",
-        "--algorithm": "fedgmh", "--rounds": "3", "--join-ratio": "0.5", "--local-epochs": "1", "--batch-size": "20",
+        "--algorithm": "fedgmh", "--rounds": "2", "--join-ratio": "0.5", "--local-epochs": "1", "--batch-size": "20",
         "--lr": "0.05", "--seed": "0", "--device": "cpu", "--threads": "3", "--set": None, "--store": None,
         "--out": "results/smoke/runs/audit_beta/digits_c2_a0.5_beta0.1@official/fedgmh/seed0", "--config-name": "smoke",
         "--experiment": "audit_beta", "--setting": "digits_c2_a0.5_beta0.1@official", "--variant": "official",

@@ -83,7 +83,7 @@ def test_editing_the_config_retrains_and_going_back_reuses_the_stored_record(tmp
     ("top", {"join_ratio": 1.0}), ("top", {"train_options": {"lr_decay": 1.0}}),
     ("top", {"algorithm_options": {"fedprox": {"mu": 0.5}}}),
     ("experiment", {"lr": 0.1}), ("experiment", {"options": {"fedprox": {"mu": 0.5}}}),
-    ("setting", {"rounds": 2}), ("setting", {"options": {"lr_decay": 1.0}}),
+    ("setting", {"rounds": 5}), ("setting", {"options": {"lr_decay": 1.0}}),
 ])
 def test_every_setting_that_decides_the_numbers_is_in_the_runs_identity(layer: str, edit: dict) -> None:
     """The train rule's `params.run` (Run.identity) changes with every key that decides a run's numbers,

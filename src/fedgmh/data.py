@@ -12,7 +12,8 @@ Every load (`load_dataset`, `load_labels`) and `download`'s "already prepared" c
 array of the prepared file (zip CRC-32 checked), check dtypes, shapes and labels, and recompute the
 fingerprint (sha256 of the arrays; measured for MNIST on 2 busy cores: 0.1 s, the whole verified
 read 0.2 s): a damaged or edited file is an error on load, and `download` prepares it again. The
-mirror's archives are checked against torchvision's md5 before use.
+mirror's archives are checked against torchvision's md5 before use. torch is imported only where
+tensors are made (`load_dataset`, the digits' resize), so `fedgmh partition` starts without it.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedgmh.datasets import DATASETS, DatasetInfo, get_info  # noqa: F401  (DATASETS: re-exported)
 from fedgmh.errors import UserError
 from fedgmh.io import atomic_path
+
+if TYPE_CHECKING:
+    import torch
 
 
 # torchvision class, where it expects the archives under its root (= the mirror's layout), split sizes
@@ -172,6 +176,7 @@ def _check_arrays(info: DatasetInfo, arrays: tuple[np.ndarray, ...], origin: str
 
 
 def _digits() -> tuple[tuple[np.ndarray, ...], dict]:
+    import torch
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -344,6 +349,8 @@ def load_dataset(name: str, root: Path, device: str | torch.device = "cpu") -> L
     """Pooled images normalised like ToTensor + Normalize(0.5, 0.5): (x / 255 - 0.5) / 0.5 in float32.
 
     The file is verified first (see `_read_verified`): a damaged or edited file raises a UserError."""
+    import torch
+
     info = get_info(name)
     a, fp = _read_verified(name, root, _KEYS)
     images = torch.from_numpy(np.concatenate([a["x_train"], a["x_test"]])).to(torch.float32)

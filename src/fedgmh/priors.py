@@ -8,9 +8,12 @@ engine option `eval_prior`), or alone (`prior_only_correct` in a partition's sta
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def label_prior(labels: torch.Tensor, num_classes: int, kind: str, pooled: torch.Tensor | None = None) -> torch.Tensor:
@@ -19,6 +22,7 @@ def label_prior(labels: torch.Tensor, num_classes: int, kind: str, pooled: torch
     mask: 0 on the client's labels, -inf elsewhere; log_freq: log of its label shares; log_ratio:
     log shares minus the log shares of the pooled train labels (`pooled`: counts per class).
     """
+    import torch  # here: `prior_only` serves `fedgmh partition`, which starts without torch
     counts = torch.bincount(labels, minlength=num_classes).double()
     if kind == "mask":
         prior = torch.where(counts > 0, 0.0, -math.inf)
