@@ -87,6 +87,30 @@ def test_an_invalid_record_is_never_reused_nor_kept_as_finished(stored, tmp_path
     assert "holds an invalid run record" in capsys.readouterr().err and "best_test_acc" in (tmp_path / "run" / "run.json").read_text()
 
 
+def test_find_reads_whole_only_the_records_of_the_run_it_looks_for(stored, tmp_path: Path, monkeypatch) -> None:
+    """A training job searches every committed record: the others give their key from run.json alone
+    (their tables are neither read nor checked: `store check` does that), the run's own are read and checked."""
+    from fedgmh import record as record_module
+
+    other = tmp_path / "store" / "seed1"
+    shutil.copytree(stored["record"], other)
+    data = json.loads((other / "run.json").read_text())
+    data["config"]["seed"] = 1
+    (other / "run.json").write_text(json.dumps(data))
+    (other / "metrics.csv").write_text("not a table")  # would be an invalid record if read
+    broken = tmp_path / "store" / "broken"
+    broken.mkdir()
+    (broken / "run.json").write_text("{")
+    key = store.run_key(json.loads((stored["record"] / "run.json").read_text()))
+    read = []
+    monkeypatch.setattr(store, "load_record", lambda folder: read.append(Path(folder)) or record_module.load_record(folder))
+    found, notes = store.find([stored["store"], tmp_path / "store"], key)
+    assert found.folder == stored["record"] and read == [stored["record"]]
+    invalid = [note for note in notes if note.startswith(store.INVALID_NOTE)]
+    assert len(invalid) == 1 and f"{broken / 'run.json'} is not valid JSON" in invalid[0]  # a run.json without a key: said
+    assert "seed1" in " ".join(store.scan([tmp_path / "store"])[1])  # the whole check (store check) sees the other's table
+
+
 def test_record_of_other_settings_is_not_reused(stored, tmp_path: Path) -> None:
     key = store.run_key(json.loads((stored["record"] / "run.json").read_text()))
     other = dict(key, lr=0.02)

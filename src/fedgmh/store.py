@@ -112,24 +112,53 @@ def read_record(folder: Path | str) -> StoredRun:
         raise UserError(f"{folder / 'run.json'}: {err}") from None
 
 
-def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
-    """Every valid record below the store folders, in store order and then by path (missing folders
-    are empty stores), and a line for each record that is invalid (fedgmh.record), never used."""
-    runs, problems, seen = [], [], set()
+def _record_folders(stores: Iterable[Path | str]) -> Iterator[Path]:
+    """The folder of every run.json below the store folders, once each, in store order and then by
+    path (missing folders are empty stores)."""
+    seen = set()
     for store in stores:
         store = Path(store)
         if not store.is_dir():
             continue
         for path in sorted(store.rglob("run.json")):
-            folder = path.parent.resolve()
-            if folder in seen:
-                continue
-            seen.add(folder)
-            try:
-                runs.append(read_record(path.parent))
-            except UserError as err:
-                problems.append(str(err))
+            if path.parent.resolve() not in seen:
+                seen.add(path.parent.resolve())
+                yield path.parent
+
+
+def read_key(folder: Path | str) -> dict[str, Any]:
+    """The run key of the record in `folder` from its run.json alone (no table read or checked);
+    UserError naming the file otherwise."""
+    record = read_json(Path(folder) / "run.json")
+    try:
+        return run_key(record)
+    except UserError as err:
+        raise UserError(f"{Path(folder) / 'run.json'}: {err}") from None
+
+
+def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
+    """Every valid record below the store folders, in store order and then by path (missing folders
+    are empty stores), and a line for each record that is invalid (fedgmh.record), never used."""
+    runs, problems = [], []
+    for folder in _record_folders(stores):
+        try:
+            runs.append(read_record(folder))
+        except UserError as err:
+            problems.append(str(err))
     return runs, problems
+
+
+def scan_keys(stores: Iterable[Path | str]) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
+    """The run key of every record below the store folders from its run.json alone, as (folder,
+    key) in `scan`'s order, and a line for each run.json that gives none: `find`'s cheap first pass,
+    which leaves reading and checking the tables to the records of the run it looks for."""
+    keyed, problems = [], []
+    for folder in _record_folders(stores):
+        try:
+            keyed.append((folder, read_key(folder)))
+        except UserError as err:
+            problems.append(str(err))
+    return keyed, problems
 
 
 def review(runs: list[StoredRun]) -> tuple[list[list[StoredRun]], list[str]]:
@@ -166,13 +195,21 @@ INVALID_NOTE = "record not used, invalid: "
 
 
 def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun | None, list[str]]:
-    """The record of the run with this key, and notes: the invalid records of the stores (never
-    used), the rule that chose among several equal records (the first by store order, then by
-    path), and records of the same run that were not used because their keys differ (the
-    differing fields). Raises StoreConflict when two records of the run differ for real."""
-    runs, problems = scan(stores)
+    """The record of the run with this key, and notes: the run's invalid records and the run.json
+    files that give no key (never used), the rule that chose among several equal records (the first
+    by store order, then by path), and records of the same run that were not used because their
+    keys differ (the differing fields). Only the run's own records are read whole and checked (the
+    others give their key from run.json; `fedgmh store check` checks every record). Raises
+    StoreConflict when two records of the run differ for real."""
+    keyed, problems = scan_keys(stores)
+    matches = []  # scan's order: store order, then path
+    for folder, found in keyed:
+        if found == key:
+            try:
+                matches.append(read_record(folder))
+            except UserError as err:
+                problems.append(str(err))
     notes = [f"{INVALID_NOTE}{line}" for line in problems]
-    matches = [run for run in runs if run.key == key]  # scan's order: store order, then path
     if conflicts(matches):
         raise StoreConflict(conflict_message(matches))
     if len(matches) > 1:
@@ -180,9 +217,9 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
         notes.append(f"{matches[0].folder} is the first of {len(matches)} equal records by store order, then path; "
                      f"not used: {others}")
     if not matches:
-        for run in runs:
-            if all(run.key[k] == key[k] for k in ("algorithm", "dataset", "seed")):
-                notes.append(f"record {run.folder} not reused: " + "; ".join(key_differences(run.key, key)))
+        for folder, found in keyed:
+            if found != key and all(found[k] == key[k] for k in ("algorithm", "dataset", "seed")):
+                notes.append(f"record {folder} not reused: " + "; ".join(key_differences(found, key)))
     return (matches[0] if matches else None), notes
 
 
