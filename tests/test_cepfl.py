@@ -14,6 +14,7 @@ from conftest import comparable, make_federation
 from fedgmh.algorithms import clustered, get_algorithm
 from fedgmh.algorithms.clustered import loss_slope, median_gamma, mmd, raw_scores, smoothed, top_clients
 from fedgmh.engine import Checkpoint, run_rounds
+from fedgmh.engine import rounds as round_loop
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
 from fedgmh.train import resolve_options
@@ -200,14 +201,14 @@ def trained_clustered(monkeypatch, warmed, **overrides):
     algo.fed.generator.set_state(generator)
     algo.fed.participations[:] = participations
     bodies = {}
-    train = algo.train_clients
+    train = round_loop.train_clients
 
-    def recording(rnd, clients):
-        results = train(rnd, clients)
+    def recording(fed, algorithm, rnd, clients):
+        results = train(fed, algorithm, rnd, clients)
         bodies.update({c: {k: v for k, v in r.params.items() if is_body(k)} for c, r in zip(clients, results)})
         return results
 
-    monkeypatch.setattr(algo, "train_clients", recording)
+    monkeypatch.setattr(round_loop, "train_clients", recording)
     return algo, bodies
 
 

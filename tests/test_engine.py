@@ -151,11 +151,11 @@ def test_round_loop_order_and_selection_size():
         def forward(self, params, x):
             return fed.forward(params, x)
 
-        def train_clients(self, rnd, selected):
+        def train_client(self, rnd, client):
             from fedgmh.engine import LocalResult
 
-            calls.extend(("train", client) for client in selected)
-            return [LocalResult(params, 1.0, 1) for _ in selected]
+            calls.append(("train", client))
+            return LocalResult(params, 1.0, 1)
 
         def aggregate(self, rnd, selected):
             calls.append(("aggregate", rnd))
@@ -187,10 +187,10 @@ def test_select_clients_replays_the_draws_of_the_round_loop():
         def forward(self, params, x):
             return fed.forward(params, x)
 
-        def train_clients(self, rnd, selected):
+        def train_client(self, rnd, client):
             from fedgmh.engine import LocalResult
 
-            return [LocalResult(params, 1.0, 1) for _ in selected]
+            return LocalResult(params, 1.0, 1)
 
         def aggregate(self, rnd, selected):
             pass

@@ -22,7 +22,7 @@ from fedgmh.algorithms import get_algorithm
 from fedgmh.algorithms.layerwise import LayerwiseAggregation, hn_alpha, layer_groups, normalise
 from fedgmh.cards import card, resolve_options
 from fedgmh.config import EngineOptions, option_names
-from fedgmh.engine import Checkpoint, Federation, run_rounds
+from fedgmh.engine import Checkpoint, Federation, run_rounds, train_clients
 from fedgmh.errors import UserError
 from fedgmh.model import FedAvgCNN
 
@@ -175,7 +175,7 @@ def test_2_one_hn_step_moves_the_mix_toward_the_trained_model_or_away(sign, clos
     fed, algo = build("pfedla", hn_lr=1e-4, hn_sign=sign)
     run_rounds(fed, algo, 1, 1.0, seed=0)  # round 0: every client trains, so the intermediate models differ
     algo.send(1, [2])
-    algo.train_clients(1, [2])
+    train_clients(algo.fed, algo, 1, [2])
     start, trained, keep = algo._uploads[2]
     distance = lambda model: math.sqrt(sum(float(torch.sum((model[k].double() - trained[k].double()) ** 2)) for k in trained))  # noqa: E731
     before = distance(start)
@@ -225,7 +225,7 @@ def test_3_the_client_trains_from_the_layerwise_mix_not_from_its_own_model(monke
     real = engine.local_train
     monkeypatch.setattr(engine.training, "local_train", lambda fed, params, client, **kw: starts.setdefault(client, params) and real(fed, params, client, **kw))
     algo.send(1, [0, 3])
-    algo.train_clients(1, [0, 3])
+    train_clients(algo.fed, algo, 1, [0, 3])
     for client in (0, 3):
         for name, value in expected[client].items():
             torch.testing.assert_close(starts[client][name], value, rtol=1e-5, atol=1e-7)

@@ -11,7 +11,7 @@ from fedgmh.algorithms import base, get_algorithm
 from fedgmh.cards import algorithm_names
 from fedgmh.algorithms.averaging import FedAvg
 from fedgmh.algorithms.decoupled import mmd
-from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds
+from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds, train_clients
 from fedgmh.errors import UserError
 from fedgmh.train import resolve_options
 from fedgmh.vectorised import train_phases_many
@@ -129,7 +129,7 @@ def _compare_one_local_training(name, overrides, monkeypatch, atol=1e-5, **fed_k
     results = []
     for algorithm in (sequential, batched):
         algorithm.send(1, selected)
-        results.append(algorithm.train_clients(1, selected))
+        results.append(train_clients(algorithm.fed, algorithm, 1, selected))
         monkeypatch.setattr(base, "train_phases", lambda *args: pytest.fail("trained client by client"))
     for s, b in zip(*results):
         _close(s.params, b.params, atol=atol)
@@ -297,7 +297,7 @@ def _compare_unfolded_batched_training(name, overrides, monkeypatch, atol=1e-5, 
     results = []
     for algorithm in (sequential, batched):
         algorithm.send(1, [4, 0, 3, 2])
-        results.append(algorithm.train_clients(1, [4, 0, 3, 2]))
+        results.append(train_clients(algorithm.fed, algorithm, 1, [4, 0, 3, 2]))
         monkeypatch.setattr(torch.nn.functional, "conv2d", lambda *a, **k: pytest.fail("torch's conv2d used"))
     for s, b in zip(*results):
         _close(s.params, b.params, atol=atol)

@@ -27,7 +27,7 @@ from fedgmh import vectorised  # looked up at call time: tests count the batched
 def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> list[LocalResult]:
     """The engine's choice of how `clients` train: all in one vectorised step when the federation
     batches (`Federation.vectorised`), there are several and the algorithm allows it
-    (`why_sequential`), else one after the other (`train_client`). `Algorithm.train_clients`."""
+    (`why_sequential`), else one after the other (`train_client`). No bookkeeping: `train_chosen`."""
     if len(clients) > 1 and fed.vectorised and algorithm.why_sequential() is None:
         plans = [algorithm.start_training(rnd, client) for client in clients]
         results = vectorised.train_phases_many(algorithm.training_fed(), plans, clients, lambda client: algorithm.draw_after_training(rnd, client))
@@ -36,11 +36,11 @@ def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> l
 
 
 def train_chosen(fed: Federation, algorithm, rnd: int, clients: list[int], *, extra: str | None = None) -> list[LocalResult]:
-    """Train `clients` (`algorithm.train_clients`) with the bookkeeping done once: a diverged client
+    """Train `clients` (`train_clients`) with the bookkeeping done once: a diverged client
     (`divergence`) raises `Diverged` naming the round and client; each client's participation count
     goes up by its result's `trainings` (one lr decay step each). `extra`: what the training is when it comes besides the round's own (e.g.
     "cluster round"): its clients then count among the round's uploads (`extra_uploads`)."""
-    results = list(algorithm.train_clients(rnd, clients)) if clients else []
+    results = train_clients(fed, algorithm, rnd, clients) if clients else []
     where = f"round {rnd}" + (f", {extra}" if extra else "")
     for client, problem in zip(clients, check_trained(results)):
         if problem:
