@@ -28,9 +28,9 @@ def build(name, client_labels=CLIENTS, fed_kwargs=None, **overrides):
     return get_algorithm(name)(fed, options)
 
 
-def rows_of(algorithm, rounds=3, join_ratio=0.5, seed=3, **kwargs):
+def rows_of(algorithm, rounds=3, join_ratio=0.5, **kwargs):
     return [comparable({k: v for k, v in row.items() if k != "seconds"})
-            for row in run_rounds(algorithm.fed, algorithm, rounds, join_ratio, seed=seed, **kwargs)]
+            for row in run_rounds(algorithm.fed, algorithm, rounds, join_ratio, **kwargs)]
 
 
 def ce(fed, params, idx):

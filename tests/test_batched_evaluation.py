@@ -107,7 +107,7 @@ def test_the_round_loop_evaluates_in_passes_with_eval_batched_unless_evaluation_
         options, _ = resolve_options(name, overrides)
         fed = make_federation(CLIENTS, num_classes=3, batch_size=3, eval_batched=batched)
         passes.clear()
-        run_rounds(fed, get_algorithm(name)(fed, options), rounds=2, join_ratio=0.6, seed=0)
+        run_rounds(fed, get_algorithm(name)(fed, options), rounds=2, join_ratio=0.6)
         assert bool(passes) == expected, (name, overrides, batched)
 
 
@@ -117,7 +117,7 @@ def test_a_run_evaluated_in_passes_gives_the_metrics_of_one_pass_per_client(name
     for batched in (False, True):
         options, _ = resolve_options(name, {})
         fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, eval_batched=batched)
-        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm(name)(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
+        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm(name)(fed, options), rounds=3, join_ratio=0.6)).drop(columns="seconds"))
     pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=False, rtol=1e-9)
 
 
@@ -149,7 +149,7 @@ def test_a_resumed_run_evaluated_in_passes_ends_with_the_metrics_of_an_uninterru
     def run(checkpoint=None, on_round=None):
         options, _ = resolve_options(name, {})
         fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, eval_batched=True)
-        rows = run_rounds(fed, get_algorithm(name)(fed, options), rounds=6, join_ratio=0.4, seed=3, on_round=on_round, checkpoint=checkpoint)
+        rows = run_rounds(fed, get_algorithm(name)(fed, options), rounds=6, join_ratio=0.4, on_round=on_round, checkpoint=checkpoint)
         return pd.DataFrame(rows).drop(columns=["seconds", "client_acc"], errors="ignore")
 
     def stop_after_round_2(row):

@@ -14,6 +14,7 @@ from conftest import comparable, make_federation
 from fedgmh.algorithms import clustered, get_algorithm
 from fedgmh.algorithms.clustered import loss_slope, median_gamma, mmd, raw_scores, smoothed, top_clients
 from fedgmh.engine import Checkpoint, run_rounds
+from fedgmh.engine import rounds as round_loop
 from fedgmh.errors import UserError
 from fedgmh.model import is_body, is_head
 from fedgmh.train import resolve_options
@@ -30,8 +31,8 @@ def build(name="cepfl", client_labels=CLIENTS, fed_kwargs=None, **overrides):
     return get_algorithm(name)(fed, algo_options)
 
 
-def rows_of(algo, rounds=4, join_ratio=0.5, seed=3, **kwargs):
-    return pd.DataFrame(run_rounds(algo.fed, algo, rounds, join_ratio, seed=seed, **kwargs)).drop(columns=TIMING)
+def rows_of(algo, rounds=4, join_ratio=0.5, **kwargs):
+    return pd.DataFrame(run_rounds(algo.fed, algo, rounds, join_ratio, **kwargs)).drop(columns=TIMING)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -188,7 +189,7 @@ def test_a_decreasing_window_never_clusters_a_flat_one_once_per_window():
 def warmed():
     """The state after 2 rounds without clustering (the fusion options play no part in them)."""
     algo = build(clustering="off")
-    run_rounds(algo.fed, algo, 2, 0.5, seed=3)
+    run_rounds(algo.fed, algo, 2, 0.5)
     return algo.state(), algo.fed.generator.get_state(), algo.fed.participations.copy()
 
 
@@ -200,14 +201,14 @@ def trained_clustered(monkeypatch, warmed, **overrides):
     algo.fed.generator.set_state(generator)
     algo.fed.participations[:] = participations
     bodies = {}
-    train = algo.train_clients
+    train = round_loop.train_clients
 
-    def recording(rnd, clients):
-        results = train(rnd, clients)
+    def recording(fed, algorithm, rnd, clients):
+        results = train(fed, algorithm, rnd, clients)
         bodies.update({c: {k: v for k, v in r.params.items() if is_body(k)} for c, r in zip(clients, results)})
         return results
 
-    monkeypatch.setattr(algo, "train_clients", recording)
+    monkeypatch.setattr(round_loop, "train_clients", recording)
     return algo, bodies
 
 
@@ -331,8 +332,8 @@ def test_interrupted_run_resumes_bit_identically(tmp_path, always_flat, override
 
 def test_two_round_smoke_run_and_determinism():
     first, second = build(), build()
-    rows = [comparable(r) for r in run_rounds(first.fed, first, 2, 0.5, seed=1)]
-    again = [comparable(r) for r in run_rounds(second.fed, second, 2, 0.5, seed=1)]
+    rows = [comparable(r) for r in run_rounds(first.fed, first, 2, 0.5)]
+    again = [comparable(r) for r in run_rounds(second.fed, second, 2, 0.5)]
     strip = lambda rs: [{k: v for k, v in r.items() if k not in TIMING} for r in rs]  # noqa: E731
     assert strip(rows) == strip(again)
     assert len(rows) == 3 and all(0 <= r["test_acc"] <= 1 for r in rows)
@@ -344,7 +345,7 @@ def test_two_round_smoke_run_and_determinism():
 
 def test_broadcast_selected_evaluates_the_others_with_the_body_they_last_received():
     algo = build(broadcast="selected")
-    run_rounds(algo.fed, algo, 1, 0.5, seed=3)  # round 0 trains 3 clients, round 1 evaluates
+    run_rounds(algo.fed, algo, 1, 0.5)  # round 0 trains 3 clients, round 1 evaluates
     trained = [c for c in range(6) if int(algo.last_round[c]) == 0]
     others = [c for c in range(6) if c not in trained]
     initial = algo.fed.initial_params()

@@ -22,9 +22,9 @@ CLIENTS = [[0, 1, 0, 1, 1, 0], [1, 2, 2, 1], [2, 3, 3, 2, 3], [3, 4, 4, 3], [4, 
 
 def run(name, rounds=3, seed=0, **overrides):
     algo_options, engine = resolve_options(name, overrides)
-    fed = make_federation(CLIENTS, num_classes=5, batch_size=2, test_per_client=6, **dataclasses.asdict(engine))
+    fed = make_federation(CLIENTS, num_classes=5, batch_size=2, test_per_client=6, seed=seed, **dataclasses.asdict(engine))
     algo = get_algorithm(name)(fed, algo_options)
-    rows = pd.DataFrame(run_rounds(fed, algo, rounds, 0.5, seed)).drop(columns="seconds")
+    rows = pd.DataFrame(run_rounds(fed, algo, rounds, 0.5)).drop(columns="seconds")
     return fed, algo, rows
 
 

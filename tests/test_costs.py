@@ -76,7 +76,7 @@ def test_analytic_round_traffic_equals_the_channel(name, preset):
     history: list[list[int]] = []
     send = algorithm.send
     algorithm.send = lambda rnd, selected: (history.append(list(selected)), send(rnd, selected))[1]
-    rows = run_rounds(fed, algorithm, 2, 0.5, seed=3)
+    rows = run_rounds(fed, algorithm, 2, 0.5)
     sizes = costs.Sizes.of(fed.model)
     labels = [len(set(c)) for c in CLIENTS]
     assert [r["round"] for r in rows] == [0, 1, 2]
@@ -106,7 +106,7 @@ def test_lgfedavg_traffic_follows_its_global_part():
     algorithm = get_algorithm("lgfedavg")(fed, options)
     send = algorithm.send
     algorithm.send = lambda rnd, chosen: (selected.append(list(chosen)), send(rnd, chosen))[1]
-    rows = run_rounds(fed, algorithm, 1, 0.5, seed=3)
+    rows = run_rounds(fed, algorithm, 1, 0.5)
     expected = costs.round_traffic("lgfedavg", options, costs.Sizes.of(fed.model), [len(set(c)) for c in CLIENTS], selected[0])
     assert (rows[0]["bytes_up"], rows[0]["bytes_down"]) == expected
     assert expected[0] == len(selected[0]) * (costs.Sizes.of(fed.model).fc1 + costs.Sizes.of(fed.model).head)
@@ -116,7 +116,7 @@ def _fake_run(tmp_path, name: str, clients, rounds: int = 3):
     """A finished run directory of `name` on a tiny federation shaped like the digits dataset."""
     options, engine = resolve_options(name, {})
     fed = make_federation(clients, num_classes=10, **dataclasses.asdict(engine))
-    rows = run_rounds(fed, get_algorithm(name)(fed, options), rounds, 0.5, seed=0)
+    rows = run_rounds(fed, get_algorithm(name)(fed, options), rounds, 0.5)
     out = tmp_path / name
     out.mkdir()
     metrics = pd.DataFrame(rows).drop(columns="client_acc")

@@ -151,18 +151,18 @@ def test_round_loop_order_and_selection_size():
         def forward(self, params, x):
             return fed.forward(params, x)
 
-        def train_clients(self, rnd, selected):
+        def train_client(self, rnd, client):
             from fedgmh.engine import LocalResult
 
-            calls.extend(("train", client) for client in selected)
-            return [LocalResult(params, 1.0, 1) for _ in selected]
+            calls.append(("train", client))
+            return LocalResult(params, 1.0, 1)
 
         def aggregate(self, rnd, selected):
             calls.append(("aggregate", rnd))
 
     fed = make_federation([[0, 1]] * 5)
     params = fed.initial_params()
-    rows = run_rounds(fed, Recorder(), rounds=2, join_ratio=0.4, seed=0)
+    rows = run_rounds(fed, Recorder(), rounds=2, join_ratio=0.4)
     assert [r["round"] for r in rows] == [0, 1, 2]  # rounds + 1 iterations, like PFLlib
     first_round = calls[: calls.index(("aggregate", 0)) + 1]
     kinds = [c[0] for c in first_round]
@@ -187,18 +187,18 @@ def test_select_clients_replays_the_draws_of_the_round_loop():
         def forward(self, params, x):
             return fed.forward(params, x)
 
-        def train_clients(self, rnd, selected):
+        def train_client(self, rnd, client):
             from fedgmh.engine import LocalResult
 
-            return [LocalResult(params, 1.0, 1) for _ in selected]
+            return LocalResult(params, 1.0, 1)
 
         def aggregate(self, rnd, selected):
             pass
 
-    fed = make_federation([[0, 1]] * 7)
+    fed = make_federation([[0, 1]] * 7, seed=5)
     params = fed.initial_params()
-    run_rounds(fed, Recorder(), rounds=4, join_ratio=0.3, seed=5)
-    rng = np.random.RandomState(5)
+    run_rounds(fed, Recorder(), rounds=4, join_ratio=0.3)
+    rng = np.random.RandomState(fed.seed)
     assert sent == [select_clients(rng, 7, 0.3) for _ in range(5)]
     assert all(len(s) == 2 for s in sent) and len({tuple(s) for s in sent}) > 1
     assert select_clients(np.random.RandomState(0), 7, 0.01) != []  # at least one client
@@ -235,7 +235,7 @@ def test_cached_evaluation_gives_exactly_the_numbers_of_a_full_evaluation(name, 
         calls = []
         original = algorithm.forward
         monkeypatch.setattr(algorithm, "forward", lambda p, x, f=original: calls.append(len(x)) or f(p, x))
-        results[cached] = pd.DataFrame(run_rounds(fed, algorithm, rounds=4, join_ratio=0.34, seed=2)).drop(columns="seconds")
+        results[cached] = pd.DataFrame(run_rounds(fed, algorithm, rounds=4, join_ratio=0.34)).drop(columns="seconds")
         passes[cached] = len(calls)
     pd.testing.assert_frame_equal(results[True], results[False], check_exact=True)
     if name in ("fedgmh", "ditto", "fedamp"):  # unselected clients keep their model: fewer passes

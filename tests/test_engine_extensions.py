@@ -69,10 +69,10 @@ def frame(rows):
 
 def test_chosen_clients_alone_train_and_the_draws_stay_the_same():
     fed_all, every = build(Recording)
-    rows_all = run_rounds(fed_all, every, 3, 0.5, seed=3)
+    rows_all = run_rounds(fed_all, every, 3, 0.5)
     fed_one, one = build(KeepOne)
-    rows_one = run_rounds(fed_one, one, 3, 0.5, seed=3)
-    rng = np.random.RandomState(3)
+    rows_one = run_rounds(fed_one, one, 3, 0.5)
+    rng = np.random.RandomState(fed_all.seed)
     draws = [select_clients(rng, 6, 0.5) for _ in range(4)]
     assert every.proposed == one.proposed == draws  # the RNG stream does not depend on the answer
     played = [min(p) for p in draws[:3]]  # rounds 0..2 train; round 3 only evaluates
@@ -87,7 +87,7 @@ def test_chosen_clients_on_the_batched_path_match_the_sequential_one():
     runs = {}
     for mode in ("off", "on"):
         fed, algo = build(KeepTwo, vectorise=mode)
-        runs[mode] = (frame(run_rounds(fed, algo, 2, 0.5, seed=3)), fed.participations.copy(), algo.global_params)
+        runs[mode] = (frame(run_rounds(fed, algo, 2, 0.5)), fed.participations.copy(), algo.global_params)
     assert runs["on"][1].tolist() == runs["off"][1].tolist() and runs["on"][1].sum() == 2 * 2
     pd.testing.assert_frame_equal(runs["on"][0], runs["off"][0], rtol=1e-4, atol=1e-5)
     for k, v in runs["off"][2].items():
@@ -101,14 +101,14 @@ def test_bad_choice_is_refused():
 
     fed, algo = build(Twice)
     with pytest.raises(ValueError, match="distinct"):
-        run_rounds(fed, algo, 2, 0.5, seed=3)
+        run_rounds(fed, algo, 2, 0.5)
 
 
 # --------------------------------------------------- 1 + 2. resume, and total_rounds on every start
 
 def test_resume_with_chosen_clients_is_identical_and_knows_the_total(tmp_path):
     fed, algo = build(KeepOne)
-    expected = frame(run_rounds(fed, algo, 5, 0.5, seed=3))
+    expected = frame(run_rounds(fed, algo, 5, 0.5))
     assert algo.seen_total == [5] * 6  # rounds 0..5, all with total_rounds = 5
 
     def stop_after_round_2(row):
@@ -118,10 +118,10 @@ def test_resume_with_chosen_clients_is_identical_and_knows_the_total(tmp_path):
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": "keep-one"})
     fed, algo = build(KeepOne)
     with pytest.raises(Stop):
-        run_rounds(fed, algo, 5, 0.5, seed=3, on_round=stop_after_round_2, checkpoint=checkpoint)
+        run_rounds(fed, algo, 5, 0.5, on_round=stop_after_round_2, checkpoint=checkpoint)
     fed, algo = build(KeepOne)  # a new process
     assert fed.total_rounds is None
-    resumed = frame(run_rounds(fed, algo, 5, 0.5, seed=3, checkpoint=checkpoint))
+    resumed = frame(run_rounds(fed, algo, 5, 0.5, checkpoint=checkpoint))
     assert algo.seen_total == [5] * 4  # rounds 2..5 (stopped in round 2, before its checkpoint)
     pd.testing.assert_frame_equal(resumed, expected, check_exact=True)
 
@@ -158,7 +158,7 @@ def test_evaluation_randomness_never_changes_training():
     runs = {}
     for every in (1, 2):
         fed, algo = build(NoisyEval, eval_every=every)
-        runs[every] = (frame(run_rounds(fed, algo, 2, 0.5, seed=3)).set_index("round"), algo.global_params)
+        runs[every] = (frame(run_rounds(fed, algo, 2, 0.5)).set_index("round"), algo.global_params)
     dense, sparse = runs[1][0], runs[2][0]
     assert sparse.index.tolist() == [0, 2]
     pd.testing.assert_frame_equal(sparse, dense.loc[[0, 2]], check_exact=True)  # the same evaluations too
@@ -222,12 +222,12 @@ def test_clients_up_counts_trained_clients_and_extra_uploads():
             super().aggregate(rnd, selected)
 
     fed, algo = build(Extra)
-    rows = run_rounds(fed, algo, 3, 0.5, seed=3)
+    rows = run_rounds(fed, algo, 3, 0.5)
     assert [r["clients_up"] for r in rows] == [5, 5, 5, 0]
     assert "extra_uploads" not in algo.state()
     options, _ = resolve_options("local", {})
     fed = make_federation(CLIENTS, num_classes=3, batch_size=2)
-    assert [r["clients_up"] for r in run_rounds(fed, get_algorithm("local")(fed, options), 2, 0.5, seed=3)] == [0, 0, 0]
+    assert [r["clients_up"] for r in run_rounds(fed, get_algorithm("local")(fed, options), 2, 0.5)] == [0, 0, 0]
 
 
 def test_records_with_and_without_clients_up_are_the_same_results(tmp_path):

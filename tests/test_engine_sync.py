@@ -16,6 +16,7 @@ from conftest import comparable, make_federation
 
 from fedgmh.algorithms import get_algorithm
 from fedgmh.engine import LocalResult, check_trained, evaluate_clients, play_round, predict
+from fedgmh.engine import rounds as round_loop
 from fedgmh.train import resolve_options
 
 READS = ("__float__", "__int__", "__bool__", "item", "tolist", "numpy", "cpu", "__array__")
@@ -69,19 +70,19 @@ def test_evaluation_reads_once_per_call_and_gives_the_numbers_of_one_read_per_cl
 
 @pytest.mark.parametrize("vectorise", ["off", "on"])
 @pytest.mark.parametrize("name", ["fedavg", "fedrep", "perfedavg", "fedgmh"])
-def test_a_round_reads_the_device_a_fixed_number_of_times_and_sums_losses_as_before(name, vectorise):
+def test_a_round_reads_the_device_a_fixed_number_of_times_and_sums_losses_as_before(name, vectorise, monkeypatch):
     fed = make_federation(CLIENTS, num_classes=3, test_per_client=3, batch_size=2, local_epochs=2, vectorise=vectorise)
     algorithm = get_algorithm(name)(fed, resolve_options(name, {"double_train": True} if name == "perfedavg" else {})[0])
     losses, samples = [], []  # each trained client's loss as it left local training (read below, one by one)
-    train_clients = algorithm.train_clients
+    train_clients = round_loop.train_clients
 
-    def recording(rnd, selected):
-        results = train_clients(rnd, selected)
+    def recording(fed, algorithm, rnd, selected):
+        results = train_clients(fed, algorithm, rnd, selected)
         losses.extend(r._loss.clone() if isinstance(r._loss, torch.Tensor) else r._loss for r in results)
         samples.extend(r.num_samples for r in results)
         return results
 
-    algorithm.train_clients = recording
+    monkeypatch.setattr(round_loop, "train_clients", recording)
     reads = []
     for rnd, selected in enumerate([[0, 2, 4], [1, 3, 5], [0, 1, 5]]):
         before = len(losses)

@@ -29,7 +29,7 @@ def build(name="fedcac", clients=CLIENTS, **overrides):
 
 
 def rows_of(algorithm, rounds=3, join_ratio=0.5, **kwargs):
-    return pd.DataFrame(run_rounds(algorithm.fed, algorithm, rounds, join_ratio, seed=3, **kwargs)).drop(columns="seconds")
+    return pd.DataFrame(run_rounds(algorithm.fed, algorithm, rounds, join_ratio, **kwargs)).drop(columns="seconds")
 
 
 def bits(*values):

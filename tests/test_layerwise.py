@@ -22,7 +22,7 @@ from fedgmh.algorithms import get_algorithm
 from fedgmh.algorithms.layerwise import LayerwiseAggregation, hn_alpha, layer_groups, normalise
 from fedgmh.cards import card, resolve_options
 from fedgmh.config import EngineOptions, option_names
-from fedgmh.engine import Checkpoint, Federation, run_rounds
+from fedgmh.engine import Checkpoint, Federation, run_rounds, train_clients
 from fedgmh.errors import UserError
 from fedgmh.model import FedAvgCNN
 
@@ -66,7 +66,7 @@ def test_the_layer_weights_move_measurably_in_a_short_run(name):
     """At the default hn_lr a few rounds move the learned weights (the anchors' 5e-3 moves them < 1e-3 here)."""
     fed, algo = build(name)
     start = torch.stack([algo.weights(c)[1] for c in range(len(CLIENTS))])
-    run_rounds(fed, algo, 3, 1.0, seed=0)
+    run_rounds(fed, algo, 3, 1.0)
     moved = (torch.stack([algo.weights(c)[1] for c in range(len(CLIENTS))]) - start).abs()
     assert float(moved.max()) > 0.02
 
@@ -91,7 +91,7 @@ def test_intermediate_models_start_shared_or_each_from_its_own_default_draw():
 @pytest.mark.parametrize("name", NAMES)
 def test_two_round_smoke_run(name):
     fed, algo = build(name)
-    rows = run_rounds(fed, algo, 2, 0.5, seed=0)
+    rows = run_rounds(fed, algo, 2, 0.5)
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert all(0 <= r["test_acc"] <= 1 and math.isfinite(r["test_loss"]) for r in rows)
     assert rows[0]["bytes_up"] > 0 and rows[0]["bytes_down"] > 0
@@ -104,8 +104,8 @@ def test_two_round_smoke_run(name):
 
 @pytest.mark.parametrize("overrides", [{}, {"preset": "anchor"}, {"granularity": "tensor", "intermediate": "accumulate", "hn_clip": 1.0}])
 def test_same_seed_same_run(overrides):
-    first = without_timing(run_rounds(*build("heurpfedla", **overrides), 3, 0.5, seed=1))
-    second = without_timing(run_rounds(*build("heurpfedla", **overrides), 3, 0.5, seed=1))
+    first = without_timing(run_rounds(*build("heurpfedla", **overrides), 3, 0.5))
+    second = without_timing(run_rounds(*build("heurpfedla", **overrides), 3, 0.5))
     pd.testing.assert_frame_equal(first, second, check_exact=True)
 
 
@@ -143,7 +143,7 @@ def test_sequential_order_cannot_be_vectorised():
     options, _ = resolve_options("pfedla", {"order": "sequential"})
     fed = make_federation(CLIENTS, batch_size=2, vectorise="on")
     with pytest.raises(UserError, match="order=sequential"):
-        run_rounds(fed, get_algorithm("pfedla")(fed, options), 1, 0.5, seed=0)
+        run_rounds(fed, get_algorithm("pfedla")(fed, options), 1, 0.5)
 
 
 # --------------------------------------------------------------------------- spec tests 1, 2, 6
@@ -173,9 +173,9 @@ def test_1_hypergradient_of_the_surrogate_is_autograd_through_the_mix(keep):
 @pytest.mark.parametrize("sign,closer", [("descent", True), ("anchor", False)])
 def test_2_one_hn_step_moves_the_mix_toward_the_trained_model_or_away(sign, closer):
     fed, algo = build("pfedla", hn_lr=1e-4, hn_sign=sign)
-    run_rounds(fed, algo, 1, 1.0, seed=0)  # round 0: every client trains, so the intermediate models differ
+    run_rounds(fed, algo, 1, 1.0)  # round 0: every client trains, so the intermediate models differ
     algo.send(1, [2])
-    algo.train_clients(1, [2])
+    train_clients(algo.fed, algo, 1, [2])
     start, trained, keep = algo._uploads[2]
     distance = lambda model: math.sqrt(sum(float(torch.sum((model[k].double() - trained[k].double()) ** 2)) for k in trained))  # noqa: E731
     before = distance(start)
@@ -211,7 +211,7 @@ def test_layers_are_modules_or_tensors():
 
 def test_3_the_client_trains_from_the_layerwise_mix_not_from_its_own_model(monkeypatch):
     fed, algo = build("heurpfedla")
-    run_rounds(fed, algo, 1, 1.0, seed=0)
+    run_rounds(fed, algo, 1, 1.0)
     algo._memo = {}
     expected = {}
     for client in (0, 3):
@@ -225,7 +225,7 @@ def test_3_the_client_trains_from_the_layerwise_mix_not_from_its_own_model(monke
     real = engine.local_train
     monkeypatch.setattr(engine.training, "local_train", lambda fed, params, client, **kw: starts.setdefault(client, params) and real(fed, params, client, **kw))
     algo.send(1, [0, 3])
-    algo.train_clients(1, [0, 3])
+    train_clients(algo.fed, algo, 1, [0, 3])
     for client in (0, 3):
         for name, value in expected[client].items():
             torch.testing.assert_close(starts[client][name], value, rtol=1e-5, atol=1e-7)
@@ -235,9 +235,9 @@ def test_3_the_client_trains_from_the_layerwise_mix_not_from_its_own_model(monke
 
 def test_4_heurpfedla_retaining_every_layer_is_local_training():
     fed, algo = build("heurpfedla", k=4)
-    mine = run_rounds(fed, algo, 3, 0.5, seed=2)
+    mine = run_rounds(fed, algo, 3, 0.5)
     fed, local = build("local")
-    theirs = run_rounds(fed, local, 3, 0.5, seed=2)
+    theirs = run_rounds(fed, local, 3, 0.5)
     assert all(row["bytes_down"] == 0 for row in mine)
     traffic = ["seconds", "bytes_up", "bytes_down", "clients_up"]  # Local uploads nothing; HeurpFedLA its updates
     drop = lambda rows: pd.DataFrame(rows).drop(columns=[c for c in traffic if c in rows[0]])  # noqa: E731
@@ -255,9 +255,9 @@ def test_5_a_uniform_mix_without_hn_steps_is_fedavg_with_uniform_weights(monkeyp
 
     monkeypatch.setattr(LayerwiseAggregation, "weights", uniform)
     fed, algo = build("pfedla", hn_lr=0)
-    mine = run_rounds(fed, algo, 3, 1.0, seed=0)
+    mine = run_rounds(fed, algo, 3, 1.0)
     fed, fedavg = build("fedavg", weighting="uniform")
-    theirs = run_rounds(fed, fedavg, 3, 1.0, seed=0)
+    theirs = run_rounds(fed, fedavg, 3, 1.0)
     for row, other in zip(mine, theirs):
         for key in ("test_acc", "test_loss", "train_loss"):
             assert row[key] == pytest.approx(other[key], rel=1e-6, abs=1e-9) or (math.isnan(row[key]) and math.isnan(other[key]))
@@ -275,7 +275,7 @@ def test_7_killed_run_resumes_with_identical_metrics_and_state(tmp_path, name, o
         pass
 
     fed, algo = build(name, **overrides)
-    expected = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3))
+    expected = without_timing(run_rounds(fed, algo, 4, 0.5))
     final = algo.state()
 
     def stop_after_round_2(row):
@@ -284,9 +284,9 @@ def test_7_killed_run_resumes_with_identical_metrics_and_state(tmp_path, name, o
 
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
     with pytest.raises(Stop):
-        run_rounds(*build(name, **overrides), 4, 0.5, seed=3, on_round=stop_after_round_2, checkpoint=checkpoint)
+        run_rounds(*build(name, **overrides), 4, 0.5, on_round=stop_after_round_2, checkpoint=checkpoint)
     fed, algo = build(name, **overrides)
-    resumed = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3, checkpoint=checkpoint))
+    resumed = without_timing(run_rounds(fed, algo, 4, 0.5, checkpoint=checkpoint))
     pd.testing.assert_frame_equal(resumed, expected, check_exact=True)
     state = algo.state()
     assert all(torch.equal(state["theta"][k], final["theta"][k]) for k in final["theta"])
@@ -299,7 +299,7 @@ def test_7_killed_run_resumes_with_identical_metrics_and_state(tmp_path, name, o
                                             ("heurpfedla", {"intermediate": "accumulate"})])
 def test_bytes_measured_against_the_cost_model(name, overrides):
     fed, algo = build(name, **overrides)
-    rows = run_rounds(fed, algo, 2, 0.5, seed=0)
+    rows = run_rounds(fed, algo, 2, 0.5)
     ex = costs.exchange(name, algo.options, costs.Sizes.of(fed.model), 4)
     selected = max(1, int(len(CLIENTS) * 0.5))
     model = ex.up
@@ -360,7 +360,7 @@ def test_8_chain_of_fig_6_the_diagonal_comes_out_highest_with_descent(sign):
     fed = chain_federation(side=16, per_class=20)
     options, _ = resolve_options("pfedla", {"hn_lr": "2", "hn_sign": sign})
     algo = get_algorithm("pfedla")(fed, options)
-    run_rounds(fed, algo, 20, 1.0, seed=0)
+    run_rounds(fed, algo, 20, 1.0)
     summary = chain_summary(algo.extra_records()["layer_weights"])
     for layer in ("body.3", "head"):
         rows, same, neighbour, far = summary[layer]
@@ -398,7 +398,7 @@ def test_8_chain_of_fig_6_on_fashion_mnist(shared_data, tmp_path, sign):
     fed = fashion_mnist_chain(shared_data, tmp_path)
     options, _ = resolve_options("pfedla", {"hn_lr": "2", "hn_sign": sign})
     algo = get_algorithm("pfedla")(fed, options)
-    run_rounds(fed, algo, 60, 1.0, seed=0)
+    run_rounds(fed, algo, 60, 1.0)
     rows, same, neighbour, far = chain_summary(algo.extra_records()["layer_weights"])["body.7"]
     if sign == "descent":
         assert rows >= 5 and neighbour > far, (rows, same, neighbour, far)

@@ -274,7 +274,7 @@ def ours_round_by_round(name, rounds, **overrides):
     fed = federation(name)
     algorithm = get_algorithm(name)(fed, options)
     states = []
-    rows = run_rounds(fed, algorithm, rounds=rounds, join_ratio=JOIN_RATIO, seed=SEED, on_round=lambda row: states.append(
+    rows = run_rounds(fed, algorithm, rounds=rounds, join_ratio=JOIN_RATIO, on_round=lambda row: states.append(
         ([{k: v.clone() for k, v in p.items()} for p in algorithm.params], {k: v.clone() for k, v in algorithm.heads.items()})))
     return rows, states, options
 

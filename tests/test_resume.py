@@ -32,7 +32,7 @@ TOY_OPTIONS = {"fedgh": {"eta_h": "0.1"}}
 
 def fresh(name, preset):
     algo_options, engine = resolve_options(name, {"preset": preset, **TOY_OPTIONS.get(name, {})})
-    fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine.drop_last, lr_decay=engine.lr_decay)
+    fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine.drop_last, lr_decay=engine.lr_decay, seed=3)
     return fed, get_algorithm(name)(fed, algo_options)
 
 
@@ -44,7 +44,7 @@ def without_timing(rows):
 @pytest.mark.parametrize("name", algorithm_names())
 def test_interrupted_run_resumes_with_identical_metrics(tmp_path, name, preset):
     fed, algo = fresh(name, preset)
-    expected = without_timing(run_rounds(fed, algo, 4, 0.5, seed=3))
+    expected = without_timing(run_rounds(fed, algo, 4, 0.5))
 
     def stop_after_round_2(row):
         if row["round"] == 2:
@@ -53,15 +53,15 @@ def test_interrupted_run_resumes_with_identical_metrics(tmp_path, name, preset):
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
     fed, algo = fresh(name, preset)
     with pytest.raises(Stop):
-        run_rounds(fed, algo, 4, 0.5, seed=3, on_round=stop_after_round_2, checkpoint=checkpoint)
+        run_rounds(fed, algo, 4, 0.5, on_round=stop_after_round_2, checkpoint=checkpoint)
     fed, algo = fresh(name, preset)  # a new process: everything rebuilt, then the snapshot restored
-    resumed = run_rounds(fed, algo, 4, 0.5, seed=3, checkpoint=checkpoint)
+    resumed = run_rounds(fed, algo, 4, 0.5, checkpoint=checkpoint)
     pd.testing.assert_frame_equal(without_timing(resumed), expected, check_exact=True)
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path):
     fed, algo = fresh("fedavg", "paper")
-    run_rounds(fed, algo, 2, 0.5, seed=0, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"lr": 0.1}))
+    run_rounds(fed, algo, 2, 0.5, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"lr": 0.1}))
     with pytest.raises(UserError, match="other settings"):
         Checkpoint(tmp_path / "ck.pt", every=1, identity={"lr": 0.2}).load()
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")

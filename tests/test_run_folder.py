@@ -110,10 +110,10 @@ def test_run_rounds_refuses_an_edited_snapshot_directly(tmp_path):
     algo_options, engine_options = resolve_options("fedavg", {})
     fed = make_federation(clients, num_classes=3, batch_size=2)
     checkpoint = Checkpoint(tmp_path / "ck.pt", 1, {"run": "x"})
-    run_rounds(fed, get_algorithm("fedavg")(fed, algo_options), 2, 1.0, 0, checkpoint=checkpoint)  # keeps its last snapshot
+    run_rounds(fed, get_algorithm("fedavg")(fed, algo_options), 2, 1.0, checkpoint=checkpoint)  # keeps its last snapshot
     snapshot = torch.load(checkpoint.path, weights_only=True)
     snapshot["rows"][0]["train_loss"] = 123.0
     torch.save(snapshot, checkpoint.path)
     fed = make_federation(clients, num_classes=3, batch_size=2)
     with pytest.raises(UserError, match="checksum"):
-        run_rounds(fed, get_algorithm("fedavg")(fed, algo_options), 2, 1.0, 0, checkpoint=checkpoint)
+        run_rounds(fed, get_algorithm("fedavg")(fed, algo_options), 2, 1.0, checkpoint=checkpoint)

@@ -51,10 +51,10 @@ def train_args(root, out, *extra, algorithm="fedavg", rounds=1):
             "--threads", "1", "--quiet", "--out", str(out), *extra]
 
 
-def fresh(name, preset="paper", **engine):
+def fresh(name, preset="paper", seed=0, **engine):
     algo_options, engine_options = resolve_options(name, {"preset": preset, **engine})
     fed = make_federation(CLIENTS, num_classes=3, batch_size=2, drop_last=engine_options.drop_last,
-                          lr_decay=engine_options.lr_decay)
+                          lr_decay=engine_options.lr_decay, seed=seed)
     return fed, get_algorithm(name)(fed, algo_options)
 
 
@@ -104,7 +104,7 @@ def test_crafted_checkpoint_in_the_run_folder_stops_fedgmh_train(setup, tmp_path
 @pytest.mark.parametrize("name", ["fedamp", "fedfomo", "fedgmh", "fedrod"])  # sets, lists, None, dicts in their state
 def test_snapshots_hold_only_tensors_and_plain_values(tmp_path, name):
     fed, algo = fresh(name, "official")
-    run_rounds(fed, algo, 2, 0.5, seed=1, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name}))
+    run_rounds(fed, algo, 2, 0.5, checkpoint=Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name}))
     assert (tmp_path / "ck.pt").exists()
     torch.load(tmp_path / "ck.pt", weights_only=True)  # no allow-list needed: nothing but tensors and plain values
 
@@ -123,7 +123,7 @@ def test_a_snapshot_of_the_format_before_packing_is_refused_in_one_line(tmp_path
             raise Stop
 
     with pytest.raises(Stop):
-        run_rounds(fed, algo, 4, 0.5, seed=3, on_round=stop_after_round_2,
+        run_rounds(fed, algo, 4, 0.5, on_round=stop_after_round_2,
                    checkpoint=OldFormat(tmp_path / "ck.pt", every=1, identity={"run": 1}))
     with pytest.raises(UserError, match="objects other than tensors and plain values") as refused:
         Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1}).load()
@@ -188,7 +188,7 @@ def test_diverged_engine_run_raises_and_removes_its_checkpoint(tmp_path):
     fed.lr = 1e10
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": 1})
     with pytest.raises(Diverged, match=r"round \d+, client \d+: (the training loss is nan|its parameter \S+ is no longer finite)"):
-        run_rounds(fed, algo, 6, 0.5, seed=0, checkpoint=checkpoint)
+        run_rounds(fed, algo, 6, 0.5, checkpoint=checkpoint)
     assert not (tmp_path / "ck.pt").exists()
 
 
@@ -199,8 +199,8 @@ def test_an_infinite_training_loss_with_finite_parameters_is_not_divergence():
     assert divergence(LocalResult({"w": torch.ones(3)}, float("inf"), 4)) is None
     assert "nan" in divergence(LocalResult({"w": torch.ones(3)}, float("nan"), 4))
     assert "parameter w" in divergence(LocalResult({"w": torch.tensor([1.0, float("inf")])}, 2.0, 4))
-    fed, algo = fresh("fedrod", "official")  # has such losses on this federation, and still trains
-    rows = run_rounds(fed, algo, 2, 0.5, seed=1)
+    fed, algo = fresh("fedrod", "official", seed=1)  # has such losses on this federation, and still trains
+    rows = run_rounds(fed, algo, 2, 0.5)
     assert rows[0]["train_loss"] == float("inf") and len(rows) == 3
 
 
@@ -211,7 +211,7 @@ def test_a_nan_test_loss_stops_the_run(tmp_path):
     with torch.no_grad():
         algo.global_params["head.weight"].fill_(float("nan"))  # a model that diverged in its last training round
     with pytest.raises(Diverged, match="round 0: the test loss is nan"):
-        run_rounds(fed, algo, 2, 0.5, seed=0)
+        run_rounds(fed, algo, 2, 0.5)
 
 
 def test_run_records_are_strict_json(tmp_path):
@@ -375,12 +375,12 @@ def test_interrupted_round_loop_says_where_it_stopped_and_where_it_resumes(tmp_p
 
     fed, algo = fresh("fedavg")
     with pytest.raises(Interrupted, match="interrupted at round 2") as stopped:
-        run_rounds(fed, algo, 5, 0.5, seed=0, on_round=interrupt_at_round_2,
+        run_rounds(fed, algo, 5, 0.5, on_round=interrupt_at_round_2,
                    checkpoint=Checkpoint(tmp_path / "ck.pt", every=2, identity={"run": 1}))
     assert stopped.value.signum == signal.SIGINT and stopped.value.details == {"round": 2, "resume_round": 2}
     fed, algo = fresh("fedavg")
     with pytest.raises(Interrupted) as stopped:
-        run_rounds(fed, algo, 5, 0.5, seed=0, on_round=interrupt_at_round_2)
+        run_rounds(fed, algo, 5, 0.5, on_round=interrupt_at_round_2)
     assert stopped.value.details == {"round": 2, "resume_round": None}
 
 
@@ -402,18 +402,18 @@ def test_sigterm_finishes_the_round_snapshots_it_and_the_resumed_run_matches_an_
     from fedgmh.errors import Interrupted
 
     fed, algo = fresh("fedgmh")
-    whole = run_rounds(fed, algo, 6, 0.5, seed=3)
+    whole = run_rounds(fed, algo, 6, 0.5)
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=100, identity={"run": 1})  # no periodic snapshot before the end
     fed, algo = fresh("fedgmh")
     played = []
     with pytest.raises(Interrupted, match="stopped by SIGTERM after round 2") as stopped:
-        run_rounds(fed, algo, 6, 0.5, seed=3, on_round=_sigterm_at([2], played), checkpoint=checkpoint)
+        run_rounds(fed, algo, 6, 0.5, on_round=_sigterm_at([2], played), checkpoint=checkpoint)
     assert stopped.value.signum == signal.SIGTERM and stopped.value.details == {"round": 2, "resume_round": 3}
     assert played == [0, 1, 2]  # round 3 never started
     assert checkpoint.load()["next_round"] == 3
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler before the loop is back
     fed, algo = fresh("fedgmh")
-    resumed = run_rounds(fed, algo, 6, 0.5, seed=3, checkpoint=checkpoint)
+    resumed = run_rounds(fed, algo, 6, 0.5, checkpoint=checkpoint)
     assert _metrics(resumed) == _metrics(whole)
 
 
@@ -423,7 +423,7 @@ def test_a_second_sigterm_stops_at_once_and_without_snapshots_sigterm_is_not_def
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=2, identity={"run": 1})
     fed, algo = fresh("fedavg")
     with pytest.raises(Interrupted, match="interrupted at round 2") as stopped:
-        run_rounds(fed, algo, 6, 0.5, seed=0, on_round=_sigterm_at([2, 2]), checkpoint=checkpoint)
+        run_rounds(fed, algo, 6, 0.5, on_round=_sigterm_at([2, 2]), checkpoint=checkpoint)
     # stopped inside round 2's bookkeeping, before its snapshot: the last one is round 1's
     assert stopped.value.details == {"round": 2, "resume_round": 2} and checkpoint.load()["next_round"] == 2
 
@@ -435,7 +435,7 @@ def test_a_second_sigterm_stops_at_once_and_without_snapshots_sigterm_is_not_def
         for off in (None, Checkpoint(tmp_path / "off.pt", every=0, identity={"run": 1})):
             fed, algo = fresh("fedavg")
             with pytest.raises(Interrupted, match="interrupted at round 1") as stopped:
-                run_rounds(fed, algo, 6, 0.5, seed=0, on_round=_sigterm_at([1]), checkpoint=off)
+                run_rounds(fed, algo, 6, 0.5, on_round=_sigterm_at([1]), checkpoint=off)
             assert stopped.value.details == {"round": 1, "resume_round": None}
             assert signal.getsignal(signal.SIGTERM) is interrupted
     finally:
@@ -445,10 +445,10 @@ def test_a_second_sigterm_stops_at_once_and_without_snapshots_sigterm_is_not_def
 @pytest.mark.parametrize("last", [2, 3])  # the last training round, the final evaluation
 def test_sigterm_in_the_last_training_round_or_after_it_lets_the_run_finish(tmp_path, last):
     fed, algo = fresh("fedavg")
-    whole = run_rounds(fed, algo, 3, 0.5, seed=0)
+    whole = run_rounds(fed, algo, 3, 0.5)
     fed, algo = fresh("fedavg")
     checkpoint = Checkpoint(tmp_path / "ck.pt", every=100, identity={"run": 1})
-    finished = run_rounds(fed, algo, 3, 0.5, seed=0, on_round=_sigterm_at([last]), checkpoint=checkpoint)
+    finished = run_rounds(fed, algo, 3, 0.5, on_round=_sigterm_at([last]), checkpoint=checkpoint)
     assert _metrics(finished) == _metrics(whole)
     assert not checkpoint.path.exists()  # a stop would have snapshotted
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -469,7 +469,7 @@ def test_a_sigterm_during_a_periodic_snapshot_stops_after_that_round_without_a_s
     checkpoint = SignalledWhileSaving(tmp_path / "ck.pt", every=2, identity={"run": 1})
     fed, algo = fresh("fedavg")
     with pytest.raises(Interrupted, match="stopped by SIGTERM after round 1") as stopped:
-        run_rounds(fed, algo, 6, 0.5, seed=0, checkpoint=checkpoint)
+        run_rounds(fed, algo, 6, 0.5, checkpoint=checkpoint)
     assert stopped.value.details == {"round": 1, "resume_round": 2} and checkpoint.saved == [2]
 
 

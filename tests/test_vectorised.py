@@ -11,7 +11,7 @@ from fedgmh.algorithms import base, get_algorithm
 from fedgmh.cards import algorithm_names
 from fedgmh.algorithms.averaging import FedAvg
 from fedgmh.algorithms.decoupled import mmd
-from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds
+from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds, train_clients
 from fedgmh.errors import UserError
 from fedgmh.train import resolve_options
 from fedgmh.vectorised import train_phases_many
@@ -129,7 +129,7 @@ def _compare_one_local_training(name, overrides, monkeypatch, atol=1e-5, **fed_k
     results = []
     for algorithm in (sequential, batched):
         algorithm.send(1, selected)
-        results.append(algorithm.train_clients(1, selected))
+        results.append(train_clients(algorithm.fed, algorithm, 1, selected))
         monkeypatch.setattr(base, "train_phases", lambda *args: pytest.fail("trained client by client"))
     for s, b in zip(*results):
         _close(s.params, b.params, atol=atol)
@@ -154,7 +154,7 @@ def test_vectorised_runs_give_the_sequential_metrics(name, overrides, float64):
         calls = []
         original = algorithm.train_client
         algorithm.train_client = lambda rnd, client, f=original: calls.append(client) or f(rnd, client)
-        runs[mode] = pd.DataFrame(run_rounds(algorithm.fed, algorithm, rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds")
+        runs[mode] = pd.DataFrame(run_rounds(algorithm.fed, algorithm, rounds=3, join_ratio=0.6)).drop(columns="seconds")
         assert bool(calls) == (mode == "off")  # "on" never trains client by client
     pd.testing.assert_frame_equal(runs["on"], runs["off"], check_exact=False, rtol=1e-3, atol=1e-4)
 
@@ -173,12 +173,12 @@ def test_vectorise_on_stops_an_algorithm_that_must_train_client_by_client_before
     algorithm = OwnLoop(fed, options)
     state = fed.generator.get_state()
     with pytest.raises(UserError, match="vectorise=on: own_loop cannot .* its own train_client") as error:
-        run_rounds(fed, algorithm, rounds=2, join_ratio=0.6, seed=0)
+        run_rounds(fed, algorithm, rounds=2, join_ratio=0.6)
     assert "\n" not in str(error.value)
     assert torch.equal(fed.generator.get_state(), state) and not fed.participations.any()  # nothing trained
     for mode in ("auto", "off"):  # these train it client by client, as before
         fed = make_federation(CLIENTS, num_classes=3, vectorise=mode)
-        assert run_rounds(fed, OwnLoop(fed, options), rounds=1, join_ratio=0.6, seed=0)
+        assert run_rounds(fed, OwnLoop(fed, options), rounds=1, join_ratio=0.6)
 
 
 def test_every_algorithm_may_train_batched_in_both_presets():
@@ -297,7 +297,7 @@ def _compare_unfolded_batched_training(name, overrides, monkeypatch, atol=1e-5, 
     results = []
     for algorithm in (sequential, batched):
         algorithm.send(1, [4, 0, 3, 2])
-        results.append(algorithm.train_clients(1, [4, 0, 3, 2]))
+        results.append(train_clients(algorithm.fed, algorithm, 1, [4, 0, 3, 2]))
         monkeypatch.setattr(torch.nn.functional, "conv2d", lambda *a, **k: pytest.fail("torch's conv2d used"))
     for s, b in zip(*results):
         _close(s.params, b.params, atol=atol)
@@ -315,7 +315,7 @@ def test_a_run_with_unfolded_convolutions_gives_the_metrics_of_torchs_conv2d(flo
     for engine in ({"vectorise": "off"}, {"vectorise": "on", "conv": "unfold"}):
         options, _ = resolve_options("fedgmh", {})
         fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, **engine)
-        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm("fedgmh")(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
+        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm("fedgmh")(fed, options), rounds=3, join_ratio=0.6)).drop(columns="seconds"))
     pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=False, rtol=1e-3, atol=1e-4)
 
 
@@ -341,5 +341,5 @@ def test_on_cuda_a_run_with_unfolded_convolutions_repeats_bit_for_bit(monkeypatc
     for _ in range(2):
         options, _ = resolve_options("fedgmh", {})
         fed = make_federation(CLIENTS, num_classes=3, batch_size=3, local_epochs=2, lr=0.1, device="cuda", conv="unfold")
-        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm("fedgmh")(fed, options), rounds=3, join_ratio=0.6, seed=3)).drop(columns="seconds"))
+        runs.append(pd.DataFrame(run_rounds(fed, get_algorithm("fedgmh")(fed, options), rounds=3, join_ratio=0.6)).drop(columns="seconds"))
     pd.testing.assert_frame_equal(runs[1], runs[0], check_exact=True)

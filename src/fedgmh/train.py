@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -194,35 +195,70 @@ def clear_record(out_dir: Path) -> None:
             path.unlink()
 
 
+def live_terminal(stream) -> bool:
+    """Whether progress may redraw one line on `stream`: a terminal, unless NO_COLOR is set or TERM=dumb
+    (which ask for plain output). Logs, pipes and CI are not terminals and get plain lines."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
 class ProgressLog:
-    """One concise line per evaluated round on stderr: accuracy, best so far, speed, ETA; and, in a
-    stretch of rounds that are not evaluated (eval_every, eval_last), one line every
-    `QUIET_EVERY` rounds with the speed alone, so a long run never goes silent."""
+    """Progress on `stream` (stderr). In a log: one concise line per evaluated round (accuracy, best
+    so far, speed, ETA) and, in a stretch of rounds that are not evaluated (eval_every, eval_last),
+    one line every `QUIET_EVERY` rounds with the speed alone, so a long run never goes silent. On a
+    terminal (`live_terminal`): one line redrawn with `\r` after every round (round, percent,
+    elapsed, ETA, the last evaluated accuracies), ended by `close`."""
 
     QUIET_EVERY = 10
 
-    def __init__(self, algorithm: str, rounds: int, first_round: int = 0) -> None:
+    def __init__(self, algorithm: str, rounds: int, first_round: int = 0, stream=None) -> None:
         self.algorithm, self.rounds, self.start, self.best = algorithm, rounds, time.perf_counter(), 0.0
         self.first_round = first_round  # a resumed run starts past round 0: its speed is from here
         self.last_evaluated: int | None = None
+        self.stream = sys.stderr if stream is None else stream
+        self.live = live_terminal(self.stream)
+        self.latest = "acc n/a"  # the live line's view of the last evaluated round
+        self.shown = 0  # characters of the live line now on the terminal
 
     def __call__(self, row: dict) -> None:
         self.best = max(self.best, row["test_acc"])
         self.last_evaluated = row["round"]
         loss = row["train_loss"]  # NaN in the final evaluation, which trains nothing
         loss_text = "n/a" if loss is None or math.isnan(loss) else f"{loss:.4f}"
-        self._line(row["round"], f"acc {100 * row['test_acc']:.2f} % best {100 * self.best:.2f} % train_loss {loss_text}")
+        self.latest = f"acc {100 * row['test_acc']:.2f} % best {100 * self.best:.2f} % train_loss {loss_text}"
+        if not self.live:
+            self._line(row["round"], self.latest)
 
     def played(self, rnd: int) -> None:
         """After every round played, evaluated or not (`engine.run_rounds`' `on_played`)."""
-        if rnd != self.last_evaluated and (rnd + 1) % self.QUIET_EVERY == 0:
+        if self.live:
+            self._redraw(rnd)
+        elif rnd != self.last_evaluated and (rnd + 1) % self.QUIET_EVERY == 0:
             self._line(rnd, "not evaluated")
 
-    def _line(self, rnd: int, what: str) -> None:
+    def close(self) -> None:
+        """End the live line, so that what is printed next starts on a line of its own."""
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.shown = 0
+
+    def _timing(self, rnd: int) -> str:
         done_here = rnd + 1 - self.first_round  # rounds this process ran
         elapsed = time.perf_counter() - self.start
         eta = elapsed / done_here * (self.rounds - rnd)
-        print(f"[{self.algorithm}] round {rnd}/{self.rounds} {what} | {elapsed:.0f}s elapsed, ETA {eta:.0f}s", file=sys.stderr, flush=True)
+        return f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s"
+
+    def _line(self, rnd: int, what: str) -> None:
+        print(f"[{self.algorithm}] round {rnd}/{self.rounds} {what} | {self._timing(rnd)}", file=self.stream, flush=True)
+
+    def _redraw(self, rnd: int) -> None:
+        percent = 100 * (rnd + 1) / (self.rounds + 1)  # rounds 0..rounds are played
+        text = f"[{self.algorithm}] round {rnd}/{self.rounds} {percent:3.0f}% | {self._timing(rnd)} | {self.latest}"
+        text = text[: max(shutil.get_terminal_size().columns - 1, 20)]  # a wrapped line could not be redrawn
+        self.stream.write("\r" + text + " " * (self.shown - len(text)))
+        self.stream.flush()
+        self.shown = len(text)
 
 
 def client_table(best: dict, last: dict, fed: Federation) -> pd.DataFrame | None:
@@ -341,8 +377,12 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         log = ProgressLog(config.algorithm, config.rounds, resumed["next_round"] if resumed else 0) if progress else None
         if resumed is not None and progress:
             print(f"[{config.algorithm}] resuming from {checkpoint.path} at round {resumed['next_round']}", file=sys.stderr, flush=True)
-        rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, on_round=log, checkpoint=checkpoint, snapshot=resumed,
-                          on_played=log.played if log else None)
+        try:
+            rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, on_round=log, checkpoint=checkpoint, snapshot=resumed,
+                              on_played=log.played if log else None)
+        finally:
+            if log is not None:
+                log.close()
     except Interrupted as stop:
         # a snapshot on disk now is this run's (another run's is refused when loading): also one written
         # just before the stop arrived, in the instant before the round loop took note of it

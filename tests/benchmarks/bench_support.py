@@ -200,18 +200,19 @@ class Rounds:
         self.rng, self.rnd, self.counts = np.random.RandomState(seed), 0, []
         # training samples from what local training reports (the vectorised path bypasses
         # fed.forward); inference samples from the gradient-free forward passes
-        forward, features, train_clients = self.fed.forward, self.fed.features, self.algorithm.train_clients
+        forward, features, finish = self.fed.forward, self.fed.features, self.algorithm.finish_training
         self.fed.forward = lambda p, x: self._count_inference(len(x)) or forward(p, x)
         self.fed.features = lambda p, x: self._count_inference(len(x)) or features(p, x)
-        self.algorithm.train_clients = lambda rnd, selected: self._count_training(train_clients(rnd, selected))
+        # every trained client's result passes through finish_training, on either training path
+        self.algorithm.finish_training = lambda *args: self._count_training(finish(*args))
 
     def _count_inference(self, n: int) -> None:
         if not torch.is_grad_enabled():
             self.counts[-1]["infer"] += n
 
-    def _count_training(self, results):
-        self.counts[-1]["train"] += sum(r.num_samples for r in results)
-        return results
+    def _count_training(self, result):
+        self.counts[-1]["train"] += result.num_samples
+        return result
 
     def __call__(self) -> None:
         self.counts.append({"train": 0, "infer": 0})

@@ -26,7 +26,7 @@ def main(algorithm: str, shape: str) -> dict:
     baseline = peak_rss_bytes()
     options, _ = resolve_options(algorithm, {})
     algo = get_algorithm(algorithm)(fed, options)
-    run_rounds(fed, algo, rounds=1, join_ratio=1.0, seed=0)
+    run_rounds(fed, algo, rounds=1, join_ratio=1.0)
     model = tensor_bytes(fed.initial_params())
     state = tensor_bytes(algo.state())
     record = {

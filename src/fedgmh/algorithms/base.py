@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fedgmh.engine import Federation, LocalResult, Params, Phase, train_clients, train_phases
+from fedgmh.engine import Federation, LocalResult, Params, Phase, train_phases
 
 @dataclass(frozen=True)
 class Exchange:
@@ -24,12 +24,14 @@ class Algorithm:
     Hooks called by `engine.run_rounds` / `engine.play_round`, in this order every round:
 
     choose_clients(rnd, proposed) -> send(rnd, selected) -> eval_params(client) for every client
-    (when evaluating) -> train_clients(rnd, selected) -> aggregate(rnd, selected).
+    (when evaluating) -> the engine trains the selected clients -> aggregate(rnd, selected).
 
     A client's local training is `start_training` (its phases: `engine.Phase`, each one
-    `local_train` call described as data) -> the phases -> `finish_training`. The engine runs the
-    phases client by client (`engine.train_phases`), or all selected clients at once
-    (`vectorised.train_phases_many`, engine option `vectorise`) when `why_sequential` allows it.
+    `local_train` call described as data) -> the phases -> `finish_training`. The engine decides
+    how the selected clients train (`engine.train_chosen`, which also does the bookkeeping): client
+    by client (`train_client`), or all at once (`vectorised.train_phases_many`, engine option
+    `vectorise`) when `why_sequential` allows it. An algorithm that trains a client in its own way
+    overrides `train_client`, which makes it train client by client.
     """
 
     #: the name of the card that names this class (set by `fedgmh.algorithms.get_algorithm`)
@@ -119,6 +121,7 @@ class Algorithm:
         paths call it at this point of the generator's sequence."""
 
     def train_client(self, rnd: int, client: int) -> LocalResult:
+        """One client's local training on the sequential path: start -> its phases -> finish."""
         phases = self.start_training(rnd, client)
         results = train_phases(self.training_fed(), phases, client)
         self.draw_after_training(rnd, client)
@@ -132,11 +135,6 @@ class Algorithm:
         if type(self).train_client is not Algorithm.train_client:
             return "it trains a client with its own train_client"
         return None
-
-    def train_clients(self, rnd: int, selected: list[int]) -> list[LocalResult]:
-        """Train the selected clients the way the engine chooses (`engine.train_clients`: one
-        vectorised step when allowed, else one after the other)."""
-        return train_clients(self.fed, self, rnd, selected)
 
     def aggregate(self, rnd: int, selected: list[int]) -> None:
         """Server step after the selected clients have trained."""

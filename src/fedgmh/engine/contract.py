@@ -2,8 +2,9 @@
 
 `fedgmh.algorithms.base.Algorithm` implements it (with defaults for every optional hook); a test may
 hand the engine any object that does. Every round: choose_clients(rnd, proposed) -> send(rnd,
-selected) -> eval_params(client) for every client (when evaluating) -> train_clients(rnd, selected)
--> aggregate(rnd, selected). Checkpoints go through state() / load_state(state).
+selected) -> eval_params(client) for every client (when evaluating) -> the engine trains the
+selected clients (`Trainable`) -> aggregate(rnd, selected). Checkpoints go through state() /
+load_state(state).
 """
 
 from __future__ import annotations
@@ -55,8 +56,6 @@ class RoundHooks(Protocol):
     def eval_params(self, client: int) -> Params: ...
 
     def forward(self, params: Params, x: Tensor) -> Tensor: ...
-
-    def train_clients(self, rnd: int, selected: list[int]) -> list[LocalResult]: ...
 
     def aggregate(self, rnd: int, selected: list[int]) -> None: ...
 

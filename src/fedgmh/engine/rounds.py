@@ -27,7 +27,7 @@ from fedgmh import vectorised  # looked up at call time: tests count the batched
 def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> list[LocalResult]:
     """The engine's choice of how `clients` train: all in one vectorised step when the federation
     batches (`Federation.vectorised`), there are several and the algorithm allows it
-    (`why_sequential`), else one after the other (`train_client`). `Algorithm.train_clients`."""
+    (`why_sequential`), else one after the other (`train_client`). No bookkeeping: `train_chosen`."""
     if len(clients) > 1 and fed.vectorised and algorithm.why_sequential() is None:
         plans = [algorithm.start_training(rnd, client) for client in clients]
         results = vectorised.train_phases_many(algorithm.training_fed(), plans, clients, lambda client: algorithm.draw_after_training(rnd, client))
@@ -36,11 +36,11 @@ def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> l
 
 
 def train_chosen(fed: Federation, algorithm, rnd: int, clients: list[int], *, extra: str | None = None) -> list[LocalResult]:
-    """Train `clients` (`algorithm.train_clients`) with the bookkeeping done once: a diverged client
+    """Train `clients` (`train_clients`) with the bookkeeping done once: a diverged client
     (`divergence`) raises `Diverged` naming the round and client; each client's participation count
     goes up by its result's `trainings` (one lr decay step each). `extra`: what the training is when it comes besides the round's own (e.g.
     "cluster round"): its clients then count among the round's uploads (`extra_uploads`)."""
-    results = list(algorithm.train_clients(rnd, clients)) if clients else []
+    results = train_clients(fed, algorithm, rnd, clients) if clients else []
     where = f"round {rnd}" + (f", {extra}" if extra else "")
     for client, problem in zip(clients, check_trained(results)):
         if problem:
@@ -112,7 +112,7 @@ def make_eval_cache(fed: Federation, algorithm) -> EvalCache | None:
 
 def select_clients(rng: np.random.RandomState, num_clients: int, join_ratio: float) -> list[int]:
     """One round's clients: int(num_clients * join_ratio) of them (at least one), drawn uniformly
-    without replacement from `rng` (run_rounds' RandomState(seed); tools/pflib_compare replays it)."""
+    without replacement from `rng` (run_rounds' RandomState(fed.seed); tools/pflib_compare replays it)."""
     num_selected = max(1, int(num_clients * join_ratio))
     return [int(c) for c in rng.choice(num_clients, num_selected, replace=False)]
 
@@ -135,7 +135,6 @@ def run_rounds(
     algorithm,
     rounds: int,
     join_ratio: float,
-    seed: int | None = None,
     on_round: Callable[[dict], None] | None = None,
     checkpoint: Checkpoint | None = None,
     snapshot: dict | None = None,
@@ -151,9 +150,8 @@ def run_rounds(
     a scheduler's stop loses no training. Arriving in the last training round or in the final
     evaluation, it lets the run finish. A second SIGTERM stops at once.
 
-    Every round draws its `proposed` clients from the RandomState(seed) (`select_clients`; seed
-    None: the federation's, as `fedgmh train` runs it), then
-    plays the round with the algorithm's `choose_clients(rnd, proposed)` (by default `proposed`):
+    Every round draws its `proposed` clients from RandomState(fed.seed) (`select_clients`: the
+    Federation is the run's one source of its seed), then plays the round with the algorithm's `choose_clients(rnd, proposed)` (by default `proposed`):
     the draws, and so the checkpoints, are the same whatever an algorithm chooses.
     `fed.total_rounds` is set to `rounds` before the first round (on every start, resume included).
     `snapshot`: the checkpoint's contents when the caller has loaded them already (read once, not
@@ -161,7 +159,7 @@ def run_rounds(
     `on_round(row)` is called for every evaluated round, `on_played(rnd)` after every round (progress)."""
     check_vectorise(fed, algorithm)
     fed.total_rounds = rounds
-    rng = np.random.RandomState(fed.seed if seed is None else seed)
+    rng = np.random.RandomState(fed.seed)
     rows: list[dict] = []
     first = 0
     cache = make_eval_cache(fed, algorithm)
