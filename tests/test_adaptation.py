@@ -28,7 +28,11 @@ def build(name, client_labels=CLIENTS, fed_kwargs=None, **overrides):
     return get_algorithm(name)(fed, options)
 
 
-def rows_of(algorithm, rounds=3, join_ratio=0.5, **kwargs):
+def rows_of(algorithm, rounds=3, join_ratio=0.5, seed=None, **kwargs):
+    """The run's rows; `seed`: the federation's seed from here on (its client draws and evaluation
+    shuffles), the data, the model and the training generator staying those it was built with."""
+    if seed is not None:
+        algorithm.fed.seed = seed
     return [comparable({k: v for k, v in row.items() if k != "seconds"})
             for row in run_rounds(algorithm.fed, algorithm, rounds, join_ratio, **kwargs)]
 
