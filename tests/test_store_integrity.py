@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -139,6 +140,26 @@ def test_legitimate_records_validate(tmp_path: Path) -> None:
     edit_metrics(sparse, lambda m: m.__setitem__("round", [0, 1, 4]))
     with pytest.raises(UserError, match="rounds"):
         store.read_record(sparse)
+
+
+def test_floats_are_read_exactly_whatever_pandas_parser_does(tmp_path: Path, monkeypatch) -> None:
+    """A record's 17-digit accuracies compare with run.json's even under a pandas whose float parser
+    is one unit in the last place off (the H200 image's pandas was: its records failed their own
+    check with "best_test_acc is 0.10549421311693495 but metrics.csv gives 0.1054942131169349")."""
+    accuracy = (0.011174670746308367, 0.10549421311693495, 0.10090461620327258)
+    folder = write_record(tmp_path / "run", accuracy=accuracy)
+    exact = pd.read_csv
+
+    def off_by_one_ulp(*args, **kwargs):
+        table = exact(*args, **kwargs)
+        for column in table.columns:
+            if pd.api.types.is_float_dtype(table[column]):
+                table[column] = np.nextafter(table[column].to_numpy(), -np.inf)
+        return table
+
+    monkeypatch.setattr(run_record.pd, "read_csv", off_by_one_ulp)
+    assert store.read_record(folder)  # validates: results recomputed from metrics.csv equal run.json's
+    assert run_record.read_table(folder / "metrics.csv")["test_acc"].tolist() == list(accuracy)
 
 
 def test_a_tampered_clients_csv_is_refused(tmp_path: Path) -> None:

@@ -64,8 +64,6 @@ MAY_BE_EMPTY = ("train_loss",)
 #: clients.csv's pooled accuracies and the run.json fields they equal (up to float rounding)
 CLIENT_POOLS = {"test_acc_best": "best_test_acc", "test_acc_last": "final_test_acc"}
 POOL_TOLERANCE = 1e-9
-#: floats read back exactly as written (pandas 3's default; pandas 2 needs the round-trip parser)
-EXACT_FLOATS = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
 
 def is_accuracy(name: str) -> bool:
@@ -130,13 +128,25 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A record's CSV table (pandas parses floats exactly as written: they compare with run.json's)."""
+    """A record's CSV table, its floats exactly as written, so that they compare with run.json's.
+
+    pandas' own float parser is exact in some versions and settings only (the pandas of a GPU
+    machine's image read some 17-digit values one unit in the last place off, and its records failed
+    this check), so the float columns are read again as text and converted by Python's `float`,
+    which is exact."""
     import io
 
+    data = read_bytes(path)
     try:
-        return pd.read_csv(io.BytesIO(read_bytes(path)), **EXACT_FLOATS)
+        table = pd.read_csv(io.BytesIO(data))
+        floats = [column for column in table.columns if pd.api.types.is_float_dtype(table[column])]
+        if floats:
+            text = pd.read_csv(io.BytesIO(data), usecols=floats, dtype=str, keep_default_na=False)
+            for column in floats:
+                table[column] = np.array([float(value) if value else np.nan for value in text[column]])
     except (UnicodeDecodeError, ValueError) as err:  # pandas' parser and empty-data errors are ValueErrors
         raise UserError(f"{path} is not a readable CSV table ({err})") from None
+    return table
 
 
 def engine_options(record: dict[str, Any]) -> EngineOptions:

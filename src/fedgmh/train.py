@@ -414,6 +414,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             "python": platform.python_version(),
             "torch": torch.__version__,
             "numpy": np.__version__,
+            "pandas": pd.__version__,  # writes and reads the record's tables
         },
         "code_version": fedgmh.code_version(),
     }
