@@ -5,7 +5,8 @@
 # aggregated (`fedgmh aggregate`) and compared cell by cell (`fedgmh compare`: a verdict by Welch's
 # interval and an equivalence test at the default margin, docs/verdicts.md; a cell with fewer than
 # 3 distinct seeds is "reduced protocol", not judged), and the paper's claims tested on them
-# (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"), and Figure 3 with its
+# (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"), Table 5's ablations where a
+# record of them is committed (table5_results.csv, FedGMH's column from Table 2's runs), and Figure 3 with its
 # rounds to 70 / 75 % from the CIFAR-100 ExDir(5, 0.5) records (figure3.{pdf,png}, rounds_to_target.{tex,csv}). The workflow writes the
 # complete tables once every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
@@ -28,9 +29,23 @@ mkdir -p "$out"
 curves=$(mktemp -d)
 trap 'rm -rf "$curves"' EXIT
 fedgmh aggregate --runs "${runs[@]}" --experiment table2 --out "$out/table2_results.csv" --curves "$curves/table2.csv"
-fedgmh compare --results "$out/table2_results.csv" --reference reference/fedgmh_paper_tables.csv \
+results=("$out/table2_results.csv")
+curve_files=("$curves/table2.csv")
+# Table 5: the ablations' records, with FedGMH's column from Table 2's FedGMH runs of the same
+# settings (the same runs: the workflow's Table 5 job for FedGMH reuses Table 2's record)
+mapfile -t ablations < <(find paper_artifacts/paper/runs/table5 -regextype posix-extended -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
+    | sed 's#/run.json$##' | LC_ALL=C sort)
+if [ ${#ablations[@]} -gt 0 ]; then
+    mapfile -t fedgmh_runs < <(for run in "${ablations[@]}"; do setting=${run#*/table5/}; setting=${setting%%/*}
+            printf '%s\n' "${runs[@]}" | grep "/table2/$setting/fedgmh/seed"; done | LC_ALL=C sort -u)
+    fedgmh aggregate --runs "${ablations[@]}" "${fedgmh_runs[@]}" --experiment table5 --out "$out/table5_results.csv" \
+        --curves "$curves/table5.csv"
+    results+=("$out/table5_results.csv")
+    curve_files+=("$curves/table5.csv")
+fi
+fedgmh compare --results "${results[@]}" --reference reference/fedgmh_paper_tables.csv \
     --out "$out/comparison.md" --csv "$out/comparison.csv"
-fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "$out/table2_results.csv" --curves "$curves/table2.csv" \
+fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "${results[@]}" --curves "${curve_files[@]}" \
     --title "The paper's claims on the full-protocol records committed so far (Table 2's reading)" \
     --out "$out/claims.md" --csv "$out/claims.csv"
 # Figure 3 and its rounds to 70 / 75 % (the paper config's `rounds_to_target`), from the CIFAR-100
