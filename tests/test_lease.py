@@ -150,3 +150,71 @@ def test_a_run_cut_at_the_budget_finishes_its_round_and_the_next_call_resumes_fr
     assert "resuming first: 1 runs with a checkpoint" in second, second
     resumed = _train_logs(tmp_path / "out2")["fedavg/seed0"]
     assert f"at round {last_played + 1}\n" in resumed, resumed
+
+
+def _direct(root: Path, out: Path, *args: str, **env: str) -> str:
+    out.mkdir(exist_ok=True)
+    environment = dict(os.environ, OUT=str(out), LEASE_MPS="0", **env,
+                       PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", "tools/lease/direct.sh", *args], cwd=root, env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_back(tmp_path: Path) -> None:
+    """prepare_direct.sh here, then direct.sh there (a tree with no results, data or logs, as the
+    machine receives it): the runs' commands from the workflow's dry run, their partitions drawn
+    here, the runs trained several at a time after the call that started them, their records back."""
+    root = _checkout(tmp_path)
+    (tmp_path / "mirror").mkdir()
+    runs = ["results/lease/runs/table2/digits_c2_a0.5/fedavg/seed0", "results/lease/runs/table2/digits_c2_a0.5/fedgmh/seed1"]
+    environment = dict(os.environ, DEVICE="cpu", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run(["bash", "tools/lease/prepare_direct.sh", str(tmp_path / "mirror"), "config/lease.yaml", *runs],
+                          cwd=root, env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 runs, 0 data part(s)" in done.stdout
+    for made_here in ("results", "logs", "data", ".snakemake"):
+        shutil.rmtree(root / made_here, ignore_errors=True)
+    keep = tmp_path / "keep"
+    _direct(root, tmp_path / "out", "start", "2", "0", LEASE_KEEP=str(keep))
+    said = _direct(root, tmp_path / "out", "collect", "500", LEASE_KEEP=str(keep))
+    assert "finished runs: 2 of 2" in said, said
+    with tarfile.open(tmp_path / "out" / "records.tar.gz") as archive:
+        archive.extractall(tmp_path / "back", filter="data")
+    merged = subprocess.run([sys.executable, "-m", "fedgmh.cli", "store", "merge", str(tmp_path / "back" / "lease" / "runs"),
+                             "--into", str(tmp_path / "store")], capture_output=True, text=True)
+    assert "2 added, 0 already present, 0 conflict(s), 0 invalid" in merged.stdout + merged.stderr, merged.stdout + merged.stderr
+    for run in runs:
+        record = yaml.safe_load((tmp_path / "back" / run.removeprefix("results/") / "run.json").read_text())
+        assert record["config"]["rounds"] == 6 and record["config"]["seed"] == int(run[-1])
+
+
+def test_direct_joins_the_data_parts_only_when_every_part_is_there_and_intact(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "tools").mkdir(parents=True)
+    shutil.copytree(REPO / "tools" / "lease", root / "tools" / "lease")
+    meta = root / ".lease" / "direct" / "meta"
+    meta.mkdir(parents=True)
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "data.npz").write_bytes(os.urandom(5000))
+    whole = subprocess.run(["tar", "cf", "-", "-C", str(tmp_path / "mirror"), "data.npz"], capture_output=True, check=True).stdout
+    parts = {"part-00": whole[:4000], "part-01": whole[4000:]}
+    (meta / "parts").write_text("2\n")
+    (meta / "parts.sha256").write_text("".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in parts.items()))
+    (meta / "commands.txt").write_text("")
+    (meta / "datasets").write_text("")
+    (meta / "partitions").mkdir()
+    keep = tmp_path / "keep"
+    for count, (name, data) in enumerate(parts.items(), start=1):  # one call each, as the device tool carries them
+        for carried_before in (root / ".lease" / "direct").glob("part-*"):
+            carried_before.unlink()
+        (root / ".lease" / "direct" / name).write_bytes(data)
+        assert f"parts here: {count} of 2" in _direct(root, tmp_path / "out", "store", LEASE_KEEP=str(keep))
+    (root / ".lease" / "direct" / "part-01").unlink()  # the next call carries no part
+    (keep / "parts" / "part-01").write_bytes(parts["part-01"][:-1] + b"x")  # damaged on the way
+    damaged = subprocess.run(["bash", "tools/lease/direct.sh", "start", "1", "0"], cwd=root, capture_output=True, text=True,
+                             env=dict(os.environ, OUT=str(tmp_path / "out"), LEASE_KEEP=str(keep), LEASE_MPS="0"))
+    assert damaged.returncode == 1 and "a data part is missing or damaged" in damaged.stderr
+    (keep / "parts" / "part-01").write_bytes(parts["part-01"])
+    assert "data joined: data.npz" in _direct(root, tmp_path / "out", "start", "1", "0", LEASE_KEEP=str(keep))
+    assert (keep / "mirror" / "data.npz").read_bytes() == (tmp_path / "mirror" / "data.npz").read_bytes()
