@@ -354,6 +354,14 @@ def _add(run: StoredRun, target: Path, into: Path) -> Path | StoredRun | str:
     return target
 
 
+def require_folders(folders: Iterable[Path | str]) -> None:
+    """UserError naming the first of `folders` that is not a folder: a store or source the user names
+    must exist (a mistyped one is not an empty store)."""
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise UserError(f"{folder} is not a folder of run records")
+
+
 def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str]]:
     """Add every record found below `sources` to the store folder `into`, keeping each record's
     path relative to its source folder (a source that is one record: its labels' place), under the
@@ -362,9 +370,7 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
     with the optional tables they lack; conflicting, invalid and unplaceable ones are reported and
     left out. Returns lines per outcome."""
     into, sources = Path(into), [Path(source) for source in sources]
-    for source in sources:
-        if not source.is_dir():
-            raise UserError(f"{source} is not a folder of run records")
+    require_folders(sources)
     outcome: dict[str, list[str]] = {"added": [], "present": [], "conflict": [], "invalid": [], "refused": []}
     with locked(into):
         present, _ = scan([into])
