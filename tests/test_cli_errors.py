@@ -92,6 +92,16 @@ def test_a_store_that_cannot_be_written_is_one_line(setup, tmp_path, monkeypatch
         assert not [path for path in into.rglob("*") if path.is_file()]
 
 
+@pytest.mark.parametrize("where", ["mistyped", "under a file", "a file"])
+def test_store_check_of_a_store_that_is_not_a_folder_is_one_line(tmp_path, capsys, where):
+    """A mistyped store is not an empty one: `store check` must not pass it as "0 records"."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "notes.txt").write_text("a file")
+    named = {"mistyped": tmp_path / "stroe", "under a file": tmp_path / "notes.txt" / "store", "a file": tmp_path / "notes.txt"}[where]
+    err = cli_error(capsys, ["store", "check", str(tmp_path / "store"), str(named)])
+    assert f"{named} is not a folder of run records" in err, err
+
+
 def test_deeply_nested_or_malformed_records_are_listed_by_store_check(setup, tmp_path, capsys):
     for name, text in (("nested", "[" * 100_000 + "]" * 100_000), ("list", "[]")):
         shutil.copytree(setup / "run", tmp_path / name)

@@ -167,3 +167,22 @@ def test_fedgmh_downloads_the_heads_of_its_labels_and_uploads_int32_labels():
     assert fed.channel.take_round() == {"bytes_up": 0, "bytes_down": 3 * (512 * 3 + 3) * 4}
     algorithm.train_client(0, 0)
     assert fed.channel.take_round()["bytes_up"] == 3 * (512 * 4 + torch.empty(0, dtype=torch.int32).element_size())
+
+
+def test_measured_costs_refuses_an_invalid_record(tmp_path):
+    """costs reads a run through the record's one validation (fedgmh.record): results that disagree
+    with metrics.csv, or a metrics.csv that is a link to another run's, are refused naming the run."""
+    from fedgmh.errors import UserError
+
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    tampered = _fake_run(tmp_path / "a", "fedavg", [[0, 1] * 4, [2, 3] * 4], rounds=1)
+    record = json.loads((tampered / "run.json").read_text())
+    (tampered / "run.json").write_text(json.dumps({**record, "best_test_acc": 0.999}))
+    with pytest.raises(UserError, match=f"{tampered}: .*best_test_acc is 0.999 but metrics.csv gives"):
+        costs.measured_costs([tampered])
+    linked = _fake_run(tmp_path / "b", "fedavg", [[0, 1] * 4, [2, 3] * 4], rounds=1)
+    (linked / "metrics.csv").unlink()
+    (linked / "metrics.csv").symlink_to(_fake_run(tmp_path / "c", "fedavg", [[0, 1] * 4, [2, 3] * 4], rounds=1) / "metrics.csv")
+    with pytest.raises(UserError, match="symbolic link"):
+        costs.measured_costs([linked])

@@ -333,3 +333,27 @@ def test_two_merges_at_once_leave_no_conflict_unreported(tmp_path: Path) -> None
     assert problems == [] and len(runs) == 2 and store.conflicts(runs) == []
     assert len({run.record["best_test_acc"] for run in runs}) == 1  # both records from one bundle, whole
     assert not list(into.rglob(store.LOCK_NAME))  # released and removed
+
+
+def test_a_record_put_while_a_merge_runs_is_compared_not_passed_by(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A training job's `put` files a run in the place a merge, which read the store before, is about
+    to write another record of it (other numbers): the merge compares the two under the folder's lock
+    and reports the conflict, instead of filing its record beside the put one."""
+    labels = {"config_name": "paper", "experiment": "table2", "setting": "digits_c2_a0.5"}
+    write_record(tmp_path / "bundle" / "table2" / "digits_c2_a0.5" / "fedavg" / "seed0", workflow=labels)
+    put_by_the_job = write_record(tmp_path / "job", accuracy=(0.1, 0.5, 0.4), workflow=labels)
+    into = tmp_path / "store"
+    place = into / "table2" / "digits_c2_a0.5" / "fedavg" / "seed0"
+    real_lock, puts = store.locked, []
+
+    def job_puts_first(folder):
+        if Path(folder) == place.parent and not puts:  # the merge is about to write there: the job is quicker
+            puts.append("putting")
+            puts[0] = store.put(put_by_the_job, place)
+        return real_lock(folder)
+
+    monkeypatch.setattr(store, "locked", job_puts_first)
+    assert cli_main(["store", "merge", str(tmp_path / "bundle"), "--into", str(into)]) == 2
+    assert puts == ["added"] and "1 conflict(s)" in capsys.readouterr().out
+    runs, problems = store.scan([into])
+    assert problems == [] and [run.folder for run in runs] == [place] and runs[0].record["best_test_acc"] == 0.5

@@ -10,6 +10,7 @@ from fedgmh.errors import UserError
 def _cmd_check(args: argparse.Namespace) -> None:
     from fedgmh import store
 
+    store.require_folders(args.stores)
     runs, problems = store.scan(args.stores)
     groups, float_level = store.review(runs)
     for line in problems:

@@ -326,19 +326,40 @@ def _destination(run: StoredRun, source: Path) -> Path | str:
     return Path(run_subfolder(labels["experiment"], labels["setting"], run.record["algorithm"], run.record["seed"]))
 
 
-def _add(run: StoredRun, target: Path, into: Path) -> Path | str:
+def _same_run_at(target: Path, run: StoredRun) -> StoredRun | None:
+    """The valid record of `run`'s run in `target`, if there is one."""
+    with contextlib.suppress(UserError):
+        there = read_record(target)
+        if there.digest == run.digest:
+            return there
+    return None
+
+
+def _add(run: StoredRun, target: Path, into: Path) -> Path | StoredRun | str:
     """Copy a record that is new to the store `into` to `target`, or beside it when another run took
     that place (`seed0-<digest>`); under the lock of the folder it goes in (`put` takes the same), and
-    only inside `into`. The folder written, or a string saying why none was."""
+    only inside `into`. The folder written; the record of the same run found there (`put` wrote it
+    since the store was read: to be compared, not passed by); or a string saying why none was."""
     if not target.resolve().is_relative_to(into.resolve()):  # a link in the store leads elsewhere
         return f"{run.folder} cannot go to {target}: it leads to {target.resolve()}, outside the store"
     with locked(target.parent) if target.parent != into else contextlib.nullcontext():  # `into`'s is held already
         if os.path.lexists(target / "run.json"):
+            there = _same_run_at(target, run)
+            if there is not None:
+                return there
             target = target.with_name(f"{target.name}-{run.digest[:8]}")
         if os.path.lexists(target / "run.json"):
             return f"{run.folder} cannot go to {target}: taken"
         copy_record(run.folder, target)
     return target
+
+
+def require_folders(folders: Iterable[Path | str]) -> None:
+    """UserError naming the first of `folders` that is not a folder: a store or source the user names
+    must exist (a mistyped one is not an empty store)."""
+    for folder in folders:
+        if not Path(folder).is_dir():
+            raise UserError(f"{folder} is not a folder of run records")
 
 
 def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str]]:
@@ -349,9 +370,7 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
     with the optional tables they lack; conflicting, invalid and unplaceable ones are reported and
     left out. Returns lines per outcome."""
     into, sources = Path(into), [Path(source) for source in sources]
-    for source in sources:
-        if not source.is_dir():
-            raise UserError(f"{source} is not a folder of run records")
+    require_folders(sources)
     outcome: dict[str, list[str]] = {"added": [], "present": [], "conflict": [], "invalid": [], "refused": []}
     with locked(into):
         present, _ = scan([into])
@@ -363,6 +382,11 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
             outcome["invalid"] += problems
             for run in runs:
                 existing = by_digest.get(run.digest)
+                if existing is None:
+                    relative = _destination(run, source)
+                    target = relative if isinstance(relative, str) else _add(run, into / relative, into)
+                    if isinstance(target, StoredRun):  # `put` filed the run there since the store was read
+                        existing = by_digest[run.digest] = target
                 if existing is not None:
                     difference = existing.compare(run)
                     if difference.kind == DIFFERENT:
@@ -370,8 +394,6 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
                     else:
                         outcome["present"].append(f"{run.folder} = {existing.folder}{_keep_equal(existing, run, difference)}")
                     continue
-                relative = _destination(run, source)
-                target = relative if isinstance(relative, str) else _add(run, into / relative, into)
                 if isinstance(target, str):
                     outcome["refused"].append(target)
                     continue
