@@ -188,7 +188,7 @@ def _read_aggregate_csv(path: Path | str, what: str, flag: str, value_columns: l
         absent = [c for c in IDENTITY_COLUMNS + value_columns if c not in frame.columns]
         if absent:
             raise UserError(f"{what} file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate {flag}`?")
-        frame["experiment"] = frame["experiment"].fillna("").astype(str)
+        frame["experiment"] = frame["experiment"].astype(object).fillna("").astype(str)
         frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
     return frame
 
