@@ -130,10 +130,9 @@ def read_json(path: Path) -> dict[str, Any]:
 def read_table(path: Path) -> pd.DataFrame:
     """A record's CSV table, its floats exactly as written, so that they compare with run.json's.
 
-    pandas' own float parser is exact in some versions and settings only (the pandas of a GPU
-    machine's image read some 17-digit values one unit in the last place off, and its records failed
-    this check), so the float columns are read again as text and converted by Python's `float`,
-    which is exact."""
+    pandas' own float parser is not exact in every version (some read 17-digit values one unit in
+    the last place off), so the float columns are read again as text and converted by Python's
+    `float`, which is exact."""
     import io
 
     data = read_bytes(path)
