@@ -102,14 +102,19 @@ class StoredRun:
         return sorted(set(optional_files(other.folder)) - set(optional_files(self.folder)))
 
 
+def _key_of(folder: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """The run key of `folder`'s run.json `record`; UserError naming the file otherwise."""
+    try:
+        return run_key(record)
+    except UserError as err:
+        raise UserError(f"{folder / 'run.json'}: {err}") from None
+
+
 def read_record(folder: Path | str) -> StoredRun:
     """The record in `folder`, validated (fedgmh.record.load_record); UserError naming the file otherwise."""
     folder = Path(folder)
     record, _ = load_record(folder)
-    try:
-        return StoredRun(folder, record, run_key(record))
-    except UserError as err:
-        raise UserError(f"{folder / 'run.json'}: {err}") from None
+    return StoredRun(folder, record, _key_of(folder, record))
 
 
 def _record_folders(stores: Iterable[Path | str]) -> Iterator[Path]:
@@ -121,19 +126,17 @@ def _record_folders(stores: Iterable[Path | str]) -> Iterator[Path]:
         if not store.is_dir():
             continue
         for path in sorted(store.rglob("run.json")):
-            if path.parent.resolve() not in seen:
-                seen.add(path.parent.resolve())
+            folder = path.parent.resolve()
+            if folder not in seen:
+                seen.add(folder)
                 yield path.parent
 
 
 def read_key(folder: Path | str) -> dict[str, Any]:
     """The run key of the record in `folder` from its run.json alone (no table read or checked);
     UserError naming the file otherwise."""
-    record = read_json(Path(folder) / "run.json")
-    try:
-        return run_key(record)
-    except UserError as err:
-        raise UserError(f"{Path(folder) / 'run.json'}: {err}") from None
+    folder = Path(folder)
+    return _key_of(folder, read_json(folder / "run.json"))
 
 
 def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
