@@ -187,6 +187,11 @@ def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_b
     for run in runs:
         record = yaml.safe_load((tmp_path / "back" / run.removeprefix("results/") / "run.json").read_text())
         assert record["config"]["rounds"] == 6 and record["config"]["seed"] == int(run[-1])
+    # a later call prepared for other runs on the same machine counts and shows only its own runs
+    commands = root / ".lease" / "direct" / "meta" / "commands.txt"
+    commands.write_text(commands.read_text().splitlines(keepends=True)[1])
+    said = _direct(root, tmp_path / "out", "collect", "0", LEASE_KEEP=str(keep))
+    assert "finished runs: 1 of 1" in said and said.count("/train/") == 1, said
 
 
 def test_direct_joins_the_data_parts_only_when_every_part_is_there_and_intact(tmp_path: Path) -> None:

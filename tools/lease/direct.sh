@@ -16,11 +16,14 @@ out=${OUT:-$keep/out}
 mkdir -p "$keep/parts" "$out"
 for part in .lease/direct/part-*; do [ -f "$part" ] && cp "$part" "$keep/parts/"; done
 
-progress() {
-    find logs -path '*/train/*' -name '*.log' 2>/dev/null | sort | while read -r log; do
-        printf '%s: %s\n' "$log" "$(tr '\r' '\n' < "$log" | grep -v '^$' | tail -n 1)"
+progress() {  # this call's runs only (an earlier call's runs may still be on the machine)
+    local finished=0 log out
+    grep -o ' > [^ ]*\.log' "$meta/commands.txt" | cut -c4- | sort | while read -r log; do
+        [ -f "$log" ] && printf '%s: %s\n' "$log" "$(tr '\r' '\n' < "$log" | grep -v '^$' | tail -n 1)"
     done
-    echo "finished runs: $(find results -path '*/runs/*' -name run.json 2>/dev/null | wc -l) of $(wc -l < "$meta/commands.txt")"
+    while read -r out; do [ -f "$out/run.json" ] && finished=$((finished + 1)); done \
+        < <(grep -o -- '--out [^ ]*' "$meta/commands.txt" | cut -d' ' -f2)
+    echo "finished runs: $finished of $(wc -l < "$meta/commands.txt")"
 }
 
 case ${1:-} in
