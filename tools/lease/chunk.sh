@@ -83,11 +83,8 @@ done > "$out/failed.log"
 # 4. the finished runs' records (run.json, which a run writes last, and its CSVs; no checkpoints) for
 #    the way back, with their paths below results/<name>/runs, as `fedgmh store merge` takes them
 if [ -d "results/$name/runs" ]; then
-    (cd "results/$name" && find runs -name run.json | while read -r record; do
-        find "${record%/run.json}" -maxdepth 1 -type f \( -name run.json -o -name '*.csv' \) ! -name '.*'
-    done) > "$keep/records.list"
-    tar czf "$out/records.tar.gz" -C "results/$name" -T "$keep/records.list"
-    echo "records: $(grep -c '/run.json$' "$keep/records.list") finished runs of $name in \$OUT/records.tar.gz"
+    packed=$(bash tools/lease/pack_records.sh "results/$name" "$out/records.tar.gz")
+    echo "records: $packed finished runs of $name in \$OUT/records.tar.gz"
     echo "unfinished runs with a checkpoint (kept here): $(find "results/$name/runs" -name checkpoint.pt | wc -l)"
 fi
 # every training job's log (progress lines with each round's time), for the way back

@@ -56,10 +56,8 @@ collect)
     limit=${2:?seconds}; start=$SECONDS
     until grep -q 'every run has ended' "$keep/queue.log" 2>/dev/null || [ $((SECONDS - start)) -ge "$limit" ]; do sleep 10; done
     progress
-    (cd results && find . -path '*/runs/*' -name run.json | while read -r record; do
-        find "${record%/run.json}" -maxdepth 1 -type f \( -name run.json -o -name '*.csv' \); done) > "$keep/records.list"
-    if [ -s "$keep/records.list" ]; then tar czf "$out/records.tar.gz" -C results -T "$keep/records.list" && echo "records: \$OUT/records.tar.gz"
-    else echo "no finished run yet"; fi
+    packed=$(bash tools/lease/pack_records.sh results "$out/records.tar.gz")
+    if [ "$packed" -gt 0 ]; then echo "records: $packed finished runs in \$OUT/records.tar.gz"; else echo "no finished run yet"; fi
     tar czf "$out/train_logs.tar.gz" $(find logs -type d -name train 2>/dev/null) 2>/dev/null ;;
 *)
     echo "usage: bash tools/lease/direct.sh store | start J LOOK_S | collect MAX_S" >&2; exit 2 ;;
