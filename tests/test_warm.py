@@ -151,17 +151,19 @@ def test_a_killed_client_leaves_no_training_behind(server, train_args, tmp_path,
     out = tmp_path / f"long{signum}"
     argv = train_args(out)
     argv[argv.index("--rounds") + 1] = "100000"
-    client = _client(argv, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv.remove("--quiet")
+    output = tmp_path / "output"
+    with open(output, "w") as handle:
+        client = _client(argv, path, stdout=handle, stderr=subprocess.STDOUT)
     child = _child_of(log, str(out))
-    _wait_for(lambda: (out / "run.json").exists() or any(out.glob("*")) or client.poll() is not None, 60)
-    time.sleep(1)
+    _wait_for(lambda: "round 1/100000" in output.read_text() or client.poll() is not None)  # training, its handlers set
     assert client.poll() is None and not _exited(child)
     client.send_signal(signum)
-    _, err = client.communicate(timeout=120)
+    client.wait(120)
     _wait_for(lambda: _exited(child), 120)
     assert f"{child}: exit status 143" in log.read_text()  # stopped by SIGTERM, as a fresh process is: a snapshot, then 143
     if signum == signal.SIGTERM:
-        assert client.returncode == 143 and "fedgmh train:" in err
+        assert client.returncode == 143 and "fedgmh train:" in output.read_text().splitlines()[-1]
     else:
         assert client.returncode == -signal.SIGKILL
 
@@ -184,3 +186,6 @@ def test_the_server_exits_when_idle_or_orphaned(tmp_path):
             if process.poll() is None:
                 process.kill()
                 process.wait()
+        for path, log in ((idle_path, idle_log), (orphan_path, orphan_log)):
+            log.unlink()
+            os.rmdir(os.path.dirname(path))

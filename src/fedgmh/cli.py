@@ -215,7 +215,7 @@ def _cmd_train(args: argparse.Namespace) -> None:
 def _cmd_serve(args: argparse.Namespace) -> None:
     from fedgmh import warm
 
-    warm.serve(args.socket, args.idle_timeout, args.parent)
+    warm.serve(lambda argv: main(argv, warm=False), args.socket, args.idle_timeout, args.parent)
 
 
 class _Version(argparse.Action):

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from fedgmh.errors import UserError
 
@@ -159,9 +160,12 @@ def stop(path: str | Path) -> bool:
 
 # -- the server --
 
-def serve(socket_path: str | Path, idle_timeout_s: float = IDLE_TIMEOUT_S, parent_pid: int | None = None) -> None:
+def serve(command: Callable[[list[str]], int], socket_path: str | Path, idle_timeout_s: float = IDLE_TIMEOUT_S,
+          parent_pid: int | None = None) -> None:
     """Import the training code, then serve `fedgmh train` requests on `socket_path` until told to stop
-    (a stop request, SIGTERM, SIGINT), idle for `idle_timeout_s`, or process `parent_pid` is gone."""
+    (a stop request, SIGTERM, SIGINT), idle for `idle_timeout_s`, or process `parent_pid` is gone.
+    `command(argv)` runs one request's command line in its child and returns the exit status (the
+    CLI's `main`, which must not send it to a server again)."""
     _import_training_code()
     path = str(socket_path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -183,7 +187,7 @@ def serve(socket_path: str | Path, idle_timeout_s: float = IDLE_TIMEOUT_S, paren
             with contextlib.suppress(InterruptedError):
                 for conn in select.select(waiting, [], [], POLL_S)[0]:
                     if conn is listener:
-                        _accept(listener, children, stopping)
+                        _accept(listener, children, stopping, command)
                         last_active = time.monotonic()
                     elif _gone(conn):  # a client writes nothing after its request: it was killed, so stop its run
                         pid = next(pid for pid, c in children.items() if c is conn)
@@ -223,7 +227,8 @@ def _import_training_code() -> None:
     algorithm_classes()
 
 
-def _accept(listener: socket.socket, children: dict[int, socket.socket | None], stopping: list) -> None:
+def _accept(listener: socket.socket, children: dict[int, socket.socket | None], stopping: list,
+            command: Callable[[list[str]], int]) -> None:
     """Take one request: a run (forks its child) or a stop."""
     conn, _ = listener.accept()
     conn.settimeout(10)
@@ -254,7 +259,7 @@ def _accept(listener: socket.socket, children: dict[int, socket.socket | None], 
             for other in children.values():
                 if other is not None:
                     other.close()
-            _run_child(request, fds, blocked)  # never returns
+            _run_child(command, request, fds, blocked)  # never returns
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         children[pid] = conn
         print(f"{pid}: fedgmh {' '.join(request['argv'])}", flush=True)
@@ -277,7 +282,7 @@ def _refusal(request: dict, fds: list[int]) -> str | None:
     return None
 
 
-def _run_child(request: dict, fds: list[int], signal_mask: set) -> None:
+def _run_child(command: Callable[[list[str]], int], request: dict, fds: list[int], signal_mask: set) -> None:
     """In the forked child: become the client's `fedgmh train` process, run it, exit with its status."""
     code = 1
     try:
@@ -295,9 +300,7 @@ def _run_child(request: dict, fds: list[int], signal_mask: set) -> None:
         tempfile.tempdir = None  # the temp folder is looked up again, in the client's environment
         sys.argv = [request["program"], *request["argv"]]
         sys.stdin, sys.stdout, sys.stderr = _std_streams()
-        from fedgmh import cli
-
-        code = cli.main(request["argv"], warm=False)
+        code = command(request["argv"])
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
         if not isinstance(exit_.code, (int, type(None))):
