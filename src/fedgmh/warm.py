@@ -94,7 +94,8 @@ def run_on_server(argv: list[str], device: str) -> int | None:
 
         def forward(signum, frame):
             if child is not None:
-                os.kill(child, signum)
+                with contextlib.suppress(ProcessLookupError):  # it has just ended: its status is on the way
+                    os.kill(child, signum)
             else:  # not started yet: the server stops a child whose client is gone
                 signal.signal(signum, signal.SIG_DFL)
                 os.kill(os.getpid(), signum)
