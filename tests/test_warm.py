@@ -74,8 +74,8 @@ def train_args(digits_root, digits_partition):
 def _client(argv: list[str], socket_path: str, **popen) -> subprocess.Popen:
     """`fedgmh ARGV` in a fresh interpreter that cannot import torch or pandas: it must run on the server."""
     code = BLOCKER + "from fedgmh.cli import main\nsys.exit(main(sys.argv[2:]))\n"
-    return subprocess.Popen([sys.executable, "-c", code, "torch,pandas", *argv], env=_env(**{warm.SOCKET_VARIABLE: socket_path}),
-                            text=True, **popen)
+    env = _env(**{warm.SOCKET_VARIABLE: socket_path})
+    return subprocess.Popen([sys.executable, "-c", code, "torch,pandas", *argv], env=env, text=True, **popen)
 
 
 def _record(folder: Path) -> tuple[dict, pd.DataFrame]:
