@@ -246,6 +246,23 @@ def test_the_smoke_run_leaves_a_clone_clean() -> None:
     assert subprocess.run(["git", "check-ignore", "-q", ".test/config/config.yaml"], cwd=REPO).returncode == 1
 
 
+def test_warm_train_runs_the_training_jobs_on_one_server_that_ends_with_snakemake(tmp_path: Path) -> None:
+    """config warm_train (on in the smoke config): the training job runs on the warm server the workflow
+    started, writes its own log as before, and the server and its socket are gone when Snakemake ends."""
+    assert yaml.safe_load(SMOKE.read_text())["warm_train"] is True
+    run = "table2/digits_c2_a0.5/fedavg/seed0"
+    result = snakemake(tmp_path, f"results/smoke/stored/{run}.done", "--cores", "1", "--configfile", str(SMOKE), timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    served = (tmp_path / "logs" / "smoke" / "warm-server.log").read_text().splitlines()
+    listening = re.match(r"fedgmh serve: listening on (\S+) \(pid (\d+)\)", served[0])
+    child = next(line.split(":")[0] for line in served if f"--out results/smoke/runs/{run} " in line)
+    assert f"{child}: exit status 0" in served
+    assert "fedavg: best test accuracy" in (tmp_path / "logs" / "smoke" / "train" / f"{run}.log").read_text()
+    assert not os.path.exists(os.path.dirname(listening.group(1)))
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(listening.group(2)), 0)
+
+
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "all_runs", "--cores", "2", "--configfile", str(SMOKE), "--config", "device=cuda",
                        "--resources", "gpu=1", timeout=120)

@@ -1,7 +1,8 @@
-"""Command-line interface: `fedgmh download | partition | train | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
+"""Command-line interface: `fedgmh download | partition | train | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
-`partition` splits it over clients, `train` runs one federated training run, `options` lists an
+`partition` splits it over clients, `train` runs one federated training run (on a warm server,
+`serve` (fedgmh.warm), when FEDGMH_WARM_SOCKET names one), `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
 `compare` turn runs into the paper's tables and figures, `claims` tests the paper's claims on
 them, `uploads` the client uploads to a
@@ -211,6 +212,12 @@ def _cmd_train(args: argparse.Namespace) -> None:
         print(put_record(args.out, args.put_record, beside_other_run=True))
 
 
+def _cmd_serve(args: argparse.Namespace) -> None:
+    from fedgmh import warm
+
+    warm.serve(lambda argv: main(argv, warm=False), args.socket, args.idle_timeout, args.parent)
+
+
 class _Version(argparse.Action):
     """--version: the package version and, in a git checkout, the commit (looked up only when asked)."""
 
@@ -231,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fedgmh.cards import algorithm_names
     from fedgmh.config import TrainConfig
     from fedgmh.datasets import DATASETS
+    from fedgmh.warm import IDLE_TIMEOUT_S
 
     parser = argparse.ArgumentParser(prog="fedgmh", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the version (and git commit) and exit")
@@ -328,6 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--variant", help="its variant, for experiments with `variants`")
     p.set_defaults(func=_cmd_train)
 
+    p = sub.add_parser("serve", help="a warm server for `fedgmh train`: imports torch once, forks a process per run "
+                       "(the workflow starts it; clients find it through FEDGMH_WARM_SOCKET)")
+    p.add_argument("--socket", required=True, help="Unix socket path to listen on (at most about 100 characters)")
+    p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="SECONDS",
+                   help="exit after this long without a run (default %(default)s)")
+    p.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone (the workflow's Snakemake)")
+    p.set_defaults(func=_cmd_serve)
+
     from fedgmh import cli_campaign, cli_costs, cli_options, cli_plan, cli_report, cli_store
 
     cli_options.register(sub, algorithms)
@@ -410,13 +426,20 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, warm: bool = True) -> int:
+    """The command's exit status. `warm=False`: run `train` here even when FEDGMH_WARM_SOCKET names a server."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, --version (0) and usage errors (2, message already printed)
         return stop.code if isinstance(stop.code, int) else 2
     try:
+        if warm and args.command == "train":
+            from fedgmh.warm import run_on_server
+
+            status = run_on_server(list(sys.argv[1:] if argv is None else argv), args.device)
+            if status is not None:
+                return status
         with _signals_interrupt():
             args.func(args)
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: one line, exit 128 + signal (130, 143)

@@ -21,6 +21,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from fedgmh import warm
 from fedgmh.errors import UserError
 from fedgmh.plan import TRAIN_MEM_MB, Plan, schema_problems
 from fedgmh.report.labels import format_number
@@ -48,9 +49,29 @@ if PLAN.device_problem:
     print(f"warning: {PLAN.device_problem}", file=sys.stderr)
 
 
+# config warm_train: the training jobs of a local CPU run ask one warm server (fedgmh.warm: torch
+# imported once, a forked process per run) to run them, instead of importing torch in each process.
+# Still one job per run; a job that finds no server trains in its own process. The server exits
+# with Snakemake even when no hook runs (Ctrl-C).
+WARM_SERVER = []
+
+
 onstart:
     if PLAN.device_problem and workflow.local_exec:
         raise WorkflowError(PLAN.device_problem)
+    if config["warm_train"] and workflow.local_exec and warm.served(config["device"]):
+        WARM_SERVER.extend(warm.start(f"{LOGS}/warm-server.log"))
+        os.environ[warm.SOCKET_VARIABLE] = WARM_SERVER[1]
+
+
+onsuccess:
+    if WARM_SERVER:
+        warm.shut_down(*WARM_SERVER)
+
+
+onerror:
+    if WARM_SERVER:
+        warm.shut_down(*WARM_SERVER)
 
 
 wildcard_constraints:
