@@ -110,6 +110,20 @@ def test_curves_zoom_on_the_last_rounds_band_only_the_highlighted_and_count_seed
     assert 93 < low < 95 and 99 < high < 99.5 and zoom.get_xlim() == (29, 40)
 
 
+def test_the_band_goes_to_the_best_other_method_with_a_spread(tmp_path: Path, monkeypatch) -> None:
+    """A best other method with one seed has no band: the next best with several seeds gets it, and the
+    legend names only the methods banded."""
+    import matplotlib.figure
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    finals = {"fedper": (0.986, 2), "lgfedavg": (0.9875, 1), "fedgmh": (0.989, 3)}
+    report.plot_curves(_curves(finals), tmp_path / "f.pdf")
+    full = drawn[0].axes[0]
+    labels = [t.get_text() for t in drawn[0].legends[0].get_texts()]
+    assert labels[-1].endswith("(FedGMH, FedPer)") and len(full.collections) == 2
+
+
 def test_figures_carry_no_creation_date(tmp_path: Path) -> None:
     report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "a.pdf")
     report.plot_curves(_curves({"fedgmh": (0.9, 2)}, rounds=5), tmp_path / "b.pdf")

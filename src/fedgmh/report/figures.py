@@ -67,7 +67,8 @@ def seed_counts(frame: pd.DataFrame) -> dict[str, str]:
 
 
 def banded_methods(finals: pd.Series) -> list[str]:
-    """The methods whose spread is drawn: FedGMH and the best other method by final mean accuracy."""
+    """The methods whose spread is drawn: FedGMH and the best other method by final mean accuracy,
+    of those in `finals` (the caller leaves out the methods with one seed: no spread to draw)."""
     others = finals.drop(HIGHLIGHT, errors="ignore")
     return [a for a in finals.index if a == HIGHLIGHT] + ([str(others.idxmax())] if len(others) else [])
 
@@ -122,7 +123,8 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         data = frame[frame["setting"] == setting]
         stats = {a: data[data["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"])
                  for a in order if a in set(data["algorithm"])}
-        banded = banded_methods(pd.Series({a: s["mean"].iloc[-1] for a, s in stats.items()}))
+        banded = banded_methods(pd.Series({a: s["mean"].iloc[-1] for a, s in stats.items() if (s["count"] > 1).any()},
+                                          dtype=float))
         last = int(data["round"].max())
         lines, band = _draw(full, stats, banded, max(1, last // 12))
         handles |= lines
