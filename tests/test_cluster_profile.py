@@ -58,7 +58,7 @@ def test_paper_dry_run_with_the_slurm_profile(tmp_path: Path) -> None:
 
     stats = out.split("Job stats:", 1)[1]
     counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
-    assert counts["train"] == 1804 and counts["download"] == 4 and counts["partition"] == 9
+    assert counts["train"] == 1819 and counts["download"] == 4 and counts["partition"] == 9
 
     # each rule's block: "rule NAME:" ... "resources: ..." ; training jobs ask SLURM for one GPU each
     blocks = re.findall(r"^rule (\w+):\n(.*?)^Shell command: (.*?)$", out, re.MULTILINE | re.DOTALL)

@@ -260,3 +260,30 @@ def test_gmh_o_zeroing_needs_the_client0_alias():
         resolve_options("gmh_o", {"gmh_o_zeroing": "true"})
     assert resolve_options("gmh_o", {"preset": "official"})[0].gmh_o_zeroing
     assert not resolve_options("gmh_oa", {"preset": "official"})[0].gmh_o_zeroing  # GMH-oa's send only copies
+
+
+@pytest.mark.parametrize("name", ["fedgmh", "gmh_o", "gmh_a", "gmh_oa"])
+def test_official_runs_train_the_same_whichever_rounds_are_evaluated(name):
+    """Table 5's official runs evaluate every round (config table5_pflib: eval_last=0) where the
+    official code evaluates the last 20 only: the training, and the rounds both evaluate, must not change."""
+    import pandas as pd
+
+    from fedgmh.engine import run_rounds
+
+    def run(eval_last):
+        algo_options, engine = resolve_options(name, {"preset": "official", "eval_last": eval_last})
+        fed = make_federation([[0, 0, 0, 1], [1, 2, 2, 2], [0, 1, 2, 2], [2, 2, 2, 2]], num_classes=3, batch_size=2, lr=0.01,
+                              **{k: getattr(engine, k) for k in ("drop_last", "lr_decay", "eval_last")})
+        algo = get_algorithm(name)(fed, algo_options)
+        rows = pd.DataFrame(run_rounds(fed, algo, 5, 0.5)).drop(columns=["seconds"]).set_index("round")
+        state = {f"head {k}": v for k, v in algo.heads.items()}
+        state |= {f"client {c} {k}": v for c, params in enumerate(algo.params) for k, v in params.items()}
+        return rows, state, fed.generator.get_state()
+
+    every, every_state, every_draws = run(0)
+    last, last_state, last_draws = run(2)
+    assert every.index.tolist() == [0, 1, 2, 3, 4, 5] and last.index.tolist() == [4, 5]
+    pd.testing.assert_frame_equal(last, every.loc[last.index], check_exact=True)
+    assert every_state.keys() == last_state.keys() and torch.equal(every_draws, last_draws)
+    for k, v in every_state.items():
+        assert torch.equal(last_state[k], v), k

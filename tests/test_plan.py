@@ -31,7 +31,7 @@ def load(name: str, **changes: Any) -> dict[str, Any]:
 
 def test_paper_plan_trains_each_run_once() -> None:
     paper = Plan(load("config.yaml"), basedir=REPO)
-    assert len(paper.runs) > len(paper.train_jobs) == 1804  # tests/test_workflow.py counts them per table
+    assert len(paper.runs) > len(paper.train_jobs) == 1819  # tests/test_workflow.py counts them per table
     assert len(paper.partitions) == 9 and paper.datasets == ["cifar10", "cifar100", "fashion_mnist", "mnist"]
     # Table 5's FedGMH runs are Table 2's: trained in Table 2's folder, read by both tables
     table5 = [run for run in paper.runs if run.experiment == "table5" and run.algorithm == "fedgmh"]

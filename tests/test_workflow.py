@@ -111,9 +111,9 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # fedprox_mu: mu=0.01 on MNIST ExDir(2, 0.5) x 5 (mu=0 = Table 2's FedProx)  = 5
     # table2_more: the other documents' 6 methods x 4 offline settings x 5 (the twelve = Table 2's) = 120
     # chain: pFedLA and HeurpFedLA x 2 hypernetwork lrs x 1 seed           = 4
-    # table5_pflib: 3 ablations x 3 settings x 5 official (FedGMH's = table2_pflib's)  = 45
+    # table5_pflib: 4 methods x 3 settings x 5 official, every round evaluated (so not table2_pflib's FedGMH) = 60
     # cepfl_protocol: 4 methods x 2 settings (CIFAR-10, CIFAR-100; 20 clients) x 5 = 40
-    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 + 345 + 45 + 150 + 5 + 120 + 4 + 40 == 1804
+    assert counts["train"] == 360 + 240 + 240 + 45 + 45 + 20 + 135 + 10 + 345 + 60 + 150 + 5 + 120 + 4 + 40 == 1819
     assert counts["download"] == 4 and counts["partition"] == 9  # FashionMNIST; the chain and the two 20-client partitions
     assert counts["aggregate"] == 15 and counts["table"] == 15  # one per experiment
     assert counts["rounds_to_target"] == 1 and counts["compare"] == 1
@@ -146,10 +146,12 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # the audit's official FedGMH runs are table2_pflib's (same run, trained once, in the first experiment)
     assert any("--set preset=official" in c and "runs/table2_pflib/cifar10_c2_a0.5@official/fedgmh/seed1" in c for c in train)
     assert not any("runs/audit/cifar10_c2_a0.5@official/fedgmh/" in c for c in train)
-    # Table 5 under the official code's reading: the ablations with preset=official, FedGMH's = table2_pflib's
-    assert any("--algorithm gmh_oa" in c and "--set preset=official" in c
+    # Table 5 under the official code's reading: preset=official with every round evaluated (Figure 4's
+    # rounds to target), so FedGMH's are not table2_pflib's (the official code's last 20 rounds only)
+    assert any("--algorithm gmh_oa" in c and "--set eval_last=0 --set preset=official" in c
                and "runs/table5_pflib/cifar100_c5_a0.5@official/gmh_oa/seed2" in c for c in train)
-    assert "runs/table5_pflib/cifar100_c5_a0.5@official/fedgmh" not in out
+    assert any("--algorithm fedgmh" in c and "--set eval_last=0" in c
+               and "runs/table5_pflib/cifar100_c5_a0.5@official/fedgmh/seed2" in c for c in train)
     assert any("--set beta=1.0" in c and "--set preset=official" in c and "runs/audit_beta/cifar100_c5_a0.5_beta1@official" in c
                for c in train)
     assert "runs/audit/mnist_c2_a0.5@paper" not in out  # the paper variant is Table 2's FedGMH
