@@ -382,3 +382,19 @@ def test_rounds_cli(tmp_path: Path) -> None:
     assert frame.loc[0, "75% paper"] == "" and frame.loc[1, "75% seeds"] == "1/1"
     latex = tex.read_text()
     assert r"\toprule" in latex and r"\multicolumn{4}{c}{70\%}" in latex and "FedGMH & 1 & 1 & 1/1 & 68 & 2 & 2 & 1/1 & 185" in latex
+
+
+def test_runs_evaluated_every_round_are_reported_as_their_preset_evaluates():
+    """Table 5's official runs evaluate every round; the official code evaluates the last 20 only:
+    `--preset-evaluation` reports them over those 20 rounds, the curves keep every round."""
+    from conftest import REPO_ROOT
+
+    run = REPO_ROOT / "paper_artifacts/paper/runs/table5_pflib/cifar100_c5_a0.5@official/gmh_oa/seed0"
+    row, metrics = report.load_run(run)
+    official, same_metrics = report.load_run(run, preset_evaluation=True)
+    last20 = metrics[metrics["round"] > 280]
+    assert row["rounds_evaluated"] == 301 and official["rounds_evaluated"] == 20 and same_metrics.equals(metrics)
+    assert row["best_round"] <= 280 and official["best_test_acc"] == last20["test_acc"].max() < row["best_test_acc"]
+    assert official["best_round"] == int(last20.loc[last20["test_acc"].idxmax(), "round"]) > 280
+    assert official["last10_test_acc"] == row["last10_test_acc"] and official["final_test_acc"] == row["final_test_acc"]
+    assert row["options"]["eval_last"] == 0 and official["options"] == {k: v for k, v in row["options"].items() if k != "eval_last"}

@@ -357,3 +357,15 @@ def test_a_record_put_while_a_merge_runs_is_compared_not_passed_by(tmp_path: Pat
     assert puts == ["added"] and "1 conflict(s)" in capsys.readouterr().out
     runs, problems = store.scan([into])
     assert problems == [] and [run.folder for run in runs] == [place] and runs[0].record["best_test_acc"] == 0.5
+
+
+def test_a_run_that_skipped_rounds_its_preset_evaluates_is_not_reported_as_the_preset(tmp_path: Path) -> None:
+    sparse = write_record(tmp_path / "sparse", accuracy=(0.1, 0.4, 0.35), engine={"eval_every": 2})
+    edit_metrics(sparse, lambda m: m.__setitem__("round", [0, 2, 4]))
+    record = json.loads((sparse / "run.json").read_text())
+    record["config"]["rounds"], record["config"]["overrides"], record["best_round"] = 4, {"eval_every": "2"}, 2
+    (sparse / "run.json").write_text(json.dumps(record))
+    assert report.load_run(sparse)[0]["best_round"] == 2
+    with pytest.raises(UserError, match="its preset evaluates rounds it did not .2, e.g. 1."):
+        report.load_run(sparse, preset_evaluation=True)
+

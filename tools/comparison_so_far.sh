@@ -10,10 +10,14 @@
 # rounds to 70 / 75 % from the CIFAR-100 ExDir(5, 0.5) records (figure3.{pdf,png}, rounds_to_target.{tex,csv}). The workflow writes the
 # complete tables once every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
-# preset=official, as the paper's authors ran them), when any such record is committed:
-# table2_pflib_results.csv and comparison_pflib.{md,csv}, the paper's numbers next to those runs,
-# judged against the paper's protocol read as PFLlib's (`fedgmh compare --reading official`), and
-# claims_pflib.{md,csv}, the paper's claims on them.
+# preset=official, as the paper's authors ran them) and for Table 5 under the official code's
+# (`table5_pflib`: every round evaluated, reported over the official code's last 20 rounds with
+# `fedgmh aggregate --preset-evaluation`), when any such record is committed:
+# table2_pflib_results.csv, table5_pflib_results.csv and comparison_pflib.{md,csv}, the paper's numbers
+# next to those runs, judged against the paper's protocol read as PFLlib's (`fedgmh compare --reading
+# official`), and claims_pflib.{md,csv}, the paper's claims on them. Figures 3 and 4 and the rounds to
+# 70 / 75 % under each reading: figure3_official.{pdf,png}, rounds_to_target_official.{tex,csv},
+# figure4.{pdf,png} and figure4_official.{pdf,png}.
 #
 #   bash tools/comparison_so_far.sh [OUT]       (default paper_artifacts/paper/so_far)
 set -euo pipefail
@@ -58,20 +62,60 @@ if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
         --out "$out/rounds_to_target.tex" --csv "$out/rounds_to_target.csv"
 fi
 
-mapfile -t official < <(find paper_artifacts/paper/runs/table2_pflib -path '*@official/*' -regextype posix-extended \
-        -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
+# Figure 4 so far: FedGMH and its ablations per round (Table 5's records, FedGMH's from Table 2's runs)
+if grep -q '^table5,cifar100_c5_a0.5,' "$curves/table5.csv" 2>/dev/null; then
+    fedgmh curves --curves "$curves/table5.csv" --experiment table5 --setting cifar100_c5_a0.5 \
+        --title="Figure 4 so far: CIFAR-100 ExDir(5, 0.5), the paper's text" --out "$out/figure4.pdf" --png "$out/figure4.png"
+fi
+
+official_results=() official_curves=()
+# Table 2's FedGMH under the official code: table2_pflib's runs, else Table 5's official FedGMH runs
+# (the same training, every round evaluated, so Figure 3's rounds to target can be read off them)
+mapfile -t official < <({ find paper_artifacts/paper/runs/table2_pflib -path '*@official/*' -regextype posix-extended \
+            -regex '.*/seed[0-9]+/run.json' 2>/dev/null
+        find paper_artifacts/paper/runs/table5_pflib -path '*@official/fedgmh/*' -regextype posix-extended \
+            -regex '.*/seed[0-9]+/run.json' 2>/dev/null | while read -r run; do
+                [ -e "${run/\/table5_pflib\//\/table2_pflib\/}" ] || echo "$run"; done; } \
     | sed 's#/run.json$##' | LC_ALL=C sort)
 if [ ${#official[@]} -gt 0 ]; then
-    fedgmh aggregate --runs "${official[@]}" --experiment table2 --out "$out/table2_pflib_results.csv" --curves "$curves/pflib.csv"
-    fedgmh compare --results "$out/table2_pflib_results.csv" --reference reference/fedgmh_paper_tables.csv \
+    fedgmh aggregate --runs "${official[@]}" --experiment table2 --preset-evaluation \
+        --out "$out/table2_pflib_results.csv" --curves "$curves/pflib.csv"
+    official_results+=("$out/table2_pflib_results.csv")
+    official_curves+=("$curves/pflib.csv")
+    if grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
+        fedgmh curves --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 \
+            --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib and the official code (preset=official)" \
+            --out "$out/figure3_official.pdf" --png "$out/figure3_official.png"
+        fedgmh rounds --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
+            --paper "$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))')" \
+            --out "$out/rounds_to_target_official.tex" --csv "$out/rounds_to_target_official.csv"
+    fi
+fi
+mapfile -t official5 < <(find paper_artifacts/paper/runs/table5_pflib -path '*@official/*' -regextype posix-extended \
+        -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
+    | sed 's#/run.json$##' | LC_ALL=C sort)
+if [ ${#official5[@]} -gt 0 ]; then
+    fedgmh aggregate --runs "${official5[@]}" --experiment table5 --preset-evaluation \
+        --out "$out/table5_pflib_results.csv" --curves "$curves/pflib5.csv"
+    official_results+=("$out/table5_pflib_results.csv")
+    official_curves+=("$curves/pflib5.csv")
+    if grep -q '^table5,cifar100_c5_a0.5,' "$curves/pflib5.csv"; then
+        fedgmh curves --curves "$curves/pflib5.csv" --experiment table5 --setting cifar100_c5_a0.5 \
+            --title="Figure 4 so far: CIFAR-100 ExDir(5, 0.5), the official code (preset=official)" \
+            --out "$out/figure4_official.pdf" --png "$out/figure4_official.png"
+    fi
+fi
+if [ ${#official_results[@]} -gt 0 ]; then
+    fedgmh compare --results "${official_results[@]}" --reference reference/fedgmh_paper_tables.csv \
         --reading official --out "$out/comparison_pflib.md.tmp" --csv "$out/comparison_pflib.csv"
     { echo "> **PFLlib's reading**: every \"ours\" below is a run with \`preset=official\` (PFLlib's code, as the"
       echo "> paper's authors ran it: e.g. \`drop_last\`; docs/baselines.md), not Table 2's runs (comparison.md),"
       echo "> judged against the paper's protocol read the same way (\`fedgmh compare --reading official\`)."
+      echo "> Table 5's runs evaluate every round; their accuracies here are over the official code's last 20."
       echo
       cat "$out/comparison_pflib.md.tmp"; } > "$out/comparison_pflib.md"
     rm "$out/comparison_pflib.md.tmp"
-    fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "$out/table2_pflib_results.csv" \
-        --curves "$curves/pflib.csv" --out "$out/claims_pflib.md" --csv "$out/claims_pflib.csv" \
+    fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "${official_results[@]}" \
+        --curves "${official_curves[@]}" --out "$out/claims_pflib.md" --csv "$out/claims_pflib.csv" \
         --title "The paper's claims on the full-protocol records committed so far, PFLlib's reading (preset=official)"
 fi

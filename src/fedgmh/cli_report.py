@@ -16,7 +16,8 @@ def _cmd_aggregate(args: argparse.Namespace) -> None:
     from fedgmh import report
 
     results = report.write_aggregate(args.runs, args.out, curves_out=args.curves, experiment=args.experiment,
-                                     variants=args.variant, default_clients=args.clients)
+                                     variants=args.variant, default_clients=args.clients,
+                                     preset_evaluation=args.preset_evaluation)
     print(f"aggregate: {len(results)} runs, {results['setting'].nunique()} settings, "
           f"{results['algorithm'].nunique()} algorithms -> {args.out}")
 
@@ -161,6 +162,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="variant name of each run, in the order of --runs (rows of an audit table; setting ids get @NAME)")
     p.add_argument("--clients", type=int, help="the config's number of clients: setting ids of runs with another number get "
                    "_n<N>, as the workflow's run folders (default: never)")
+    p.add_argument("--preset-evaluation", action="store_true",
+                   help="report runs trained with their own eval_every / eval_last as their preset evaluates: best, final and "
+                   "last-10 accuracy over the preset's rounds (the official FedGMH code: the last 20); curves keep every round")
     p.set_defaults(func=_cmd_aggregate)
 
     p = sub.add_parser("table", help="LaTeX table (booktabs) of mean ± std best accuracy per algorithm and setting")

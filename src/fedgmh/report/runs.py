@@ -16,9 +16,10 @@ from typing import Any
 
 import pandas as pd
 
+from fedgmh.cards import resolve_options
 from fedgmh.errors import UserError
 from fedgmh.io import reading, write_csv
-from fedgmh.record import check_fields, load_record
+from fedgmh.record import check_fields, load_record, results_of
 from fedgmh.report.labels import (
     ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS,
 )
@@ -28,11 +29,15 @@ from fedgmh.report.parsing import jsonable, parse_options
 LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds
 #: metrics.csv columns kept in curves.csv when a run has them (`clients_up`: clients that uploaded in the round)
 CURVE_COLUMNS = ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_loss", "clients_up")
+#: the engine options that choose which rounds are evaluated (they draw nothing: training is the same)
+EVALUATION_OPTIONS = ("eval_every", "eval_last")
 
 
-def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
+def load_run(run_dir: Path | str, preset_evaluation: bool = False) -> tuple[dict[str, Any], pd.DataFrame]:
     """One run's tidy record (without experiment / setting) and its metrics frame.
 
+    With `preset_evaluation`, a run trained with its own `eval_every` / `eval_last` is reported as
+    its preset evaluates (`as_preset_evaluates`); the metrics frame keeps every evaluated round.
     A missing, incomplete or invalid run (fedgmh.record: its numbers disagree, a file is a link...)
     raises a UserError that names the run directory.
     """
@@ -80,7 +85,32 @@ def load_run(run_dir: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
         "run_dir": str(run_dir),
         "experiment": str((record.get("workflow") or {}).get("experiment", "")),
     }
+    if preset_evaluation:
+        row = as_preset_evaluates(row, metrics, run_dir)
     return row | adaptation_of(run_dir), metrics
+
+
+def as_preset_evaluates(row: dict[str, Any], metrics: pd.DataFrame, run_dir: Path) -> dict[str, Any]:
+    """A run's row as if trained without its `eval_every` / `eval_last` options: its best, final and
+    last-10 accuracies over the rounds its preset evaluates (the official FedGMH code: the last 20),
+    those options dropped. Evaluation draws nothing from the training streams, so this is the
+    number the preset's own run reports; a run that lacks one of those rounds is refused."""
+    given = [k for k in EVALUATION_OPTIONS if k in row["options"]]
+    if not given:
+        return row
+    options = {k: v for k, v in row["options"].items() if k not in EVALUATION_OPTIONS}
+    _, engine = resolve_options(row["algorithm"], options)
+    rounds = int(row["rounds"])
+    wanted = [r for r in range(rounds + 1) if engine.evaluates(r, rounds)]
+    missing = sorted(set(wanted) - set(metrics["round"].astype(int)))
+    if missing:
+        raise UserError(f"run {run_dir}: its preset evaluates rounds it did not ({len(missing)}, e.g. {missing[0]}): "
+                        "it cannot be reported as its preset evaluates")
+    evaluated = metrics[metrics["round"].isin(wanted)].reset_index(drop=True)
+    results = results_of(evaluated)
+    return row | {"options": options, "best_test_acc": results["best_test_acc"], "best_round": results["best_round"],
+                  "final_test_acc": results["final_test_acc"], "rounds_evaluated": results["evaluated_rounds"],
+                  "last10_test_acc": float(evaluated["test_acc"].tail(LAST_ROUNDS).mean())}
 
 
 def adaptation_of(run_dir: Path) -> dict[str, Any]:
@@ -94,7 +124,8 @@ def adaptation_of(run_dir: Path) -> dict[str, Any]:
 
 
 def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None,
-                   variants: Sequence[str] | None = None, default_clients: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   variants: Sequence[str] | None = None, default_clients: int | None = None,
+                   preset_evaluation: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy results (one row per run) and curves (one row per run and evaluated round).
 
     `experiment` labels every row (the workflow passes the table id); otherwise each run's own
@@ -102,7 +133,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     `variants`, one name per run directory (the workflow passes them for experiments with
     `variants`), become the `variant` column and the `@<variant>` part of the setting ids.
     `default_clients`: the config's number of clients; runs with another get `_n<N>` in their setting
-    id, as the workflow's run folders (None: no such part).
+    id, as the workflow's run folders (None: no such part). `preset_evaluation`: see `load_run`.
     """
     if not run_dirs:
         raise UserError("no run directories given")
@@ -116,7 +147,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
             raise UserError(f"run {run_dir} is listed twice")
         seen[key] = str(run_dir)
         with reading(run_dir):
-            row, metrics = load_run(run_dir)
+            row, metrics = load_run(run_dir, preset_evaluation)
         row["variant"] = variants[index] if variants is not None else ""
         if experiment is not None:
             row["experiment"] = experiment
@@ -203,8 +234,9 @@ def read_curves(path: Path | str) -> pd.DataFrame:
 
 def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out: Path | str | None = None,
                     experiment: str | None = None, variants: Sequence[str] | None = None,
-                    default_clients: int | None = None) -> pd.DataFrame:
-    results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants, default_clients=default_clients)
+                    default_clients: int | None = None, preset_evaluation: bool = False) -> pd.DataFrame:
+    results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants, default_clients=default_clients,
+                                     preset_evaluation=preset_evaluation)
     write_csv(results, out)
     if curves_out:
         write_csv(curves, curves_out)
