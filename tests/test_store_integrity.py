@@ -73,6 +73,12 @@ def _accuracy_above_one(folder: Path) -> None:
     (folder / "run.json").write_text(json.dumps(record))
 
 
+def _edit_config(folder: Path, **fields) -> None:
+    record = json.loads((folder / "run.json").read_text())
+    record["config"].update(fields)
+    (folder / "run.json").write_text(json.dumps(record))
+
+
 TAMPERINGS = {
     "best_test_acc 0.999 (metrics: 0.333)": (lambda f: write_record(f, best_test_acc=0.999), "best_test_acc"),
     "accuracy 1.5": (lambda f: _accuracy_above_one(write_record(f)), "1.5"),
@@ -80,6 +86,15 @@ TAMPERINGS = {
     "best_round 999 of 2 rounds": (lambda f: write_record(f, best_round=999), "best_round"),
     "metrics.csv cut to one row": (lambda f: _cut_to_one_row(write_record(f)), "round"),
     "inf in metrics": (lambda f: edit_metrics(write_record(f), lambda m: m.loc.__setitem__((2, "test_loss"), math.inf)), "inf"),
+    # relabelled: one copy of a field run.json holds twice says another run
+    "algorithm fedgmh over config.algorithm fedavg": (lambda f: write_record(f, algorithm="fedgmh"), "algorithm 'fedgmh' but config"),
+    "seed 7 over config.seed 0": (lambda f: write_record(f, seed=7), "seed 7 but config.seed 0"),
+    "partition of another dataset": (lambda f: write_record(f, partition={**json.loads((write_record(f) / "run.json").read_text())[
+        "partition"], "dataset": "mnist"}), "partition.dataset 'mnist'"),
+    "clients 5 over partition's 4": (lambda f: write_record(f, num_clients=5), "num_clients 5 but partition.num_clients 4"),
+    "an option set otherwise": (lambda f: _edit_config(write_record(f), overrides={"lr_decay": "0.5"}), "config.overrides.lr_decay"),
+    "seed 0.0": (lambda f: _edit_config(write_record(f, seed=0.0), seed=0.0), "seed 0.0 is not a seed"),
+    "wall_time_s 'abc'": (lambda f: write_record(f, wall_time_s="abc"), "wall_time_s"),
 }
 
 
