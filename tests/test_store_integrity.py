@@ -372,3 +372,26 @@ def test_a_record_put_while_a_merge_runs_is_compared_not_passed_by(tmp_path: Pat
     assert puts == ["added"] and "1 conflict(s)" in capsys.readouterr().out
     runs, problems = store.scan([into])
     assert problems == [] and [run.folder for run in runs] == [place] and runs[0].record["best_test_acc"] == 0.5
+
+
+def test_a_record_or_a_bundle_of_too_many_files_is_refused_before_anything_is_copied(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A bundle of 100,000 tiny files was merged file by file (13,414 junk files in the store after 120 s)."""
+    crowded = write_record(tmp_path / "incoming" / "table2" / "fedavg" / "seed0")
+    for index in range(run_record.MAX_TABLES):
+        (crowded / f"junk{index}.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(UserError, match=f"holds {run_record.MAX_TABLES + 1} tables .*; a record holds at most {run_record.MAX_TABLES}"):
+        store.read_record(crowded)
+    into = tmp_path / "store"
+    assert cli_main(["store", "merge", str(tmp_path / "incoming"), "--into", str(into)]) == 2
+    assert "1 invalid" in capsys.readouterr().out and not list(into.rglob("*.csv"))
+    # a source of more files and folders than a merge takes: refused whole, the store untouched
+    write_record(tmp_path / "bundle" / "table2" / "fedavg" / "seed0")
+    for index in range(30):
+        (tmp_path / "bundle" / f"junk{index}").write_text("x")
+    monkeypatch.setattr(store, "MAX_SOURCE_ENTRIES", 20)
+    assert cli_main(["store", "merge", str(tmp_path / "bundle"), "--into", str(into)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'bundle'} holds more than 20 files and folders, more than a merge takes; nothing was merged" in err
+    assert not list(into.rglob("run.json"))
+    monkeypatch.setattr(store, "MAX_SOURCE_ENTRIES", 40)
+    assert cli_main(["store", "merge", str(tmp_path / "bundle"), "--into", str(into)]) == 0

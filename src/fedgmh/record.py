@@ -18,7 +18,8 @@ JSON (NaN and Infinity refused). Consistent (`load_record`, docs/store.md "Valid
 - run.json's results (RESULT_FIELDS) are what metrics.csv gives (`results_of`, the rule `fedgmh
   train` writes them by), and clients.csv, where there is one, pools to the same best and final
   accuracies;
-- what run.json says twice agrees (`check_identity`): a record relabelled in one place is refused.
+- what run.json says twice agrees (`check_identity`): a record relabelled in one place is refused;
+- it holds at most MAX_TABLES tables.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ POOL_TOLERANCE = 1e-9
 #: the fields run.json holds twice: the top-level one and its copies (section, field), which must agree
 DUPLICATED_FIELDS = {"algorithm": (("config", "algorithm"),), "dataset": (("config", "dataset"), ("partition", "dataset")),
                      "seed": (("config", "seed"),), "num_clients": (("partition", "num_clients"),)}
+#: the most CSV tables a record may hold (metrics.csv included); the engine and the algorithms write at most 4
+MAX_TABLES = 32
 #: seeds are numpy's (`TrainConfig`)
 SEED_LIMIT = 2**32
 
@@ -318,12 +321,15 @@ def load_record(folder: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     """A record's run.json and metrics.csv, after every check of this module (UserError naming the
     file and the reason otherwise); its other tables are checked too."""
     folder = Path(folder)
+    names = optional_files(folder)
+    if len(names) + 1 > MAX_TABLES:
+        raise UserError(f"{folder} holds {len(names) + 1} tables (CSV files); a record holds at most {MAX_TABLES}")
     record = read_json(folder / "run.json")
     metrics = read_table(folder / "metrics.csv")
     check_numbers(folder, record, metrics)
     check_identity(folder / "run.json", record)
     options = engine_options(record)
-    for name in optional_files(folder):
+    for name in names:
         table = read_table(folder / name)
         check_table(folder / name, table, options)
         if name == "clients.csv":
