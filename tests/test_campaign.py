@@ -19,7 +19,15 @@ import yaml
 from conftest import stopping_after_a_snapshot
 from test_workflow import SMOKE
 
-from fedgmh.campaign import CAMPAIGN_LOGS, load_campaign, next_runs, run_campaign, snakemake_command, state, stopped_line
+from fedgmh.campaign import (
+    CAMPAIGN_LOGS,
+    load_campaign,
+    next_runs,
+    run_campaign,
+    snakemake_command,
+    state,
+    stopped_line,
+)
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 
@@ -245,7 +253,8 @@ def test_an_invalid_config_is_one_line(tmp_path: Path, capsys, config, words: st
 def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> None:
     """Snakemake as the campaign runs it: a SIGTERM after a job has made its outputs (a run's record,
     filed in the store too) no longer deletes them as a failed job's."""
-    (tmp_path / "Snakefile").write_text('rule run:\n    output:\n        "out/run.json",\n    shell:\n        "echo {{}} > {output}; sleep 60"\n')
+    rule = 'rule run:\n    output:\n        "out/run.json",\n    shell:\n        "echo {{}} > {output}; sleep 60"\n'
+    (tmp_path / "Snakefile").write_text(rule)
     (tmp_path / "c.yaml").write_text("{}\n")
     command = snakemake_command(["out/run.json"], "c.yaml", [], 1, tmp_path / "Snakefile", tmp_path, True)
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)

@@ -237,7 +237,8 @@ def campaign_lock(base: Path | str, inherited: int | None = None) -> IO[str]:
     down by `run --background`, whose lock this process holds already."""
     path = Path(base) / CAMPAIGN_LOGS / "campaign.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.fdopen(inherited, "a+") if inherited is not None else open(path, "a+")
+    fd = inherited if inherited is not None else os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    lock = os.fdopen(fd, "a+")
     if inherited is not None and os.fstat(lock.fileno()).st_ino != os.stat(path).st_ino:
         lock.close()
         raise UserError(f"descriptor {inherited} is not {path}")

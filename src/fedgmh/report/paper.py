@@ -102,7 +102,8 @@ def check_reference(reference: pd.DataFrame, name: str = "reference table") -> N
         if bad.any():
             row = int(bad.to_numpy().argmax())
             raise UserError(f"{name}: row {row + 1} below the header ({reference_cell(reference.iloc[row])}) has {column} "
-                            f"{cell_text(reference[column].iloc[row])}; give a percentage in [0, 100], or leave it empty (no reference)")
+                            f"{cell_text(reference[column].iloc[row])}; give a percentage in [0, 100], or leave it empty "
+                            "(no reference)")
     seen: dict[tuple, int] = {}
     for position, row in enumerate(reference.to_dict("records")):
         key = reference_key(row)
