@@ -4,7 +4,13 @@ uninterrupted run, each record put into the store."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +19,15 @@ import yaml
 from conftest import stopping_after_a_snapshot
 from test_workflow import SMOKE
 
-from fedgmh.campaign import load_campaign, next_runs, run_campaign, state
+from fedgmh.campaign import (
+    CAMPAIGN_LOGS,
+    load_campaign,
+    next_runs,
+    run_campaign,
+    snakemake_command,
+    state,
+    stopped_line,
+)
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 
@@ -121,6 +135,8 @@ def test_a_record_of_other_settings_or_an_invalid_one_is_not_done(tmp_path: Path
     lines: list[str] = []
     assert run_campaign([entry], 1, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append)["finished"] == [entry.name]
     assert record_problem(entry, tmp_path) is None and state(entry, tmp_path) == "done"
+    # stopped once its record is filed (a SIGTERM near its end): done, not "starts it again"
+    assert stopped_line(entry, tmp_path) == f"campaign: camp/{entry.name} stopped after its record was filed: done ({entry.record})"
     # the same campaign asked for 2 rounds: that record is not this run
     other = load_campaign(path, tmp_path, SNAKEFILE, ["rounds=2"])[0]
     assert "a record of other settings: rounds 4 (wanted 2)" in record_problem(other, tmp_path)
@@ -136,11 +152,6 @@ def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path)
     """A second `campaign run` in the same folder is refused; SIGTERM to the campaign reaches the
     training runs (they snapshot at the end of their round and stop), which are then "cut off": the
     next campaign takes them first (resumption itself: the test above)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
     config = yaml.safe_load((tmp_path / tiny_config(tmp_path)).read_text())
     config.update(rounds=400)  # long enough to be stopped mid-run
     (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
@@ -154,9 +165,102 @@ def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path)
         time.sleep(0.2)
     assert snapshot.exists(), "no snapshot was written"
     second = subprocess.run(command, capture_output=True, text=True)
-    assert second.returncode == 2 and "another `fedgmh campaign run` is under way" in second.stderr
+    assert second.returncode == 2 and "a campaign is already running" in second.stderr
     campaign.send_signal(signal.SIGTERM)
     out, _ = campaign.communicate(timeout=300)
     assert "stopped; the next `campaign run` resumes it from its snapshot" in out, out
+    # `kill PID`, as the campaign says to stop it: exit 143 and one line, not "0 finished, 0 failed" and 0
+    assert campaign.returncode == 143 and "fedgmh campaign: campaign stopped by SIGTERM (0 finished, 0 failed)" in out, out
     assert snapshot.exists() and not (tmp_path / entry.run.run_dir / "run.json").exists()
     assert state(entry, tmp_path) == "cut off"
+
+
+def one_entry(tmp_path: Path):
+    path = write(tmp_path, [{"config": tiny_config(tmp_path), "runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
+    return path, load_campaign(path, tmp_path, SNAKEFILE)[0]
+
+
+def test_a_pid_file_is_trusted_only_for_a_live_process_training_its_run(tmp_path: Path) -> None:
+    """A pid file of 1, -1 or 0, of a process that is no campaign's run, or of one that has ended, made
+    the run "running" (and `campaign run` said "nothing to train")."""
+    _, entry = one_entry(tmp_path)
+    pid_file = tmp_path / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid"
+    pid_file.parent.mkdir(parents=True)
+    for pid in ("1", "-1", "0", str(os.getpid()), "junk"):
+        pid_file.write_text(pid)
+        assert state(entry, tmp_path) == "to do", pid
+    # a process whose command line is a campaign's Snakemake run of this entry in this folder (of any version of the code)
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "snakemake", entry.target, "--directory"]
+    run, elsewhere = (subprocess.Popen([*sleep, str(folder)]) for folder in (tmp_path, tmp_path / "other"))
+    try:
+        pid_file.write_text(str(run.pid))
+        assert state(entry, tmp_path) == "running"
+        pid_file.write_text(str(elsewhere.pid))
+        assert state(entry, tmp_path) == "to do"
+    finally:
+        for process in (run, elsewhere):
+            process.kill()
+            process.wait()
+    pid_file.write_text(str(run.pid))
+    assert state(entry, tmp_path) == "to do"
+
+
+def test_a_second_background_campaign_is_refused_with_a_non_zero_exit(tmp_path: Path, capsys) -> None:
+    """Both `run --background` said "running (pid N)" and exited 0, the second dead already (the lock
+    error only in its log): the process started holds the lock from its first instant."""
+    path, _ = one_entry(tmp_path)
+    command = ["campaign", "run", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE), "--background"]
+    assert main(command) == 0
+    pid = int(capsys.readouterr().out.split("(pid ")[1].split(")")[0])
+    try:
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert f"a campaign is already running in {tmp_path}" in err and len(err.strip().splitlines()) == 1
+    finally:
+        os.killpg(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    # a campaign in the foreground holds the same lock
+    with open(tmp_path / CAMPAIGN_LOGS / "campaign.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(command) == 2 and "already running" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("option", "words"), [(["--max-runs", "-2"], "--max-runs -2: at least 1"),
+                                               (["--max-runs", "0"], "--max-runs 0: at least 1"),
+                                               (["--jobs", "0"], "--jobs 0: at least 1")])
+def test_limits_below_one_are_refused(tmp_path: Path, capsys, option: list, words: str) -> None:
+    path, _ = one_entry(tmp_path)
+    assert main(["campaign", "run", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE), *option]) == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ("- name: camp\n", "config file camp.yaml is not a mapping of config keys"),
+    ("name: [camp\n", "config file camp.yaml cannot be read"),
+    ({"rounds": -3}, "invalid configuration: rounds: -3 is less than the minimum of 1"),
+])
+def test_an_invalid_config_is_one_line(tmp_path: Path, capsys, config, words: str) -> None:
+    """A non-mapping or malformed YAML config was a traceback; `rounds: -3` listed its runs as to do."""
+    path, _ = one_entry(tmp_path)
+    if isinstance(config, dict):
+        config = yaml.safe_dump({**yaml.safe_load((tmp_path / "camp.yaml").read_text()), **config})
+    (tmp_path / "camp.yaml").write_text(config)
+    assert main(["campaign", "status", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE)]) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> None:
+    """Snakemake as the campaign runs it: a SIGTERM after a job has made its outputs (a run's record,
+    filed in the store too) no longer deletes them as a failed job's."""
+    rule = 'rule run:\n    output:\n        "out/run.json",\n    shell:\n        "echo {{}} > {output}; sleep 60"\n'
+    (tmp_path / "Snakefile").write_text(rule)
+    (tmp_path / "c.yaml").write_text("{}\n")
+    command = snakemake_command(["out/run.json"], "c.yaml", [], 1, tmp_path / "Snakefile", tmp_path, True)
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "out" / "run.json").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGTERM)  # as the campaign stops its runs
+    assert process.wait(timeout=120) != 0
+    assert (tmp_path / "out" / "run.json").read_text() == "{}\n"

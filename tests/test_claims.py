@@ -437,3 +437,79 @@ def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
     # the tables follow table_accuracy; the paper's claims are about the best accuracy whatever it is
     assert "--accuracy last" in next(line for line in out.splitlines() if "fedgmh table " in line)
     assert "--accuracy" not in command
+
+
+# ----------------------------------------------------------------------------- numbers checked where they enter
+
+
+def _set(column: str, row: int, value) -> callable:
+    return lambda frame: frame.__setitem__(column, [value if i == row else v for i, v in enumerate(frame[column])])
+
+
+@pytest.mark.parametrize(("table", "change", "message"), [
+    ("results", _set("best_test_acc", 0, math.nan), "row 1 below the header, column best_test_acc is empty (or NaN)"),
+    ("results", _set("best_test_acc", 0, ""), "row 1 below the header, column best_test_acc is empty (or NaN)"),
+    ("results", _set("best_test_acc", 1, math.inf), "row 2 below the header, column best_test_acc is inf, not a finite number"),
+    ("results", _set("best_test_acc", 2, -5), "row 3 below the header, column best_test_acc is -5.0, outside [0, 1]"),
+    ("results", _set("best_test_acc", 2, 3.5),
+     "row 3 below the header, column best_test_acc is 3.5, outside [0, 1] (accuracies are fractions)"),
+    ("results", _set("best_test_acc", 0, "abc"), "row 1 below the header, column best_test_acc is 'abc', not a number"),
+    ("results", _set("seed", 0, "s1"), "row 1 below the header, column seed is 's1', not a number"),
+    ("results", _set("seed", 0, 1.5), "row 1 below the header, column seed is 1.5, not a whole number >= 0"),
+    ("curves", lambda f: f.loc.__setitem__(len(f), {**f.loc[5], "test_acc": 0.99}),
+     "rows 6 and 4516 below the header are both round 5 of run table2/cifar100_c5_a0.5/fedgmh seed 0"),
+    ("curves", _set("round", 3, "abc"), "row 4 below the header, column round is 'abc', not a number"),
+    ("curves", _set("round", 3, 2.5), "row 4 below the header, column round is 2.5, not a whole number >= 0"),
+    ("curves", _set("test_acc", 7, math.nan), "row 8 below the header, column test_acc is empty (or NaN)"),
+])
+def test_an_impossible_number_in_the_tables_is_one_line_naming_file_row_and_column(tmp_path: Path, capsys, table: str, change,
+                                                                                    message: str) -> None:
+    """A NaN, empty, infinite or out-of-range accuracy, a seed or round that is no whole number, a round
+    twice: refused before any verdict, never judged (a NaN accuracy made "holds" with "+nan points")."""
+    results_csv, curves_csv, claims_yaml = toy_runs(tmp_path)
+    path = results_csv if table == "results" else curves_csv
+    frame = pd.read_csv(path).astype(object)
+    change(frame)
+    frame.to_csv(path, index=False)
+    md, csv = tmp_path / "claims.md", tmp_path / "claims.csv"
+    assert cli_main(["claims", "--claims", str(claims_yaml), "--results", str(results_csv), "--curves", str(curves_csv),
+                     "--out", str(md), "--csv", str(csv)]) == 2
+    err = capsys.readouterr().err
+    assert f"{table} file {path}: {message}" in err and len(err.strip().splitlines()) == 1, err
+    assert not csv.exists() and not md.exists()
+
+
+def test_the_same_round_in_two_curves_files_is_refused(tmp_path: Path) -> None:
+    _, curves_csv, _ = toy_runs(tmp_path)
+    curves = pd.read_csv(curves_csv)
+    with pytest.raises(UserError, match="the curves hold round 0 of run table2/cifar100_c5_a0.5/fedgmh seed 0 twice"):
+        Runs(None, pd.concat([curves, curves.head(1).assign(test_acc=0.99)], ignore_index=True))
+    with pytest.raises(ValueError, match="every number must be finite"):  # a verdict is never computed from NaN
+        kinds.ranking("x", {0: math.nan, 1: 1.0, 2: 2.0}, {0: 0.0, 1: 0.0, 2: 0.0})
+
+
+@pytest.mark.parametrize(("index", "field", "value", "words"), [
+    (5, "target", math.nan, "target must be an accuracy in percent, in (0, 100], got nan"),
+    (5, "target", 170, "target must be an accuracy in percent, in (0, 100], got 170"),
+    (6, "paper", {"fedgmh": math.inf}, "paper.fedgmh must be a finite positive number, got inf"),
+    (3, "tolerance", math.nan, "tolerance must be a finite positive number, got nan"),
+    (7, "threshold", math.nan, "threshold must be a finite positive number, got nan"),
+    (4, "points", {math.nan: f"table7/{SETTING}_eta_h0.01", 1.0: f"table7/{SETTING}_eta_h1"}, "a points value must be a finite number"),
+])
+def test_a_claims_numbers_are_finite(tmp_path: Path, index: int, field: str, value, words: str) -> None:
+    """`.nan` as a target, threshold or tolerance decided every comparison made with it (a NaN tolerance: holds)."""
+    claim = dict(TOY_CLAIMS["claims"][index]) | {field: value}
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [claim]}))
+    with pytest.raises(UserError) as err:
+        read_claims(path)
+    assert words in str(err.value), err.value
+
+
+def test_a_target_accuracy_is_a_percentage(tmp_path: Path) -> None:
+    from fedgmh.report.to_target import rounds_to_target
+
+    _, curves_csv, _ = toy_runs(tmp_path)
+    for target in (math.nan, math.inf, 0, 170):
+        with pytest.raises(UserError, match=r"is not a percentage in \(0, 100\]"):
+            rounds_to_target(pd.read_csv(curves_csv), "table2", SETTING, [70, target])

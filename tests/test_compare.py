@@ -3,6 +3,7 @@ of ours per paper cell) and the verdicts (Welch interval, equivalence by TOST at
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -227,3 +228,26 @@ def test_the_workflows_defaults_are_the_commands() -> None:
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())["properties"]
     assert schema["comparison_margin"]["default"] == DEFAULT_MARGIN and schema["comparison_alpha"]["default"] == DEFAULT_ALPHA
     assert tuple(READINGS) == PRESETS
+
+
+@pytest.mark.parametrize(("best", "words"), [(math.inf, "is inf, not a finite number"), (-0.5075, "is -0.5075, outside [0, 1]"),
+                                             (9.89, "is 9.89, outside [0, 1] (accuracies are fractions)"),
+                                             (math.nan, "is empty (or NaN)")])
+def test_an_impossible_accuracy_is_refused_not_compared(tmp_path: Path, capsys, best: float, words: str) -> None:
+    """Ours = inf, -50.75 or 989.0 was compared with the paper's number; now one line naming the cell of the results file."""
+    results, _ = report.aggregate_runs(seeds(tmp_path, "fedavg", 88.9, 1.0), experiment="table2")
+    results.loc[3, "best_test_acc"] = best
+    results_csv, ref_csv, md = tmp_path / "r.csv", tmp_path / "ref.csv", tmp_path / "c.md"
+    results.to_csv(results_csv, index=False)
+    reference(FEDAVG).to_csv(ref_csv, index=False)
+    assert cli_main(["compare", "--results", str(results_csv), "--reference", str(ref_csv), "--out", str(md)]) == 2
+    err = capsys.readouterr().err
+    assert f"results file {results_csv}: row 4 below the header, column best_test_acc {words}" in err, err
+    assert len(err.strip().splitlines()) == 1 and not md.exists()
+
+
+def test_a_paper_number_above_100_percent_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "ref.csv"
+    reference(FEDAVG[:4] + (989.0, 0.95)).to_csv(bad, index=False)
+    with pytest.raises(UserError, match=r"row 1 below the header .* has mean 989.0; give a percentage in \[0, 100\]"):
+        read_reference(bad)

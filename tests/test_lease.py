@@ -1,5 +1,5 @@
-"""tools/lease/chunk.sh: the workflow in budgeted calls, as on a leased GPU machine (slow: it runs
-snakemake several times; `pytest -m slow tests/test_lease.py`)."""
+"""tools/lease/chunk.sh: the workflow in budgeted calls, as on a leased GPU machine (the tests that run
+snakemake or train are slow: `pytest -m slow tests/test_lease.py`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
 
 
 def _checkout(tmp_path: Path) -> Path:
@@ -51,6 +50,7 @@ def _chunk(root: Path, out: Path, budget: int, jobs: int = 2) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_chunks_join_the_data_parts_resume_and_send_back_every_finished_record(tmp_path: Path) -> None:
     root = _checkout(tmp_path)
     whole = os.urandom(3000)
@@ -95,6 +95,7 @@ def _first_trained(log: str, count: int) -> list[str]:
     return started[:count]
 
 
+@pytest.mark.slow
 def test_a_call_starts_the_runs_with_a_checkpoint_first(tmp_path: Path) -> None:
     """Runs cut off by the last call go before any fresh run. Their checkpoints here are not
     loadable, so those two jobs stop with an error, which is all the check needs: which jobs
@@ -126,6 +127,7 @@ def _train_logs(out: Path) -> dict[str, str]:
                 for m in archive.getmembers() if m.isfile()}
 
 
+@pytest.mark.slow
 def test_a_run_cut_at_the_budget_finishes_its_round_and_the_next_call_resumes_from_the_next(tmp_path: Path) -> None:
     """No periodic snapshot (checkpoint_every is past the run's end): what the next call resumes
     from is the snapshot the run took when chunk.sh's SIGTERM came."""
@@ -161,11 +163,14 @@ def _direct(root: Path, out: Path, *args: str, **env: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_back(tmp_path: Path) -> None:
     """prepare_direct.sh here, then direct.sh there (a tree with no results, data or logs, as the
     machine receives it): the runs' commands from the workflow's dry run, their partitions drawn
     here, the runs trained several at a time after the call that started them, their records back."""
     root = _checkout(tmp_path)
+    config = yaml.safe_load((root / "config" / "lease.yaml").read_text())
+    (root / "config" / "lease.yaml").write_text(yaml.safe_dump({**config, "data_root": "my data"}))  # the config's, with a space
     (tmp_path / "mirror").mkdir()
     runs = ["results/lease/runs/table2/digits_c2_a0.5/fedavg/seed0", "results/lease/runs/table2/digits_c2_a0.5/fedgmh/seed1"]
     environment = dict(os.environ, DEVICE="cpu", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -173,7 +178,8 @@ def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_b
                           cwd=root, env=environment, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 runs, 0 data part(s)" in done.stdout
-    for made_here in ("results", "logs", "data", ".snakemake"):
+    assert (root / ".lease" / "direct" / "meta" / "data_root").read_text() == "my data\n"
+    for made_here in ("results", "logs", "my data", ".snakemake"):
         shutil.rmtree(root / made_here, ignore_errors=True)
     keep = tmp_path / "keep"
     _direct(root, tmp_path / "out", "start", "2", "0", LEASE_KEEP=str(keep))
@@ -194,6 +200,7 @@ def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_b
     assert "finished runs: 1 of 1" in said and said.count("/train/") == 1, said
 
 
+@pytest.mark.slow
 def test_direct_joins_the_data_parts_only_when_every_part_is_there_and_intact(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "tools").mkdir(parents=True)
@@ -223,3 +230,17 @@ def test_direct_joins_the_data_parts_only_when_every_part_is_there_and_intact(tm
     (keep / "parts" / "part-01").write_bytes(parts["part-01"])
     assert "data joined: data.npz" in _direct(root, tmp_path / "out", "start", "1", "0", LEASE_KEEP=str(keep))
     assert (keep / "mirror" / "data.npz").read_bytes() == (tmp_path / "mirror" / "data.npz").read_bytes()
+
+
+def test_direct_puts_the_data_where_the_config_says(tmp_path: Path) -> None:
+    """The runs read `--root <data_root>`: the data go there, not to data/ (a config's `data_root: my data`
+    made every run fail)."""
+    root = tmp_path / "repo"
+    (root / "tools").mkdir(parents=True)
+    shutil.copytree(REPO / "tools" / "lease", root / "tools" / "lease")
+    meta = root / ".lease" / "direct" / "meta"
+    (meta / "partitions").mkdir(parents=True)
+    for name, text in (("parts", "0\n"), ("commands.txt", ""), ("datasets", "digits\n"), ("data_root", "my data\n")):
+        (meta / name).write_text(text)
+    _direct(root, tmp_path / "out", "start", "1", "0", LEASE_KEEP=str(tmp_path / "keep"))
+    assert (root / "my data" / "digits.npz").is_file() and not (root / "data").exists()

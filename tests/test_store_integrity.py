@@ -73,6 +73,12 @@ def _accuracy_above_one(folder: Path) -> None:
     (folder / "run.json").write_text(json.dumps(record))
 
 
+def _edit_config(folder: Path, **fields) -> None:
+    record = json.loads((folder / "run.json").read_text())
+    record["config"].update(fields)
+    (folder / "run.json").write_text(json.dumps(record))
+
+
 TAMPERINGS = {
     "best_test_acc 0.999 (metrics: 0.333)": (lambda f: write_record(f, best_test_acc=0.999), "best_test_acc"),
     "accuracy 1.5": (lambda f: _accuracy_above_one(write_record(f)), "1.5"),
@@ -80,6 +86,15 @@ TAMPERINGS = {
     "best_round 999 of 2 rounds": (lambda f: write_record(f, best_round=999), "best_round"),
     "metrics.csv cut to one row": (lambda f: _cut_to_one_row(write_record(f)), "round"),
     "inf in metrics": (lambda f: edit_metrics(write_record(f), lambda m: m.loc.__setitem__((2, "test_loss"), math.inf)), "inf"),
+    # relabelled: one copy of a field run.json holds twice says another run
+    "algorithm fedgmh over config.algorithm fedavg": (lambda f: write_record(f, algorithm="fedgmh"), "algorithm 'fedgmh' but config"),
+    "seed 7 over config.seed 0": (lambda f: write_record(f, seed=7), "seed 7 but config.seed 0"),
+    "partition of another dataset": (lambda f: write_record(f, partition={**json.loads((write_record(f) / "run.json").read_text())[
+        "partition"], "dataset": "mnist"}), "partition.dataset 'mnist'"),
+    "clients 5 over partition's 4": (lambda f: write_record(f, num_clients=5), "num_clients 5 but partition.num_clients 4"),
+    "an option set otherwise": (lambda f: _edit_config(write_record(f), overrides={"lr_decay": "0.5"}), "config.overrides.lr_decay"),
+    "seed 0.0": (lambda f: _edit_config(write_record(f, seed=0.0), seed=0.0), "seed 0.0 is not a seed"),
+    "wall_time_s 'abc'": (lambda f: write_record(f, wall_time_s="abc"), "wall_time_s"),
 }
 
 
@@ -369,3 +384,25 @@ def test_a_run_that_skipped_rounds_its_preset_evaluates_is_not_reported_as_the_p
     with pytest.raises(UserError, match="its preset evaluates rounds it did not .2, e.g. 1."):
         report.load_run(sparse, preset_evaluation=True)
 
+
+def test_a_record_or_a_bundle_of_too_many_files_is_refused_before_anything_is_copied(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A bundle of 100,000 tiny files was merged file by file (13,414 junk files in the store after 120 s)."""
+    crowded = write_record(tmp_path / "incoming" / "table2" / "fedavg" / "seed0")
+    for index in range(run_record.MAX_TABLES):
+        (crowded / f"junk{index}.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(UserError, match=f"holds {run_record.MAX_TABLES + 1} tables .*; a record holds at most {run_record.MAX_TABLES}"):
+        store.read_record(crowded)
+    into = tmp_path / "store"
+    assert cli_main(["store", "merge", str(tmp_path / "incoming"), "--into", str(into)]) == 2
+    assert "1 invalid" in capsys.readouterr().out and not list(into.rglob("*.csv"))
+    # a source of more files and folders than a merge takes: refused whole, the store untouched
+    write_record(tmp_path / "bundle" / "table2" / "fedavg" / "seed0")
+    for index in range(30):
+        (tmp_path / "bundle" / f"junk{index}").write_text("x")
+    monkeypatch.setattr(store, "MAX_SOURCE_ENTRIES", 20)
+    assert cli_main(["store", "merge", str(tmp_path / "bundle"), "--into", str(into)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'bundle'} holds more than 20 files and folders, more than a merge takes; nothing was merged" in err
+    assert not list(into.rglob("run.json"))
+    monkeypatch.setattr(store, "MAX_SOURCE_ENTRIES", 40)
+    assert cli_main(["store", "merge", str(tmp_path / "bundle"), "--into", str(into)]) == 0

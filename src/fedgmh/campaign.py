@@ -7,6 +7,13 @@ where the workflow's train job puts it), *running* while a campaign process trai
 otherwise. `run_campaign` keeps `jobs` runs going, each one Snakemake process that trains the run
 and stores its record; the workflow itself decides reuse and resumption, the campaign only chooses
 what to ask for next. Nothing here imports torch.
+
+What the campaign trusts: a run is running only while a live process of this checkout trains it
+(`training_process`: a pid file alone is no proof, its process may have ended and its number been
+reused); one campaign per folder holds its lock (`campaign_lock`), which `run --background` hands to
+the process it starts; a stop (SIGTERM, Ctrl-C) ends the campaign with a non-zero status, and keeps a
+finished run's outputs (Snakemake runs with --keep-incomplete: every file fedgmh writes is complete or
+absent, so nothing half-written is kept).
 """
 
 from __future__ import annotations
@@ -19,17 +26,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO
 
 import yaml
 
 from fedgmh.cards import resolve_options
-from fedgmh.errors import UserError
-from fedgmh.plan import Plan, Run, with_defaults
-from fedgmh.plan_cost import parse_overrides
+from fedgmh.errors import Interrupted, UserError
+from fedgmh.plan import Plan, Run
+from fedgmh.plan_cost import load_plan
 from fedgmh.record import load_record
 from fedgmh.store import EXECUTION_OPTIONS
 
@@ -72,11 +79,11 @@ class Entry:
         return f"{self.plan.name}--{self.name.replace('/', '--')}"
 
 
-def _plan(config_path: str, base: Path, workflow_dir: Path, schema: dict, overrides: dict[str, Any]) -> Plan:
-    path = base / config_path
-    if not path.is_file():
+def _plan(config_path: str, base: Path, workflow_dir: Path, overrides: list[str]) -> Plan:
+    """The config's plan as the workflow builds it (`load_plan`: a mapping, valid against the schema)."""
+    if not (base / config_path).is_file():
         raise UserError(f"campaign: config {config_path} not found in {base}")
-    return Plan(with_defaults({**yaml.safe_load(path.read_text()), **overrides}, schema), basedir=workflow_dir)
+    return load_plan([config_path], overrides, base, workflow_dir)
 
 
 def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | str = "Snakefile",
@@ -85,14 +92,12 @@ def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | st
     paths are relative to `base`, the folder the workflow runs in), with the `--config` overrides the
     runs will get applied: an override that changes a run (rounds, lr, ...) changes what counts as done."""
     base, path, workflow_dir = Path(base), Path(path), Path(snakefile).resolve().parent
-    config_overrides = parse_overrides(list(overrides))
     try:
         spec = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise UserError(f"campaign file {path} cannot be read: {err}") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("groups"), list) or not spec["groups"]:
         raise UserError(f"campaign file {path}: expected a mapping with a non-empty list `groups`")
-    schema = yaml.safe_load((workflow_dir / "workflow" / "schemas" / "config.schema.yaml").read_text())
     plans: dict[str, Plan] = {}
     entries, seen = [], set()
     for index, group in enumerate(spec["groups"]):
@@ -103,7 +108,7 @@ def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | st
             raise UserError(f"{where}.runs must be a list of experiment/setting/algorithm/seedN")
         config = str(group["config"])
         if config not in plans:
-            plans[config] = _plan(config, base, workflow_dir, schema, config_overrides)
+            plans[config] = _plan(config, base, workflow_dir, list(overrides))
         plan = plans[config]
         for name in group["runs"]:
             parts = name.split("/")
@@ -117,14 +122,26 @@ def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | st
     return entries
 
 
+def training_process(pid: int, entry: Entry, base: Path) -> bool:
+    """Whether process `pid` is the Snakemake process of a campaign (of this code or an earlier one)
+    training `entry` in the folder `base`: its command line (Linux's /proc) names the run's target and
+    `--directory base`. Any other process, one that has ended, or a pid of 1 or less is not."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if pid > 1 else []
+    except OSError:
+        return False
+    folders = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--directory"]
+    return "snakemake" in argv and entry.target in argv and any(Path(folder).resolve() == base.resolve() for folder in folders)
+
+
 def _running_pid(entry: Entry, base: Path) -> int | None:
+    """The pid of the process training `entry`, from its pid file, when that process is one (`training_process`)."""
     pid_file = base / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid"
     try:
         pid = int(pid_file.read_text())
-        os.kill(pid, 0)
     except (OSError, ValueError):
         return None
-    return pid
+    return pid if training_process(pid, entry, base) else None
 
 
 def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
@@ -173,8 +190,9 @@ def next_runs(entries: list[Entry], base: Path | str = ".") -> list[Entry]:
 
 def snakemake_command(targets: list[str], config: str, overrides: list[str], cores: int, snakefile: Path,
                       base: Path, nolock: bool) -> list[str]:
+    # --keep-incomplete: a job stopped after its run finished (its record filed) keeps the run's outputs
     command = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(snakefile), "--directory", str(base),
-               "--cores", str(cores), "--configfile", str(base / config), "--rerun-incomplete"]
+               "--cores", str(cores), "--configfile", str(base / config), "--rerun-incomplete", "--keep-incomplete"]
     if nolock:  # several processes, each making its own run's outputs (the shared inputs are made beforehand)
         command.append("--nolock")
     return command + (["--config", *overrides] if overrides else [])
@@ -204,28 +222,56 @@ def prepare(entries: list[Entry], overrides: list[str], snakefile: Path, base: P
             raise UserError(f"campaign: preparing the data of {config} failed (see {log})")
 
 
+def check_limits(jobs: int, max_runs: int | None) -> None:
+    """At least one run at a time, and at least one run to start when a number is given."""
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs}: at least 1")
+    if max_runs is not None and max_runs < 1:
+        raise UserError(f"--max-runs {max_runs}: at least 1 (leave it out for every run)")
+
+
+def campaign_lock(base: Path | str, inherited: int | None = None) -> IO[str]:
+    """The lock of the folder's one campaign, held (an exclusive flock on logs/campaign/campaign.lock,
+    the file every campaign takes): a second campaign would start the same runs (each Snakemake runs
+    with --nolock), two trainers in one run folder. `inherited`: the descriptor of that file handed
+    down by `run --background`, whose lock this process holds already."""
+    path = Path(base) / CAMPAIGN_LOGS / "campaign.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = inherited if inherited is not None else os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    lock = os.fdopen(fd, "a+")
+    if inherited is not None and os.fstat(lock.fileno()).st_ino != os.stat(path).st_ino:
+        lock.close()
+        raise UserError(f"descriptor {inherited} is not {path}")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise UserError(f"a campaign is already running in {Path(base).resolve()} (it holds {path}); "
+                        "`fedgmh campaign status` shows its runs") from None
+    return lock
+
+
 def run_campaign(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path | str, base: Path | str = ".",
-                 max_runs: int | None = None, poll_s: float = 5.0, say: Callable[[str], None] = print) -> dict[str, list[str]]:
+                 max_runs: int | None = None, poll_s: float = 5.0, say: Callable[[str], None] = print,
+                 lock_fd: int | None = None) -> dict[str, list[str]]:
     """Train the campaign's next runs, `jobs` at a time, until none is left (or `max_runs` were
     started); each run is one Snakemake process (its log under logs/campaign/). SIGTERM or Ctrl-C
-    stops the runs in progress (they snapshot at the end of their round) and returns."""
+    stops the runs in progress (they snapshot at the end of their round) and raises `Interrupted`.
+    `lock_fd`: the campaign's lock, held already (`campaign_lock`)."""
+    check_limits(jobs, max_runs)
     base, snakefile = Path(base).resolve(), Path(snakefile).resolve()
     (base / CAMPAIGN_LOGS / "running").mkdir(parents=True, exist_ok=True)
-    with _one_campaign(base):
+    with campaign_lock(base, lock_fd):
         return _run(entries, jobs, overrides, snakefile, base, max_runs, poll_s, say)
 
 
-@contextlib.contextmanager
-def _one_campaign(base: Path) -> Iterator[None]:
-    """One campaign process per folder: a second one would start the same runs (each Snakemake runs
-    with --nolock), two trainers in one run folder."""
-    with open(base / CAMPAIGN_LOGS / "campaign.lock", "a+") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"another `fedgmh campaign run` is under way in {base} (it holds {lock.name}); "
-                            "`fedgmh campaign status` shows its runs") from None
-        yield
+def stopped_line(entry: Entry, base: Path) -> str:
+    """What became of a run whose process the campaign stopped."""
+    if record_problem(entry, base) is None:
+        return f"campaign: {entry.plan.name}/{entry.name} stopped after its record was filed: done ({entry.record})"
+    resumes = (base / entry.snapshot).is_file()
+    return (f"campaign: {entry.plan.name}/{entry.name} stopped; the next `campaign run` "
+            + ("resumes it from its snapshot" if resumes else "starts it again (no snapshot yet)"))
 
 
 def _run(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path, base: Path, max_runs: int | None,
@@ -280,9 +326,11 @@ def _run(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path,
         for slug, (entry, process) in running.items():
             process.wait()
             (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
-            resumes = (base / entry.snapshot).is_file()
-            say(f"campaign: {entry.plan.name}/{entry.name} stopped; the next `campaign run` "
-                + ("resumes it from its snapshot" if resumes else "starts it again (no snapshot yet)"))
+            say(stopped_line(entry, base))
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if stop["signal"] is not None:
+        raise Interrupted(stop["signal"], f"campaign stopped by {signal.Signals(stop['signal']).name} "
+                          f"({len(outcome['finished'])} finished, {len(outcome['failed'])} failed); "
+                          "`fedgmh campaign run` goes on from where it stopped")
     return outcome

@@ -35,27 +35,33 @@ def _cmd_status(args: argparse.Namespace) -> None:
     print("campaign: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("done", "running", "cut off", "to do")))
 
 
+def _background(args: argparse.Namespace) -> None:
+    """Start the campaign in a process of its own, which takes over the campaign's lock held here
+    (a second `run --background` is refused at once, not in the first one's log)."""
+    from fedgmh.campaign import CAMPAIGN_LOGS, campaign_lock
+
+    log = Path(args.directory) / CAMPAIGN_LOGS / "campaign.log"
+    with campaign_lock(args.directory) as lock, open(log, "a") as out:
+        argv = ["campaign", "run", "--file", args.file, "--directory", args.directory, "--jobs", str(args.jobs),
+                "--snakefile", args.snakefile, *(["--max-runs", str(args.max_runs)] if args.max_runs is not None else []),
+                "--lock-fd", str(lock.fileno()), *(["--config", *args.config] if args.config else [])]
+        process = subprocess.Popen([sys.executable, "-m", "fedgmh.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(lock.fileno(),))
+    print(f"campaign: running in the background (pid {process.pid}); progress: {log}; "
+          f"`fedgmh campaign status` shows each run; `kill {process.pid}` stops it (runs resume from their snapshots)")
+
+
 def _cmd_run(args: argparse.Namespace) -> None:
-    from fedgmh.campaign import CAMPAIGN_LOGS, run_campaign
+    from fedgmh.campaign import check_limits, run_campaign
     from fedgmh.errors import UserError
 
     entries = _entries(args)  # checked before anything starts, also with --background
-    if args.jobs < 1:
-        raise UserError(f"--jobs {args.jobs}: at least 1")
+    check_limits(args.jobs, args.max_runs)
     if args.background:
-        log = Path(args.directory) / CAMPAIGN_LOGS / "campaign.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        argv = ["campaign", "run", "--file", args.file, "--directory", args.directory, "--jobs", str(args.jobs),
-                "--snakefile", args.snakefile, *(["--max-runs", str(args.max_runs)] if args.max_runs is not None else []),
-                *(["--config", *args.config] if args.config else [])]
-        with open(log, "a") as out:
-            process = subprocess.Popen([sys.executable, "-m", "fedgmh.cli", *argv], stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
-        print(f"campaign: running in the background (pid {process.pid}); progress: {log}; "
-              f"`fedgmh campaign status` shows each run; `kill {process.pid}` stops it (runs resume from their snapshots)")
+        _background(args)
         return
     outcome = run_campaign(entries, args.jobs, args.config, args.snakefile, args.directory, max_runs=args.max_runs,
-                           say=lambda line: print(line, flush=True))
+                           say=lambda line: print(line, flush=True), lock_fd=args.lock_fd)
     print(f"campaign: {len(outcome['finished'])} finished, {len(outcome['failed'])} failed")
     if outcome["failed"]:
         raise UserError("some runs failed (their logs are named above)")
@@ -78,3 +84,4 @@ def register(sub: argparse._SubParsersAction) -> None:
             v.add_argument("--jobs", type=int, default=2, help="runs at once (default 2: one per core of a 2-core CPU)")
             v.add_argument("--max-runs", type=int, default=None, help="start at most this many runs, then stop when they end")
             v.add_argument("--background", action="store_true", help="detach and return at once; progress goes to logs/campaign/campaign.log")
+            v.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # the lock `--background` hands down

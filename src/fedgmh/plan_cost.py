@@ -58,26 +58,29 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str = ".") -> Plan:
-    """The plan the workflow builds for `snakemake --configfile FILES --config KEY=VALUE...` run in `basedir`."""
+def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str = ".", workflow_dir: Path | str | None = None) -> Plan:
+    """The plan the workflow builds for `snakemake --configfile FILES --config KEY=VALUE...` run in
+    `basedir` (the config files' folder) with the Snakefile of `workflow_dir` (its schema; default
+    `basedir`). Each problem of the config is one line naming the file or the key."""
     basedir = Path(basedir)
+    workflow_dir = Path(workflow_dir) if workflow_dir is not None else basedir
     config: dict[str, Any] = {}
     for name in configfiles or [DEFAULT_CONFIG]:
         path = basedir / name
         try:
             loaded = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as err:
-            raise UserError(f"--configfile {name}: cannot be read ({err})") from None
+            raise UserError(f"config file {name} cannot be read ({err})") from None
         if not isinstance(loaded, dict):
-            raise UserError(f"--configfile {name}: not a mapping of config keys")
+            raise UserError(f"config file {name} is not a mapping of config keys")
         config = _merge(config, loaded)
     config = _merge(config, parse_overrides(overrides))
-    schema = yaml.safe_load((basedir / SCHEMA).read_text())
+    schema = yaml.safe_load((workflow_dir / SCHEMA).read_text())
     with_defaults(config, schema)
     problems = schema_problems(config, schema)
     if problems:
         raise UserError(f"invalid configuration: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    return Plan(config, basedir=basedir)
+    return Plan(config, basedir=workflow_dir)
 
 
 def _without_data_fields(key: dict[str, Any]) -> dict[str, Any]:

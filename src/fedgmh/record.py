@@ -17,7 +17,9 @@ JSON (NaN and Infinity refused). Consistent (`load_record`, docs/store.md "Valid
   round in which no sample was trained: the final evaluation);
 - run.json's results (RESULT_FIELDS) are what metrics.csv gives (`results_of`, the rule `fedgmh
   train` writes them by), and clients.csv, where there is one, pools to the same best and final
-  accuracies.
+  accuracies;
+- what run.json says twice agrees (`check_identity`): a record relabelled in one place is refused;
+- it holds at most MAX_TABLES tables.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedgmh.cards import card
+from fedgmh.cards import card, resolve_options
 from fedgmh.config import EngineOptions
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_json
@@ -64,6 +66,13 @@ MAY_BE_EMPTY = ("train_loss",)
 #: clients.csv's pooled accuracies and the run.json fields they equal (up to float rounding)
 CLIENT_POOLS = {"test_acc_best": "best_test_acc", "test_acc_last": "final_test_acc"}
 POOL_TOLERANCE = 1e-9
+#: the fields run.json holds twice: the top-level one and its copies (section, field), which must agree
+DUPLICATED_FIELDS = {"algorithm": (("config", "algorithm"),), "dataset": (("config", "dataset"), ("partition", "dataset")),
+                     "seed": (("config", "seed"),), "num_clients": (("partition", "num_clients"),)}
+#: the most CSV tables a record may hold (metrics.csv included); the engine and the algorithms write at most 4
+MAX_TABLES = 32
+#: seeds are numpy's (`TrainConfig`)
+SEED_LIMIT = 2**32
 
 
 def is_accuracy(name: str) -> bool:
@@ -241,6 +250,59 @@ def check_numbers(folder: Path, record: dict[str, Any], metrics: pd.DataFrame) -
             raise UserError(f"{run_json}: best_round {value} is not a round of its {rounds} rounds")
         if value != derived[field]:
             raise UserError(f"{run_json}: {field} is {value!r} but metrics.csv gives {derived[field]!r}")
+    wall = record.get("wall_time_s", 0)
+    if not (_number(wall) and math.isfinite(wall) and wall >= 0):
+        raise UserError(f"{run_json}: wall_time_s is {wall!r}, not a number of seconds")
+
+
+def _copies(record: dict[str, Any], field: str) -> list[tuple[str, Any]]:
+    """The field's copies that run.json holds, as ('section.field', value), the top-level one first."""
+    found = [(field, record[field])] if field in record else []
+    for section, name in DUPLICATED_FIELDS[field]:
+        part = record.get(section)
+        if isinstance(part, dict) and name in part:
+            found.append((f"{section}.{name}", part[name]))
+    return found
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _option_differences(record: dict[str, Any]) -> list[str]:
+    """The `--set` options of config.overrides that resolve (`fedgmh.cards`) to other values than the
+    record's algorithm_options or engine_options say; none when they cannot be resolved with this code
+    (an option since renamed: the run key compares the resolved ones)."""
+    config = record.get("config")
+    overrides = config.get("overrides") if isinstance(config, dict) else None
+    if not isinstance(overrides, dict) or not overrides:
+        return []
+    try:
+        algorithm_options, engine = resolve_options(str(config.get("algorithm")), overrides)
+        filled = with_option_defaults(record)
+    except (UserError, KeyError, TypeError, AttributeError):
+        return []
+    resolved = {**dataclasses.asdict(engine), **dataclasses.asdict(algorithm_options)}
+    recorded = {**filled["engine_options"], **filled["algorithm_options"]}
+    return [f"config.overrides.{key} {overrides[key]!r} but {key} {recorded[key]!r}" for key in overrides
+            if key in resolved and key in recorded and resolved[key] != recorded[key]]
+
+
+def check_identity(run_json: Path, record: dict[str, Any]) -> None:
+    """What run.json says twice says the same (DUPLICATED_FIELDS, and each `--set` option as the
+    resolved option), and its seed is a seed: a record relabelled in one place (a FedAvg run called
+    fedgmh at the top, seed 7 over config.seed 0) would be filed and reported under the new label."""
+    for field in DUPLICATED_FIELDS:
+        copies = _copies(record, field)
+        if any(value != copies[0][1] for _, value in copies):
+            raise UserError(f"{run_json}: {' but '.join(f'{where} {value!r}' for where, value in copies)}; "
+                            "the copies of a field disagree: the record was edited")
+    for where, seed in _copies(record, "seed"):
+        if not (_whole(seed) and 0 <= seed < SEED_LIMIT):
+            raise UserError(f"{run_json}: {where} {seed!r} is not a seed (a whole number in 0..{SEED_LIMIT - 1})")
+    differences = _option_differences(record)
+    if differences:
+        raise UserError(f"{run_json}: {differences[0]}: the record was edited")
 
 
 def check_clients(path: Path, clients: pd.DataFrame, record: dict[str, Any]) -> None:
@@ -259,11 +321,15 @@ def load_record(folder: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     """A record's run.json and metrics.csv, after every check of this module (UserError naming the
     file and the reason otherwise); its other tables are checked too."""
     folder = Path(folder)
+    names = optional_files(folder)
+    if len(names) + 1 > MAX_TABLES:
+        raise UserError(f"{folder} holds {len(names) + 1} tables (CSV files); a record holds at most {MAX_TABLES}")
     record = read_json(folder / "run.json")
     metrics = read_table(folder / "metrics.csv")
     check_numbers(folder, record, metrics)
+    check_identity(folder / "run.json", record)
     options = engine_options(record)
-    for name in optional_files(folder):
+    for name in names:
         table = read_table(folder / name)
         check_table(folder / name, table, options)
         if name == "clients.csv":

@@ -50,6 +50,10 @@ except ImportError:  # Windows: no advisory locks; concurrent writers are the us
 WORKFLOW_LABELS = ("config_name", "experiment", "setting", "variant")
 
 
+#: the most files and folders below one merge source (a store of 2,000 records holds about 12,000)
+MAX_SOURCE_ENTRIES = 50_000
+
+
 class StoreConflict(UserError):
     """Two records of the same run disagree: the store needs a person to decide which one is right."""
 
@@ -357,6 +361,18 @@ def _add(run: StoredRun, target: Path, into: Path) -> Path | StoredRun | str:
     return target
 
 
+def count_entries(folder: Path, limit: int) -> int:
+    """The files and folders below `folder` (links not followed), counted only up to `limit` + 1."""
+    count, pending = 0, [folder]
+    while pending and count <= limit:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                count += 1
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
+    return count
+
+
 def require_folders(folders: Iterable[Path | str]) -> None:
     """UserError naming the first of `folders` that is not a folder: a store or source the user names
     must exist (a mistyped one is not an empty store)."""
@@ -371,9 +387,14 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
     store's lock (`locked(into)`: the store is read under it, so a second merge waits and sees what
     the first added). Records already in the store (same key, same results) are skipped, completed
     with the optional tables they lack; conflicting, invalid and unplaceable ones are reported and
-    left out. Returns lines per outcome."""
+    left out. A source of more than MAX_SOURCE_ENTRIES files and folders is refused before anything is
+    copied. Returns lines per outcome."""
     into, sources = Path(into), [Path(source) for source in sources]
     require_folders(sources)
+    for source in sources:  # before anything is copied: a bundle of junk would take hours and fill the store
+        if count_entries(source, MAX_SOURCE_ENTRIES) > MAX_SOURCE_ENTRIES:
+            raise UserError(f"{source} holds more than {MAX_SOURCE_ENTRIES:,} files and folders, more than a merge takes; "
+                            "nothing was merged: merge its folders one at a time, or remove what is not a record")
     outcome: dict[str, list[str]] = {"added": [], "present": [], "conflict": [], "invalid": [], "refused": []}
     with locked(into):
         present, _ = scan([into])

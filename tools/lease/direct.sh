@@ -39,9 +39,11 @@ start)
     mkdir -p "$keep/bin"
     printf '#!/bin/sh\nexec python3 -m fedgmh.cli "$@"\n' > "$keep/bin/fedgmh" && chmod +x "$keep/bin/fedgmh"
     export PATH=$keep/bin:$PATH PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+    root=data  # the config's data_root, as prepare_direct.sh found it (without it: data, the default)
+    [ -f "$meta/data_root" ] && root=$(cat "$meta/data_root")
     while read -r dataset; do  # digits is embedded in the code; the others come from the mirror
-        if [ "$dataset" = digits ]; then fedgmh download digits --root data || exit 1
-        else fedgmh download "$dataset" --root data --mirror "$keep/mirror" || exit 1; fi
+        if [ "$dataset" = digits ]; then fedgmh download digits --root "$root" || exit 1
+        else fedgmh download "$dataset" --root "$root" --mirror "$keep/mirror" || exit 1; fi
     done < "$meta/datasets"
     cp -r "$meta/partitions/." .
     grep -o ' > [^ ]*\.log' "$meta/commands.txt" | cut -c4- | xargs -r -n1 dirname | sort -u | xargs -r mkdir -p

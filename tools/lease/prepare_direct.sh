@@ -5,6 +5,7 @@
 #                       (from a dry run with device cuda, which a job runs as a free GPU slot, and jobs_per_gpu J)
 #   meta/partitions/    their partition files, drawn here (the same files a job there would draw)
 #   meta/datasets       the datasets to take from the mirror there (`fedgmh download --mirror`)
+#   meta/data_root      the config's data_root, where they go there (the runs' `--root`)
 #   part-NN             the mirror's files of those datasets as one tar, in parts of at most
 #                       PART_MIB (default 54) MiB, one call each: a call carries 64 MiB with the repository
 #   meta/parts, meta/parts.sha256   how many parts, and their checksums
@@ -35,6 +36,7 @@ snakemake "${partitions[@]}" --configfile "$config" --config mirror="$mirror" de
 for partition in "${partitions[@]}"; do mkdir -p "$meta/partitions/$(dirname "$partition")" && cp "$partition" "$meta/partitions/$partition"; done
 # the mirror's files of each dataset (digits is embedded in the code)
 grep -o -- '--dataset [^ ]*' "$meta/commands.txt" | cut -d' ' -f2 | sort -u > "$meta/datasets"
+python3 -c "import sys; from fedgmh.plan_cost import load_plan; print(load_plan([sys.argv[1]], []).data)" "$config" > "$meta/data_root"
 files=()
 while read -r dataset; do
     case $dataset in

@@ -8,6 +8,7 @@ reads the file while it builds its DAG (`Plan.claim_experiments`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, NamedTuple
 import yaml
 
 from fedgmh.errors import UserError
+from fedgmh.report.parsing import is_percent_target
 
 #: test kind -> (required fields, optional fields), besides id, where, claim, test and note
 TESTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
@@ -108,9 +110,13 @@ def _cell(where: str, value: Any, field: str) -> str:
     return value
 
 
-def _number(where: str, value: Any, field: str, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and value <= 0):
-        raise _fail(where, f"{field} must be a {'positive ' if positive else ''}number, got {value!r}")
+def _number(where: str, value: Any, field: str, positive: bool = False, percent: bool = False) -> float:
+    """A finite number (`positive`: > 0; `percent`: an accuracy in percent, in (0, 100]); a NaN target,
+    threshold or tolerance would decide every comparison made with it."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not number or positive and value <= 0 or percent and not is_percent_target(value):
+        what = "an accuracy in percent, in (0, 100]" if percent else f"a finite {'positive ' if positive else ''}number"
+        raise _fail(where, f"{field} must be {what}, got {value!r}")
     return float(value)
 
 
@@ -125,7 +131,7 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
             _cell(where, spec["minus"], "minus")
     elif test == "rounds":
         _cell(where, spec["curves"], "curves")
-        spec["target"] = _number(where, spec["target"], "target", positive=True)
+        spec["target"] = _number(where, spec["target"], "target", percent=True)
         forms = [form for form in ROUNDS_FORMS if form in spec]
         if len(forms) != 1 or ("later" in spec) != ("earlier" in spec) or ("algorithms" in spec) != ("after" in spec):
             raise _fail(where, "a rounds claim has exactly one of: paper {algorithm: round}; earlier + later; after + algorithms")

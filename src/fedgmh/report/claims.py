@@ -74,6 +74,8 @@ class TTest:
 
 def t_test(values: Sequence[float], null: float = 0.0) -> TTest:
     x = np.asarray(values, dtype=float)
+    if not (np.isfinite(x).all() and math.isfinite(null)):  # the tables' numbers are checked where they are read
+        raise ValueError(f"a t-test of {list(values)} against {null}: every number must be finite")
     n, mean = len(x), float(x.mean())
     se = float(x.std(ddof=1)) / math.sqrt(n) if n > 1 else math.nan
     if not se > 0:  # identical values (or one): the mean is exact

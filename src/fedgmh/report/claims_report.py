@@ -59,6 +59,12 @@ class Runs:
                 key = (rec["experiment"], rec["setting"], rec["algorithm"])
                 self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
                 self.rows.setdefault(key, []).append(rec)
+        if curves is not None and not curves.empty:
+            twice = curves[curves.duplicated(CELL_KEY + ["seed", "round"], keep=False)]
+            if not twice.empty:
+                first = twice.iloc[0]
+                raise UserError(f"the curves hold round {first['round']} of run {first['experiment']}/{first['setting']}/"
+                                f"{first['algorithm']} seed {first['seed']} twice; give each experiment's curves once")
         groups = [] if curves is None or curves.empty else list(curves.groupby(CELL_KEY, sort=False))
         self.curves = {key: accuracy_by_seed(frame) for key, frame in groups}
         # the paper's number of rounds for the curve's dataset (inf: unknown)

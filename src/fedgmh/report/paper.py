@@ -19,7 +19,7 @@ import pandas as pd
 from fedgmh.config import TrainConfig
 from fedgmh.errors import UserError
 from fedgmh.report.labels import DATASET_NAMES, dataset_name, format_number
-from fedgmh.report.parsing import norm_name
+from fedgmh.report.parsing import cell_text, norm_name
 
 REFERENCE_COLUMNS = ("table", "dataset", "C", "alpha", "algorithm", "mean", "std")
 #: the reference's columns that place a cell: a table varies some of them (its swept dimensions)
@@ -89,7 +89,7 @@ def reference_key(row: pd.Series | dict) -> tuple:
 
 
 def check_reference(reference: pd.DataFrame, name: str = "reference table") -> None:
-    """Refuse a reference whose mean or std is not a number (empty is allowed: 'no reference'), or
+    """Refuse a reference whose mean or std is not a percentage in [0, 100] (empty is allowed: 'no reference'), or
     that holds one cell twice (two rows with the same REFERENCE_COLUMNS placement and dimensions)."""
     absent = set(REFERENCE_COLUMNS) - set(reference.columns)
     if absent:
@@ -98,11 +98,12 @@ def check_reference(reference: pd.DataFrame, name: str = "reference table") -> N
         raise UserError(f"{name} has no rows; give one row per cell of the paper's tables (e.g. reference/fedgmh_paper_tables.csv)")
     for column in ("mean", "std"):
         values = pd.to_numeric(reference[column], errors="coerce")
-        bad = reference[column].notna() & ~(values.ge(0) & values.lt(math.inf))
+        bad = reference[column].notna() & ~(values.ge(0) & values.le(100))  # percent
         if bad.any():
             row = int(bad.to_numpy().argmax())
             raise UserError(f"{name}: row {row + 1} below the header ({reference_cell(reference.iloc[row])}) has {column} "
-                            f"{reference[column].iloc[row]!r}; give a finite number >= 0, or leave it empty (no reference)")
+                            f"{cell_text(reference[column].iloc[row])}; give a percentage in [0, 100], or leave it empty "
+                            "(no reference)")
     seen: dict[tuple, int] = {}
     for position, row in enumerate(reference.to_dict("records")):
         key = reference_key(row)

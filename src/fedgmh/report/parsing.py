@@ -70,6 +70,16 @@ def sort_value(value: Any) -> tuple:
     return (0, 0, str(value))
 
 
+def cell_text(value: Any) -> str:
+    """A table cell's value as an error message shows it: text quoted, a number as written ('3.5', 'nan')."""
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def is_percent_target(value: Any) -> bool:
+    """Whether `value` is a target accuracy in percent: a finite number in (0, 100] (`bool` is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 100
+
+
 def norm_name(text: Any) -> str:
     """Lower case, letters and digits only: 'LG-FedAvg' and 'lgfedavg' match."""
     return "".join(ch for ch in str(text).lower() if ch.isalnum())

@@ -20,6 +20,7 @@ from fedgmh.cards import resolve_options
 from fedgmh.errors import UserError
 from fedgmh.io import reading, write_csv
 from fedgmh.record import check_fields, load_record, results_of
+from fedgmh.report.checks import check_aggregate
 from fedgmh.report.labels import (
     ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS,
 )
@@ -210,7 +211,8 @@ IDENTITY_COLUMNS = ["experiment", "setting", "dataset", "classes_per_client", "a
 
 
 def _read_aggregate_csv(path: Path | str, what: str, flag: str, value_columns: list[str]) -> pd.DataFrame:
-    """Read a CSV written by `fedgmh aggregate` (results or curves), checking its columns."""
+    """Read a CSV written by `fedgmh aggregate` (results or curves), checking its columns and numbers
+    (`fedgmh.report.checks`)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} file {path} not found; make it with `fedgmh aggregate {flag} {path}`")
@@ -221,6 +223,7 @@ def _read_aggregate_csv(path: Path | str, what: str, flag: str, value_columns: l
             raise UserError(f"{what} file {path} lacks column(s) {', '.join(absent)}; was it written by `fedgmh aggregate {flag}`?")
         frame["experiment"] = frame["experiment"].astype(object).fillna("").astype(str)
         frame["variant"] = frame["variant"].astype(object).fillna("").astype(str) if "variant" in frame.columns else ""
+    check_aggregate(frame, f"{what} file {path}")
     return frame
 
 

@@ -40,7 +40,7 @@ from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import format_number
 from fedgmh.report.runs import read_curves
-from fedgmh.report.parsing import order_key
+from fedgmh.report.parsing import is_percent_target, order_key
 
 NOT_REACHED = "not reached"
 NEVER = "–"
@@ -61,6 +61,9 @@ def target_cell(curves: pd.DataFrame, experiment: str, setting: str, targets: Se
     (one value per target, per algorithm): UserError naming what is wrong."""
     if not targets:
         raise UserError("no target accuracy given")
+    for target in targets:
+        if not is_percent_target(target):
+            raise UserError(f"target accuracy {target} is not a percentage in (0, 100]")
     frame = curves[(curves["experiment"] == experiment) & (curves["setting"] == setting)]
     if frame.empty:
         present = sorted(set(curves.loc[curves["experiment"] == experiment, "setting"]))
