@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 DEFAULT_FILE = "config/campaign.yaml"
+CLAIMS = "reference/fedgmh_paper_claims.yaml"
 
 
 def _entries(args: argparse.Namespace):
@@ -17,22 +18,39 @@ def _entries(args: argparse.Namespace):
 
 
 def _cmd_status(args: argparse.Namespace) -> None:
+    from fedgmh import campaign_outlook as outlook
     from fedgmh.campaign import record_problem, state
+    from fedgmh.report.claim_file import read_claims
 
     entries = _entries(args)
+    base = Path(args.directory)
+    claims = read_claims(base / CLAIMS) if (base / CLAIMS).is_file() else []
+    artifacts = base / "paper_artifacts" / entries[0].plan.name
+    cells = outlook.claim_cells(claims, outlook.read_verdicts(artifacts / "so_far"))
+    cpu_seconds, rates = outlook.cpu_run_seconds(artifacts / "runs"), outlook.gpu_rates(base / outlook.GPU_RATES)
+    groups: dict[str, list] = {}
+    for entry in entries:
+        groups.setdefault(entry.group, []).append(entry)
     counts: dict[str, int] = {}
-    group = None
-    for index, entry in enumerate(entries, 1):
-        if entry.group != group:
-            group = entry.group
-            print(f"# {group} ({entry.config})")
-        now = state(entry, args.directory)
-        counts[now] = counts.get(now, 0) + 1
-        problem = record_problem(entry, args.directory) if now != "done" else None
-        where = f"  {entry.record}" if now == "done" else f"  {entry.snapshot}" if now == "cut off" else ""
-        where += f"  ({entry.record}: {problem})" if problem and problem != "no record" else ""
-        print(f"{index:3d}. {entry.name:55s} {now}{where}")
-    print("campaign: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("done", "running", "cut off", "to do")))
+    index, remaining = 0, []
+    for group, members in groups.items():
+        lines, left = [], []
+        for entry in members:
+            index += 1
+            now = state(entry, args.directory)
+            counts[now] = counts.get(now, 0) + 1
+            left += [entry] if now in ("to do", "cut off") else []
+            problem = record_problem(entry, args.directory) if now != "done" else None
+            where = f"  {entry.record}" if now == "done" else f"  {entry.snapshot}" if now == "cut off" else ""
+            where += f"  ({entry.record}: {problem})" if problem and problem != "no record" else ""
+            lines.append(f"{index:3d}. {entry.name:55s} {now}{where}")
+        print(f"# {group} ({members[0].config})")
+        if left:
+            print(f"#   {outlook.outlook(left, cells, cpu_seconds, rates, args.jobs)}")
+        print("\n".join(lines))
+        remaining += left
+    print("campaign: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("done", "running", "cut off", "to do"))
+          + (f"; the rest: {outlook.estimate(remaining, cpu_seconds, rates, args.jobs)}" if remaining else ""))
 
 
 def _background(args: argparse.Namespace) -> None:
@@ -80,8 +98,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        help="Snakemake --config overrides for every run, e.g. device=cpu mirror=../shared/data; "
                        "one that changes a run (rounds=2) changes which records count as done")
         v.set_defaults(func=func)
+        v.add_argument("--jobs", type=int, default=2, help="runs at once (default 2: one per core of a 2-core CPU)"
+                       + ("; status: the CPU time estimates assume as many" if name == "status" else ""))
         if name == "run":
-            v.add_argument("--jobs", type=int, default=2, help="runs at once (default 2: one per core of a 2-core CPU)")
             v.add_argument("--max-runs", type=int, default=None, help="start at most this many runs, then stop when they end")
             v.add_argument("--background", action="store_true", help="detach and return at once; progress goes to logs/campaign/campaign.log")
             v.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # the lock `--background` hands down
