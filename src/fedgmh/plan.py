@@ -42,9 +42,10 @@ from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
+from fedgmh.record import run_subfolder
 from fedgmh.report.claim_file import read_claims
 from fedgmh.report.labels import format_number
-from fedgmh.report.settings import assign_setting_ids, partition_id, run_subfolder
+from fedgmh.report.settings import assign_setting_ids, partition_id
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")

@@ -140,8 +140,3 @@ def setting_label(record: dict[str, Any], setting: str) -> tuple[str, str]:
 def setting_extra(record: dict[str, Any], setting: str) -> str:
     """What a setting id adds after its partition part: '_e4', '_beta0.1@official', ... ('' for none)."""
     return _split(record, setting)[1]
-
-
-def run_subfolder(experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
-    """Where the workflow files a run below a runs folder (results/<name>/runs, paper_artifacts/<name>/runs)."""
-    return f"{experiment}/{setting}/{algorithm}/seed{seed}"
