@@ -215,7 +215,28 @@ def _cmd_train(args: argparse.Namespace) -> None:
 def _cmd_serve(args: argparse.Namespace) -> None:
     from fedgmh import warm
 
-    warm.serve(lambda argv: main(argv, warm=False), args.socket, args.idle_timeout, args.parent)
+    warm.serve(lambda argv: main(argv, warm=False), served_train_problem, args.socket, args.idle_timeout, args.parent)
+
+
+def served_train_problem(argv: list[str]) -> str | None:
+    """Why the warm server may not run `fedgmh ARGV` (None: it may): only a `train` command line that
+    the train parser accepts, on a device it serves. Parsed in the server, before anything runs."""
+    import io
+
+    from fedgmh import warm
+
+    if argv[:1] != ["train"]:
+        return "only `fedgmh train` is served"
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            args = build_parser().parse_args(argv)
+    except SystemExit as stop:
+        lines = said.getvalue().strip().splitlines()
+        return "not a valid train command line" + (f": {lines[-1]}" if stop.code and lines else "")
+    if not warm.served(args.device):
+        return f"--device {args.device} is not served (cpu only)"
+    return None
 
 
 class _Version(argparse.Action):
