@@ -506,12 +506,13 @@ def test_a_message_over_the_limit_is_refused_on_its_length(fake_server):
 
 
 def test_frames_are_read_in_linear_time():
+    """Four messages of nearly 1 MiB in 128-byte pieces (a quadratic reader copies some 16 GiB)."""
     frames = warm._Frames()
     body = json.dumps({"argv": ["x" * 100] * (warm.MAX_MESSAGE // 110)}).encode()
     data = _framed(body) * 4
     started = time.monotonic()
-    for at in range(0, len(data), 512):
-        frames.feed(data[at:at + 512])
+    for at in range(0, len(data), 128):
+        frames.feed(data[at:at + 128])
     assert len(frames.messages) == 4 and time.monotonic() - started < 2
 
 

@@ -359,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="a warm server for `fedgmh train`: imports torch once, forks a process per run "
                        "(the workflow starts it; clients find it through FEDGMH_WARM_SOCKET)")
-    p.add_argument("--socket", required=True, help="Unix socket path to listen on (at most about 100 characters)")
+    p.add_argument("--socket", required=True, help="Unix socket path to listen on (at most about 100 characters), in a "
+                   "folder only you may enter (mode 700) or one that does not exist yet (created, and removed on exit)")
     p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="SECONDS",
                    help="exit after this long without a run (default %(default)s)")
     p.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone (the workflow's Snakemake)")
