@@ -127,6 +127,7 @@ class FakeServer:
         if self.process.poll() is None:
             self.process.terminate()
             self.process.wait(30)
+        shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)  # left by a server killed outright
 
 
 @pytest.fixture
