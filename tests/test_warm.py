@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from test_cards import BLOCKER
+from test_warm_security import MALFORMED, _answers, _answers_until, _connect, _framed, _request, _stdio
 
 from fedgmh import warm
 from fedgmh.cli import main
@@ -29,9 +31,10 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]), **extra)
 
 
-def _start_server(*args: str) -> tuple[subprocess.Popen, str, Path]:
+def _start_server(logs: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
+    """`fedgmh serve ARGS` on a fresh socket (its folder made by the server), writing to a log in `logs`."""
     path = warm.socket_path()
-    log = Path(path).parent / "log"
+    log = logs / f"{os.path.basename(os.path.dirname(path))}.log"
     with open(log, "w") as out:
         server = subprocess.Popen([sys.executable, "-m", "fedgmh.cli", "serve", "--socket", path, *args],
                                   stdout=out, stderr=subprocess.STDOUT, env=_env())
@@ -46,9 +49,9 @@ def _wait_for(condition, timeout_s: float = 120.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(tmp_path_factory):
     """A server (socket path, log file) shared by the module's tests."""
-    process, path, log = _start_server()
+    process, path, log = _start_server(tmp_path_factory.mktemp("warm"))
     try:
         _wait_for(lambda: os.path.exists(path) or process.poll() is not None)
         assert process.poll() is None, log.read_text()
@@ -56,9 +59,7 @@ def server():
     finally:
         assert warm.stop(path)
         assert process.wait(60) == 0
-        assert not os.path.exists(path)
-        log.unlink()
-        os.rmdir(os.path.dirname(path))
+        assert not os.path.exists(os.path.dirname(path))  # the socket and the folder the server made for it
 
 
 @pytest.fixture
@@ -168,24 +169,84 @@ def test_a_killed_client_leaves_no_training_behind(server, train_args, tmp_path,
         assert client.returncode == -signal.SIGKILL
 
 
-def test_the_server_exits_when_idle_or_orphaned(tmp_path):
+def test_the_server_exits_when_idle_or_orphaned_and_removes_its_folder(tmp_path):
+    """A server whose parent (the workflow's Snakemake) is killed, or that is idle, exits and leaves no
+    socket and no folder behind."""
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    idle, idle_path, idle_log = _start_server("--idle-timeout", "1")
-    orphan, orphan_path, orphan_log = _start_server("--parent", str(parent.pid))
+    idle, idle_path, idle_log = _start_server(tmp_path, "--idle-timeout", "1")
+    orphan, orphan_path, orphan_log = _start_server(tmp_path, "--parent", str(parent.pid))
     try:
         assert idle.wait(120) == 0, idle_log.read_text()
-        assert "listening" in idle_log.read_text() and not os.path.exists(idle_path)
+        assert "listening" in idle_log.read_text() and not os.path.exists(os.path.dirname(idle_path))
         _wait_for(lambda: os.path.exists(orphan_path))
         assert orphan.poll() is None
         parent.kill()
         parent.wait()
         assert orphan.wait(60) == 0
-        assert not os.path.exists(orphan_path)
+        assert not os.path.exists(os.path.dirname(orphan_path))
     finally:
         for process in (parent, idle, orphan):
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        for path, log in ((idle_path, idle_log), (orphan_path, orphan_log)):
-            log.unlink()
-            os.rmdir(os.path.dirname(path))
+
+
+def _ask(path: str, request: dict) -> list[dict]:
+    """The server's answers to `request`, and to a go-ahead with stdio if it is ready."""
+    with _connect(path) as conn, _stdio() as fds:
+        conn.sendall(warm._frame(request))
+        answers = _answers_until(conn, 1)
+        if answers == [{"ready": True}]:
+            socket.send_fds(conn, [warm._frame({"go": True})], fds)
+            answers += _answers(conn)
+        return answers
+
+
+def test_the_server_runs_only_train_command_lines_its_parser_accepts(server, tmp_path):
+    """Another command (`download` creating a folder, `--version` running git), a train command line
+    the parser refuses, or a device the server does not serve: refused before anything runs."""
+    path, log = server
+    made = tmp_path / "made-by-download"
+    valid = ["train", "--root", "r", "--partition", "p", "--algorithm", "fedavg", "--rounds", "1", "--out", "o"]
+    for argv, why in ((["download", "digits", "--root", str(made)], "only `fedgmh train` is served"),
+                      (["--version"], "only `fedgmh train` is served"),
+                      (["train", "--version"], "not a valid train command line: "),
+                      ([*valid, "--no-such-flag"], "not a valid train command line: "),
+                      ([*valid, "-h"], "not a valid train command line"),
+                      ([*valid, "--device", "cuda"], "--device cuda is not served")):
+        answers = _ask(path, _request(argv))
+        assert len(answers) == 1 and answers[0].get("refused", "").startswith(why), (argv, answers)
+    assert not made.exists()
+    assert ": fedgmh download" not in log.read_text() and ": fedgmh --version" not in log.read_text()
+
+
+def test_a_run_uses_the_servers_path_not_the_callers(server, train_args, tmp_path):
+    """The run's environment is the server's (but for CLIENT_VARIABLES): a `git` first on the caller's
+    PATH is not what records the run's commit."""
+    path, log = server
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "git").write_text(f"#!/bin/sh\ntouch {tmp_path / 'evil-git-ran'}\necho 0000000\n")
+    (evil / "git").chmod(0o755)
+    code = BLOCKER + "from fedgmh.cli import main\nsys.exit(main(sys.argv[2:]))\n"
+    env = _env(**{warm.SOCKET_VARIABLE: path, "PATH": f"{evil}{os.pathsep}{os.environ['PATH']}"})
+    client = subprocess.run([sys.executable, "-c", code, "torch,pandas", *train_args(tmp_path / "run")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert client.returncode == 0, client.stderr
+    assert str(tmp_path / "run") in log.read_text()  # it ran on the server
+    assert not (tmp_path / "evil-git-ran").exists()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["code_version"] != "0000000"
+
+
+def test_malformed_messages_leave_the_server_serving(server, train_args, tmp_path):
+    path, log = server
+    for body in MALFORMED:
+        with _connect(path) as conn:
+            conn.sendall(_framed(body))
+            answers = _answers(conn)
+        assert len(answers) == 1 and "refused" in answers[0], (body[:40], answers)
+    argv = train_args(tmp_path / "run", "--set", "no_such_option=1")
+    client = _client(argv, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = client.communicate(timeout=300)
+    assert client.returncode == 2 and err.startswith("fedgmh train: error: ")
+    assert log.read_text().count(str(tmp_path / "run")) == 1  # it ran on the server

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -263,6 +265,39 @@ def test_warm_train_runs_the_training_jobs_on_one_server_that_ends_with_snakemak
     assert not os.path.exists(os.path.dirname(listening.group(1)))
     with pytest.raises(ProcessLookupError):
         os.kill(int(listening.group(2)), 0)
+
+
+def test_the_warm_server_leaves_no_folder_when_snakemake_is_killed(tmp_path: Path) -> None:
+    """Snakemake and its jobs killed outright (no hook runs): the server sees its parent gone, stops
+    its runs and removes its socket and its folder."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "all_runs",
+               "--cores", "1", "--configfile", str(SMOKE)]
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    log = tmp_path / "logs" / "smoke" / "warm-server.log"
+    try:
+        deadline = time.monotonic() + 300
+        while not (log.exists() and "listening" in log.read_text()):
+            assert run.poll() is None and time.monotonic() < deadline, "no warm server started"
+            time.sleep(0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    listening = re.match(r"fedgmh serve: listening on (\S+) \(pid (\d+)\)", log.read_text())
+    deadline = time.monotonic() + 60
+    while os.path.exists(os.path.dirname(listening.group(1))) or _running(int(listening.group(2))):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (an orphan's zombie may wait for a reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_gpu_resource_only_for_cuda(tmp_path: Path) -> None:

@@ -215,7 +215,28 @@ def _cmd_train(args: argparse.Namespace) -> None:
 def _cmd_serve(args: argparse.Namespace) -> None:
     from fedgmh import warm
 
-    warm.serve(lambda argv: main(argv, warm=False), args.socket, args.idle_timeout, args.parent)
+    warm.serve(lambda argv: main(argv, warm=False), served_train_problem, args.socket, args.idle_timeout, args.parent)
+
+
+def served_train_problem(argv: list[str]) -> str | None:
+    """Why the warm server may not run `fedgmh ARGV` (None: it may): only a `train` command line that
+    the train parser accepts, on a device it serves. Parsed in the server, before anything runs."""
+    import io
+
+    from fedgmh import warm
+
+    if argv[:1] != ["train"]:
+        return "only `fedgmh train` is served"
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            args = build_parser().parse_args(argv)
+    except SystemExit as stop:
+        lines = said.getvalue().strip().splitlines()
+        return "not a valid train command line" + (f": {lines[-1]}" if stop.code and lines else "")
+    if not warm.served(args.device):
+        return f"--device {args.device} is not served (cpu only)"
+    return None
 
 
 class _Version(argparse.Action):
@@ -338,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="a warm server for `fedgmh train`: imports torch once, forks a process per run "
                        "(the workflow starts it; clients find it through FEDGMH_WARM_SOCKET)")
-    p.add_argument("--socket", required=True, help="Unix socket path to listen on (at most about 100 characters)")
+    p.add_argument("--socket", required=True, help="Unix socket path to listen on (at most about 100 characters), in a "
+                   "folder only you may enter (mode 700) or one that does not exist yet (created, and removed on exit)")
     p.add_argument("--idle-timeout", type=float, default=IDLE_TIMEOUT_S, metavar="SECONDS",
                    help="exit after this long without a run (default %(default)s)")
     p.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone (the workflow's Snakemake)")

@@ -52,7 +52,7 @@ if PLAN.device_problem:
 # config warm_train: the training jobs of a local CPU run ask one warm server (fedgmh.warm: torch
 # imported once, a forked process per run) to run them, instead of importing torch in each process.
 # Still one job per run; a job that finds no server trains in its own process. The server exits
-# with Snakemake even when no hook runs (Ctrl-C).
+# with Snakemake even when no hook runs (Ctrl-C, Snakemake killed), removing its socket and folder.
 WARM_SERVER = []
 
 
