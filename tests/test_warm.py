@@ -28,7 +28,8 @@ PER_PROCESS = {"peak_rss_bytes"}
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]), **extra)
+    # no empty entry: Python reads one as the current folder, and the server serves only its own sys.path
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])), **extra)
 
 
 def _start_server(logs: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:

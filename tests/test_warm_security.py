@@ -89,7 +89,8 @@ sys.exit(status)
 
 
 def _env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]), **extra)
+    # no empty entry: Python reads one as the current folder, and the server serves only its own sys.path
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])), **extra)
 
 
 def _wait_for(condition, timeout_s: float = 30.0) -> None:
