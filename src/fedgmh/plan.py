@@ -63,6 +63,9 @@ TRAIN_MEM_MB = 4000
 #: E = 2: 7668 s; CIFAR-100 ExDir(5, 0.5), 8 rounds, E = 1: 626 s. Other datasets use the rate
 #: of the one with their number of channels.
 CPU_MINUTES_PER_ROUND_EPOCH = {1: 7668 / 60 / 400, 3: 626 / 60 / 8}
+#: a training job's runtime at most, in minutes, when the runs use a GPU: the longest run of the paper
+#: (CIFAR-100, 300 rounds) with margin; the CPU estimate above would ask a GPU queue for days
+GPU_RUNTIME_MINUTES = 360
 
 
 class ConfigError(UserError):
@@ -542,12 +545,13 @@ class Plan:
         then bounds the concurrent training jobs, N = GPUs x jobs_per_gpu), nothing on a CPU machine."""
         return {"gpu": 1} if self.uses_gpu else {}
 
-    @staticmethod
-    def train_runtime(run: Run) -> int:
+    def train_runtime(self, run: Run) -> int:
         """A training job's runtime in minutes for a cluster's scheduler (profiles may override it): twice
-        the CPU estimate from the measured rates (CPU_MINUTES_PER_ROUND_EPOCH), at least 10; a GPU is faster."""
+        the CPU estimate from the measured rates (CPU_MINUTES_PER_ROUND_EPOCH), at least 10; when the runs
+        use a GPU, which is faster, at most GPU_RUNTIME_MINUTES."""
         rate = CPU_MINUTES_PER_ROUND_EPOCH[DATASETS[run.dataset].channels]
-        return max(10, math.ceil(2 * rate * run.rounds * run.local_epochs * run.join_ratio / 0.2))
+        minutes = max(10, math.ceil(2 * rate * run.rounds * run.local_epochs * run.join_ratio / 0.2))
+        return min(minutes, GPU_RUNTIME_MINUTES) if self.uses_gpu else minutes
 
     def train_arguments(self, run: Run, partition: str, threads: int) -> list[str]:
         """The arguments of `fedgmh train` for `run` (words, each quoted by the rule), the workflow's
