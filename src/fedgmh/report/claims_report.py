@@ -26,7 +26,7 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import Claim, Need, read_claims, rounds_algorithms, split_cell
+from fedgmh.report.claim_file import Claim, Need, read_claims, reference_need, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import SWEEP_DIMS, format_number
@@ -40,6 +40,15 @@ COLUMNS = ["id", "where", "test", "claim", "verdict", "parts", "deciding_part", 
 CELL_KEY = ["experiment", "setting", "algorithm"]
 #: one comparison of a claim, made at the level that refutes it
 Comparison = Callable[[float], kinds.Part]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """The choices a rule leaves open, at the values the verdicts use; the robustness check
+    (`fedgmh.report.robustness`) re-decides every claim with each changed."""
+
+    prediction: float = kinds.PREDICTION  # the coverage of the interval a paper's round is held against
+    window: int | None = None  # the rounds that make a curve's end (None: the claim's `last`)
 
 
 class Runs:
@@ -135,7 +144,7 @@ def _not_run(label: str, needs: Sequence[Need]) -> Comparison:
     return _decided(kinds.Part(label, kinds.NOT_RUN, "no runs of " + "; ".join(f"{n.cell} {n.algorithm}" for n in needs)))
 
 
-def _ranking(claim: Claim, runs: Runs) -> list[Comparison]:
+def _ranking(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
     spec = claim.spec
     sides = [[Need(*split_cell(cell), alg) for cell, algs in spec[side].items() for alg in algs] for side in ("above", "below")]
     # within each cell both sides name (e.g. per dataset); sides without a common cell: every pair
@@ -159,8 +168,10 @@ def _ranking(claim: Claim, runs: Runs) -> list[Comparison]:
     return comparisons
 
 
-def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
+def _rounds(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
     spec, target = claim.spec, claim.spec["target"]
+    if "points" in spec:
+        return _rounds_over_points(claim, runs)
     experiment, setting = split_cell(spec["curves"])
     need = {alg: Need(experiment, setting, alg, True) for alg in rounds_algorithms(spec)}
     reached = {alg: runs.first_rounds(need[alg], target) for alg in need}
@@ -169,7 +180,7 @@ def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
         for alg, paper in spec["paper"].items():
             label = f"{algorithm_name(alg)} reaches {at} at round {format_number(paper)}"
             comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
-                               _decided(kinds.rounds_value(label, *reached[alg], paper)))
+                               _decided(kinds.rounds_value(label, *reached[alg], paper, rules.prediction)))
     elif "after" in spec:
         for alg in spec["algorithms"]:
             label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
@@ -184,6 +195,22 @@ def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
     return comparisons
 
 
+def _rounds_over_points(claim: Claim, runs: Runs) -> list[Comparison]:
+    """rounds with `points`: per algorithm, the target reached sooner at the last point than at the first."""
+    spec = claim.spec
+    (x0, first), (x1, last) = min(spec["points"].items()), max(spec["points"].items())
+    parameter = spec.get("parameter", "the parameter")
+    comparisons = []
+    for alg in spec["algorithms"]:
+        label = (f"{algorithm_name(alg)} reaches {format_number(spec['target'])} % sooner at {parameter} = {format_number(x1)} "
+                 f"than at {format_number(x0)}")
+        needs = [Need(*split_cell(last), alg, True), Need(*split_cell(first), alg, True)]
+        reached = [runs.first_rounds(need, spec["target"]) for need in needs]
+        missing = [need for need, r in zip(needs, reached) if r is None]
+        comparisons.append(_not_run(label, missing) if missing else _decided(kinds.rounds_order(label, *reached)))
+    return comparisons
+
+
 def _partly_run(compare: Comparison, run: int, points: int, level: float) -> kinds.Part:
     """A trend or bound tested on `run` of its `points`: at best inconclusive."""
     part = compare(level)
@@ -191,7 +218,7 @@ def _partly_run(compare: Comparison, run: int, points: int, level: float) -> kin
     return dataclasses.replace(part, verdict=verdict, evidence=f"{run} of {points} points run: {part.evidence}")
 
 
-def _over_points(claim: Claim, runs: Runs) -> list[Comparison]:
+def _over_points(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
     """trend and bound: one comparison per algorithm over the claim's points."""
     spec = claim.spec
     parameter = spec.get("parameter", "the parameter")
@@ -213,14 +240,18 @@ def _over_points(claim: Claim, runs: Runs) -> list[Comparison]:
     return comparisons
 
 
-def _convergence(claim: Claim, runs: Runs) -> list[Comparison]:
+def _convergence(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
     spec = claim.spec
     comparisons = []
-    for need in claim.needs():
-        label = f"{_name(need)} ({need.cell})"
-        curve = runs.seed_curves(need)
-        comparisons.append(_not_run(label, [need]) if curve is None else partial(
-            kinds.convergence, label, curve, spec["measure"], spec["last"], spec["threshold"], spec["expect"] == "above"))
+    for cell in spec["curves"]:
+        for alg in spec["algorithms"]:
+            need = Need(*split_cell(cell), alg, True)
+            other = reference_need(spec, need) if "reference" in spec else None
+            label = f"{_name(need)} ({need.cell})" + (f" against {_name(other)} ({other.cell})" if other else "")
+            missing = [n for n in (need, other) if n is not None and not runs.has(n)]
+            comparisons.append(_not_run(label, missing) if missing else partial(
+                kinds.convergence, label, runs.seed_curves(need), spec["measure"], rules.window or spec["last"], spec["threshold"],
+                spec["expect"] == "above", reference=runs.seed_curves(other) if other else None))
     return comparisons
 
 
@@ -255,9 +286,9 @@ def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
     }
 
 
-def evaluate_claims(claims: Sequence[Claim], runs: Runs) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
+def evaluate_claims(claims: Sequence[Claim], runs: Runs, rules: Rules = Rules()) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
     """One row per claim (COLUMNS) and every claim's comparisons, by claim id."""
-    parts = {claim.id: _run_comparisons(TESTS[claim.test](claim, runs)) for claim in claims}
+    parts = {claim.id: _run_comparisons(TESTS[claim.test](claim, runs, rules)) for claim in claims}
     rows = [_row(claim, parts[claim.id], runs) for claim in claims]
     return pd.DataFrame(rows, columns=COLUMNS), parts
 
