@@ -341,7 +341,8 @@ def test_claims_cli_writes_verdicts_with_their_numbers(tmp_path: Path) -> None:
     low, high = kinds.prediction_interval([60, 65, 70, 75, 80])
     assert [float(frame.loc["at-68", c]) for c in ("reference", "ci_low", "ci_high")] == [68, round(low, 4), round(high, 4)]
     text = md.read_text()
-    assert "**2 holds" not in text and "**4 holds, 1 does not hold, 2 inconclusive, 1 not run (of 8)**" in text
+    assert ("**the paper's text**: 4 holds, 1 does not hold, 2 inconclusive, 1 not run (of 8); of the 5 decided, 5 robust and 0 "
+            "fragile") in text
     assert f"| FedGMH reaches 70 % before FedAvg | holds | earlier in 5, later in 0 of 5 shared seeds" in text
 
 
@@ -353,6 +354,79 @@ def test_runs_at_another_protocol_say_so(tmp_path: Path) -> None:
     assert frame.set_index("id").loc["best", "protocol"] == "8 rounds (paper 300), E=1 (paper 2)"
     with pytest.raises(UserError, match="twice"):
         Runs(pd.concat([results, results.head(1)]), None)
+
+
+def test_each_claim_is_decided_under_both_readings_in_one_row(tmp_path: Path) -> None:
+    """claims.md: the paper's text and PFLlib's reading side by side; each reading its claims.csv; each
+    decided verdict robust or fragile, with the verdict on the mean over clients beside it."""
+    results_csv, curves_csv, claims_yaml = toy_runs(tmp_path)
+    official = pd.read_csv(results_csv)
+    official = official.assign(best_test_acc=np.where(official["algorithm"] == "fedavg", 0.9, official["best_test_acc"]))
+    official_csv = tmp_path / "official.csv"
+    official.to_csv(official_csv, index=False)
+    md, csv, csv_official = tmp_path / "claims.md", tmp_path / "claims.csv", tmp_path / "claims_pflib.csv"
+    assert cli_main(["claims", "--claims", str(claims_yaml), "--results", str(results_csv), "--curves", str(curves_csv),
+                     "--official-results", str(official_csv), "--official-csv", str(csv_official), "--out", str(md),
+                     "--csv", str(csv)]) == 0
+    paper, pflib = (pd.read_csv(path, keep_default_na=False).set_index("id") for path in (csv, csv_official))
+    # FedAvg is the most accurate under PFLlib's reading here: "FedGMH above the rest" holds under one reading only
+    assert (paper.loc["best", "verdict"], pflib.loc["best", "verdict"]) == (HOLDS, FAILS)
+    assert paper.loc["best", "robustness"] == "fragile" and paper.loc["best", "flips"] == "PFLlib's reading: does not hold"
+    assert pflib.loc["first", "verdict"] == NOT_RUN and paper.loc["below-fedper", "robustness"] == "fragile"
+    text = md.read_text()
+    assert "| claim | where | what the paper says (our words) | test | the paper's text | PFLlib's reading | evidence" in text
+    assert "| ranking | **holds**, fragile: PFLlib's reading: does not hold | **does not hold**, fragile: the paper's text: holds |" in text
+    # no records of the mean over clients in these results: that verdict is not run, and flips nothing
+    assert paper.loc["best", "verdict_client_mean"] == NOT_RUN and "mean over clients" in paper.loc["best", "untested"]
+
+
+def test_a_verdict_resting_on_one_seed_is_fragile_and_says_which() -> None:
+    """FedGMH above FedPer by 0.5, -0.1, 0.3, 0.2 and 0.6 points: holds on the five seeds (p = 0.035),
+    not without the last (p = 0.085); equal on the mean over clients. A verdict on exactly 3 seeds cannot
+    be re-decided with one left out: untested."""
+    from fedgmh.report.robustness import alternatives, robustness
+
+    claim = read_claims_from({"claims": [TOY_CLAIMS["claims"][1] | {"above": {f"table2/{SETTING}": ["fedgmh"]}}]})
+    def results(gaps: list[float]) -> pd.DataFrame:
+        return pd.DataFrame([{"experiment": "table2", "setting": SETTING, "dataset": "cifar100", "algorithm": alg, "seed": s,
+                              "best_test_acc": 0.75 + (gap / 100 if alg == "fedgmh" else 0.0) + 0.002 * s,
+                              "best_test_acc_mean": 0.74 + 0.002 * s}
+                             for s, gap in enumerate(gaps) for alg in ("fedgmh", "fedper")])
+    for gaps, status, flips in (([0.5, -0.1, 0.3, 0.2, 0.6], "fragile", "without seed 4: inconclusive"),
+                                ([0.5, -0.1, 0.3, 0.2, 0.6], "fragile", "mean over clients: inconclusive")):
+        runs = Runs(results(gaps), None)
+        frame, parts = evaluate_claims(claim, runs)
+        robust = robustness(dict(zip(frame["id"], frame["verdict"])), parts, alternatives(claim, runs))["below-fedper"]
+        assert frame.loc[0, "verdict"] == HOLDS and robust.status == status and flips in robust.flips, robust
+    three = Runs(results([0.3, 0.2, 0.35]).assign(best_test_acc_mean=lambda f: f["best_test_acc"]), None)
+    frame, parts = evaluate_claims(claim, three)
+    robust = robustness(dict(zip(frame["id"], frame["verdict"])), parts, alternatives(claim, three))["below-fedper"]
+    assert robust.status == "robust" and robust.flips == () and "each seed left out" in robust.untested
+
+
+def test_claims_on_data_that_cannot_be_obtained_have_their_own_status(tmp_path: Path) -> None:
+    """CIFAR-10 offline: its claims read 'data unavailable offline'; 'not run' means waiting for runs."""
+    results_csv, curves_csv, _ = toy_runs(tmp_path)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [
+        {"id": "c10", "where": "Table 2", "claim": "FedGMH above FedAvg on CIFAR-10.", "test": "ranking",
+         "above": {"table2/cifar10_c2_a0.5": ["fedgmh"]}, "below": {"table2/cifar10_c2_a0.5": ["fedavg"]}},
+        TOY_CLAIMS["claims"][3]]}, sort_keys=False))
+    md, csv = tmp_path / "claims.md", tmp_path / "claims.csv"
+    assert cli_main(["claims", "--claims", str(path), "--results", str(results_csv), "--out", str(md), "--csv", str(csv),
+                     "--unavailable", "cifar10"]) == 0
+    verdicts = pd.read_csv(csv).set_index("id")["verdict"].to_dict()
+    assert verdicts == {"c10": "data unavailable offline", "absent": NOT_RUN}
+    assert "1 not run, 1 data unavailable offline (of 2)" in md.read_text()
+
+
+def read_claims_from(data: dict) -> list:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "claims.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return read_claims(path)
 
 
 ROUNDS_CLAIMS = {"claims": [

@@ -33,10 +33,14 @@ from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
 from fedgmh.report.to_target import accuracy_by_seed, first_round_bounds
 from fedgmh.report.runs import read_curves, read_results
-from fedgmh.report.summary import accuracy_column
+from fedgmh.report.summary import ACCURACIES, READINGS_OF_ACCURACY, accuracy_column
 
 COLUMNS = ["id", "where", "test", "claim", "verdict", "parts", "deciding_part", "measure", "estimate", "ci_low", "ci_high",
            "p_value", "n_seeds", "reference", "protocol", "not_run", "evidence"]
+#: a claim not run because its data cannot be obtained here (`fedgmh claims --unavailable`), not for want of runs
+UNAVAILABLE = "data unavailable offline"
+#: the readings of the paper's protocol whose runs a claims report can hold (`fedgmh.report.protocol.READINGS`)
+READING_NAMES = {"paper": "the paper's text", "official": "PFLlib's reading"}
 CELL_KEY = ["experiment", "setting", "algorithm"]
 #: one comparison of a claim, made at the level that refutes it
 Comparison = Callable[[float], kinds.Part]
@@ -52,13 +56,18 @@ class Rules:
 
 
 class Runs:
-    """The runs' best accuracies (percent, per seed) and curves, by (experiment, setting, algorithm)."""
+    """The runs' best accuracies (percent, per seed) and curves, by (experiment, setting, algorithm), on
+    one reading of the paper's accuracy (`accuracy`, a READINGS_OF_ACCURACY key). A run without that
+    accuracy (a record older than its column) is left out: no verdict from a NaN."""
 
-    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None) -> None:
+    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None, accuracy: str = PAPER_ACCURACY) -> None:
         self.values: dict[tuple, dict[int, float]] = {}
         self.rows: dict[tuple, list[dict[str, Any]]] = {}
+        self.frames = results, curves
+        self.accuracy = accuracy
+        curve_column = READINGS_OF_ACCURACY[accuracy][0]
         if results is not None and not results.empty:
-            column = accuracy_column(results, PAPER_ACCURACY)
+            column = accuracy_column(results, accuracy) if accuracy == PAPER_ACCURACY or ACCURACIES[accuracy][0] in results else None
             twice = results[results.duplicated(CELL_KEY + ["seed"], keep=False)]
             if not twice.empty:
                 first = twice.iloc[0]
@@ -66,19 +75,30 @@ class Runs:
                                 f"{first['seed']} twice; give each experiment's results once")
             for rec in results.to_dict("records"):
                 key = (rec["experiment"], rec["setting"], rec["algorithm"])
-                self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
                 self.rows.setdefault(key, []).append(rec)
+                if column is not None and not pd.isna(rec[column]):
+                    self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
         if curves is not None and not curves.empty:
             twice = curves[curves.duplicated(CELL_KEY + ["seed", "round"], keep=False)]
             if not twice.empty:
                 first = twice.iloc[0]
                 raise UserError(f"the curves hold round {first['round']} of run {first['experiment']}/{first['setting']}/"
                                 f"{first['algorithm']} seed {first['seed']} twice; give each experiment's curves once")
-        groups = [] if curves is None or curves.empty else list(curves.groupby(CELL_KEY, sort=False))
-        self.curves = {key: accuracy_by_seed(frame) for key, frame in groups}
+        groups = [] if curves is None or curves.empty or curve_column not in curves else [
+            (key, frame.dropna(subset=[curve_column])) for key, frame in curves.groupby(CELL_KEY, sort=False)]
+        groups = [(key, frame) for key, frame in groups if not frame.empty]
+        self.curves = {key: accuracy_by_seed(frame, curve_column) for key, frame in groups}
         # the paper's number of rounds for the curve's dataset (inf: unknown)
         self.paper_rounds = {key: float(PAPER_ROUNDS.get(str(frame["dataset"].iloc[0]), math.inf)) if "dataset" in frame
                              else math.inf for key, frame in groups}
+
+    def variant(self, accuracy: str | None = None, without_seed: int | None = None) -> Runs:
+        """The same runs on another accuracy, or without one seed's runs."""
+        results, curves = (None if frame is None else frame[frame["seed"] != without_seed] for frame in self.frames)
+        return Runs(results, curves, accuracy or self.accuracy)
+
+    def seeds(self) -> list[int]:
+        return sorted({seed for cell in self.values.values() for seed in cell} | {int(s) for acc in self.curves.values() for s in acc})
 
     def cell(self, need: Need) -> dict[int, float] | None:
         return self.values.get(need[:3])
@@ -302,28 +322,62 @@ def _md(text: Any) -> str:
 
 def counts_text(frame: pd.DataFrame) -> str:
     counts = frame["verdict"].value_counts()
-    return ", ".join(f"{counts.get(v, 0)} {v}" for v in kinds.VERDICTS) + f" (of {len(frame)})"
+    shown = [v for v in (*kinds.VERDICTS, UNAVAILABLE) if v != UNAVAILABLE or counts.get(v, 0)]
+    decided = frame[frame["verdict"].isin([kinds.HOLDS, kinds.FAILS])]
+    robust = int((decided["robustness"] == "robust").sum()) if "robustness" in frame else 0
+    return (", ".join(f"{counts.get(v, 0)} {v}" for v in shown) + f" (of {len(frame)})"
+            + (f"; of the {len(decided)} decided, {robust} robust and {len(decided) - robust} fragile" if len(decided) else ""))
 
 
-def claims_markdown(frame: pd.DataFrame, parts: dict[str, list[kinds.Part]], title: str, source: str) -> str:
+def _verdict_cell(rec: dict[str, Any]) -> str:
+    """A reading's verdict as the first table shows it: bold, then robust or fragile (and what flips it)."""
+    text = f"**{rec['verdict']}**"
+    if rec["robustness"]:
+        text += f", {rec['robustness']}" + (f": {rec['flips']}" if rec["flips"] else "")
+    return text
+
+
+def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, list[kinds.Part]]], title: str, source: str) -> str:
+    """claims.md: one row per claim with its verdict under each reading (`frames`: reading -> `evaluate_claims`
+    frame with the robustness columns, the first reading's evidence), then every comparison."""
+    first = next(iter(frames))
+    names = {reading: READING_NAMES.get(reading, reading) for reading in frames}
     lines = [f"# {title}", "",
-             f"The paper's claims in our words ({source}), each tested on these runs with a stated rule "
-             "(docs/claims.md): *holds*, *does not hold*, *inconclusive* (too few seeds, or the data decide neither way) "
-             "or *not run*. A claim of several comparisons holds when each does and does not hold when one does not; "
-             "its numbers are those of the comparison that decides it. Accuracies in percentage points.", "",
-             f"**{counts_text(frame)}**", "",
-             "| claim | where | what the paper says (our words) | test | verdict | evidence |", "| --- | --- | --- | --- | --- | --- |"]
-    for rec in frame.to_dict("records"):
+             f"The paper's claims in our words ({source}), each tested with a stated rule (docs/claims.md): *holds*, *does not "
+             "hold*, *inconclusive* (too few seeds, or the data decide neither way), *not run* (waiting for runs) or *"
+             f"{UNAVAILABLE}* (the data cannot be obtained on the machines that made these records; the workflow downloads them "
+             "where there is internet). A claim of several comparisons holds when each does and does not hold when one does not; "
+             "its numbers are those of the comparison that decides it. Accuracies in percentage points, pooled over the test "
+             "samples as the paper's numbers are (docs/verdicts.md).", "",
+             "Each decided verdict is decided again with the other defensible choices: the mean over clients instead of the "
+             "pooled accuracy, the other reading's runs, an 80 % or 95 % prediction interval instead of 90 %, a curve's last 10 or "
+             "40 rounds instead of 20, each seed left out. *Robust*: the same verdict under each that has the seeds to decide; "
+             "*fragile*: what flips it follows.", ""]
+    lines += [f"**{names[reading]}**: {counts_text(frame)}" + ("" if i == len(frames) - 1 else "  ") for i, (reading, frame)
+              in enumerate(frames.items())]
+    lines += ["", "| claim | where | what the paper says (our words) | test | " + " | ".join(names.values()) + f" | evidence ({names[first]}) |",
+              "| --- | --- | --- | --- | " + " | ".join("---" for _ in frames) + " | --- |"]
+    by_reading = {reading: frame.set_index("id", drop=False).to_dict("index") for reading, frame in frames.items()}
+    for rec in frames[first].to_dict("records"):
         evidence = rec["evidence"] + (f" — runs differ from the paper's protocol: {rec['protocol']}" if rec["protocol"] else "")
-        lines.append(f"| `{rec['id']}` | {_md(rec['where'])} | {_md(rec['claim'])} | {rec['test']} | **{rec['verdict']}** | {_md(evidence)} |")
+        verdicts = " | ".join(_md(_verdict_cell(by_reading[reading][rec["id"]])) for reading in frames)
+        lines.append(f"| `{rec['id']}` | {_md(rec['where'])} | {_md(rec['claim'])} | {rec['test']} | {verdicts} | {_md(evidence)} |")
     lines += ["", "## Every comparison", ""]
-    for rec in frame.to_dict("records"):
-        lines += [f"### `{rec['id']}`: {rec['verdict']}", "", f"{rec['claim']} ({rec['where']}; test: {rec['test']}, {rec['parts']}).", ""]
-        if rec["protocol"]:
-            lines += [f"Runs differ from the paper's protocol: {rec['protocol']}.", ""]
-        lines += ["| comparison | verdict | evidence |", "| --- | --- | --- |"]
-        lines += [f"| {_md(p.label)} | {p.verdict} | {_md(p.evidence)} |" for p in parts[rec["id"]]]
-        lines.append("")
+    for rec in frames[first].to_dict("records"):
+        lines += [f"### `{rec['id']}`", "", f"{rec['claim']} ({rec['where']}; test: {rec['test']}).", ""]
+        for reading in frames:
+            row = by_reading[reading][rec["id"]]
+            lines += [f"**{names[reading]}: {row['verdict']}** ({row['parts']}; on the mean over clients: {row['verdict_client_mean']})"
+                      + (f"; {row['robustness']}" if row["robustness"] else "")
+                      + (f": flipped by {row['flips']}" if row["flips"] else "")
+                      + (f"; no evidence under {row['untested']}" if row["robustness"] and row["untested"] else "") + ".", ""]
+            if row["protocol"]:
+                lines += [f"Runs differ from the paper's protocol: {row['protocol']}.", ""]
+            if row["verdict"] in (kinds.NOT_RUN, UNAVAILABLE):
+                continue
+            lines += ["| comparison | verdict | evidence |", "| --- | --- | --- |"]
+            lines += [f"| {_md(p.label)} | {p.verdict} | {_md(p.evidence)} |" for p in parts[reading][rec["id"]]]
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -355,11 +409,49 @@ def read_frames(paths: Sequence[Path | str], reader) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def write_claims(claims_path: Path | str, results: Sequence[Path | str], curves: Sequence[Path | str], out_md: Path | str,
-                 out_csv: Path | str, title: str = "The paper's claims") -> pd.DataFrame:
+def unavailable(frame: pd.DataFrame, claims: Sequence[Claim], runs: Runs, datasets: Sequence[str]) -> pd.DataFrame:
+    """`frame` with the claims not run for want of data that cannot be obtained (each cell they miss of
+    one of `datasets`, e.g. CIFAR-10 offline) as UNAVAILABLE: "not run" then means waiting for runs."""
+    if not datasets:
+        return frame
+    out = frame.copy()
+    for i, claim in enumerate(claims):
+        missing = [need for need in claim.needs() if not runs.has(need)]
+        if out.at[i, "verdict"] == kinds.NOT_RUN and missing and all(need.setting.split("_")[0] in datasets for need in missing):
+            out.at[i, "verdict"] = UNAVAILABLE
+    return out
+
+
+def decide_claims(claims: Sequence[Claim], readings: dict[str, Runs],
+                  datasets_unavailable: Sequence[str] = ()) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, list[kinds.Part]]]]:
+    """Per reading (the first is the one the report's evidence is of): the claims' frame (COLUMNS, with
+    the verdict on the mean over clients and the robustness of each decided verdict) and comparisons."""
+    from fedgmh.report.robustness import alternatives, robustness
+
+    frames, parts = {}, {}
+    for reading, runs in readings.items():
+        frame, parts[reading] = evaluate_claims(claims, runs)
+        others = [(f"{READING_NAMES.get(name, name)}", other) for name, other in readings.items() if name != reading]
+        alternative = alternatives(claims, runs, others[0] if others else None)
+        robust = robustness(dict(zip(frame["id"], frame["verdict"])), parts[reading], alternative)
+        clients = alternative.get(READINGS_OF_ACCURACY["best_clients"][1], parts[reading])
+        frame["verdict_client_mean"] = [kinds.combine(clients[claim_id]) for claim_id in frame["id"]]
+        frame["robustness"] = [robust[claim_id].status for claim_id in frame["id"]]
+        frame["flips"] = ["; ".join(robust[claim_id].flips) for claim_id in frame["id"]]
+        frame["untested"] = [", ".join(robust[claim_id].untested) for claim_id in frame["id"]]
+        frames[reading] = unavailable(frame, claims, runs, datasets_unavailable)
+    return frames, parts
+
+
+def write_claims(claims_path: Path | str, readings: dict[str, tuple[Sequence[Path | str], Sequence[Path | str]]], out_md: Path | str,
+                 out_csvs: dict[str, Path | str], title: str = "The paper's claims",
+                 datasets_unavailable: Sequence[str] = ()) -> dict[str, pd.DataFrame]:
+    """`readings`: reading -> (results CSVs, curves CSVs); `out_csvs`: reading -> its claims.csv."""
     claims = read_claims(claims_path)
-    runs = Runs(read_frames(results, read_results), read_frames(curves, read_curves))
-    frame, parts = evaluate_claims(claims, runs)
-    write_text(claims_markdown(frame, parts, title, Path(claims_path).name) + "\n", out_md)
-    write_csv(frame, out_csv)
-    return frame
+    runs = {reading: Runs(read_frames(results, read_results), read_frames(curves, read_curves))
+            for reading, (results, curves) in readings.items()}
+    frames, parts = decide_claims(claims, runs, datasets_unavailable)
+    write_text(claims_markdown(frames, parts, title, Path(claims_path).name) + "\n", out_md)
+    for reading, path in out_csvs.items():
+        write_csv(frames[reading], path)
+    return frames
