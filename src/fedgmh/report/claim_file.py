@@ -23,10 +23,11 @@ from fedgmh.report.parsing import is_percent_target
 #: test kind -> (required fields, optional fields), besides id, where, claim, test and note
 TESTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ranking": (frozenset({"above", "below"}), frozenset({"minus"})),
-    "rounds": (frozenset({"target"}), frozenset({"curves", "paper", "earlier", "later", "after", "algorithms", "points"})),
+    "rounds": (frozenset({"target"}), frozenset({"curves", "paper", "earlier", "later", "after", "algorithms", "points", "parameter"})),
     "trend": (frozenset({"points", "algorithms", "direction"}), frozenset({"parameter"})),
     "bound": (frozenset({"points", "algorithms", "tolerance"}), frozenset({"parameter"})),
     "convergence": (frozenset({"curves", "algorithms", "measure", "threshold"}), frozenset({"last", "expect", "reference"})),
+    "cost": (frozenset({"datasets"}), frozenset({"paper", "below"})),
 }
 COMMON = frozenset({"id", "where", "claim", "test", "note"})
 #: exactly one per rounds claim (`earlier` with `later`, `after` and `points` with `algorithms`; all but `points` with `curves`)
@@ -37,6 +38,8 @@ RELATIVE = ("relative_fluctuation",)  # the measures that need a `reference`
 EXPECT = ("above", "below")
 DEFAULT_LAST = 20  # evaluated rounds that make "the end of a curve" (convergence)
 CELL = re.compile(r"(?P<experiment>[a-z][a-z0-9_]*)/(?P<setting>[^/\s]+)")
+#: a cost: what one participating client uploads or downloads per round with an algorithm ('fedgmh.up')
+QUANTITY = re.compile(r"(?P<algorithm>[a-z][a-z0-9_]*)\.(?P<way>up|down)")
 ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
@@ -76,7 +79,7 @@ class Claim:
             found = [Need(*split_cell(cell), alg, True) for alg in spec["algorithms"] for cell in spec["points"].values()]
         elif self.test == "rounds":
             found = [Need(*split_cell(spec["curves"]), alg, True) for alg in rounds_algorithms(spec)]
-        else:  # convergence
+        elif self.test == "convergence":
             found = [Need(*split_cell(cell), alg, True) for cell in spec["curves"] for alg in spec["algorithms"]]
             found += [reference_need(spec, need) for need in list(found) if "reference" in spec]
         return list(dict.fromkeys(found))
@@ -172,6 +175,8 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
             raise _fail(where, f"direction must be one of {', '.join(DIRECTIONS)}")
         if test == "bound":
             spec["tolerance"] = _number(where, spec["tolerance"], "tolerance", positive=True)
+    elif test == "cost":
+        _cost(where, spec)
     else:  # convergence
         curves = spec["curves"] if isinstance(spec["curves"], list) else [spec["curves"]]
         spec["curves"] = [_cell(where, cell, "curves") for cell in curves]
@@ -186,6 +191,35 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
             raise _fail(where, f"expect must be one of {', '.join(EXPECT)}")
         _reference(where, spec)
     return spec
+
+
+def _cost(where: str, spec: dict[str, Any]) -> None:
+    """A cost claim: `datasets` maps each dataset whose model it is computed for to |S_m|, the labels of
+    a client; then `paper` (quantity -> the paper's figure in KB, kept as printed: its precision is
+    the rule's) or `below` (quantity -> the quantities it is below)."""
+    datasets = spec["datasets"]
+    if not (isinstance(datasets, dict) and datasets and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                                              for n in datasets.values())):
+        raise _fail(where, "datasets must map each dataset to its clients' number of labels |S_m| (a whole number > 0)")
+    if ("paper" in spec) == ("below" in spec):
+        raise _fail(where, "a cost claim has exactly one of: paper {quantity: KB}; below {quantity: [quantities]}")
+    if "paper" in spec:
+        if not (isinstance(spec["paper"], dict) and spec["paper"]):
+            raise _fail(where, "paper must map quantities ('fedgmh.up') to the paper's figures in KB")
+        for quantity, value in spec["paper"].items():
+            _number(where, value, f"paper.{quantity}", positive=True)
+        spec["paper"] = {_quantity(where, quantity): str(value) for quantity, value in spec["paper"].items()}
+    else:
+        if not (isinstance(spec["below"], dict) and spec["below"]):
+            raise _fail(where, "below must map quantities ('fedgmh.up') to lists of the quantities they are below")
+        spec["below"] = {_quantity(where, q): [_quantity(where, o) for o in _names(where, others, f"below.{q}")]
+                         for q, others in spec["below"].items()}
+
+
+def _quantity(where: str, value: Any) -> str:
+    if not (isinstance(value, str) and QUANTITY.fullmatch(value)):
+        raise _fail(where, f"{value!r} is not a cost '<algorithm>.up' or '<algorithm>.down'")
+    return value
 
 
 def _points(where: str, points: Any) -> dict[float, str]:

@@ -13,6 +13,8 @@ and why these: docs/claims.md.
   (a run cut short, rounds not evaluated) decides only what holds across the range.
 - `trend`: a monotone trend over a swept parameter (Spearman's sign, the first-to-last change, each step).
 - `bound`: "little effect": every two cells within a tolerance.
+- `cost_value` / `cost_below`: section 2.3's costs, computed from the model: a paper's figure at its
+  printed precision, or one quantity below another (no seeds: a computation, not a measurement).
 - `convergence`: a per-seed measure of the curve's end (its swing about its trend, alone or as a multiple
   of a reference's on the same seed; its decline from the best level it held) against a threshold.
 """
@@ -408,6 +410,28 @@ def convergence(label: str, curve: Curve, measure: str, last: int, threshold: fl
     evidence = (f"{measure} over the last {last} rounds, {mean} {test.mean:.2f} {unit} (seeds {seeds_text}; 90% CI "
                 f"{test.low:.2f} to {test.high:.2f}), threshold {threshold:g}" + _against(test, against_alpha))
     return Part(label, decide(test, against_alpha), evidence, what, test.mean, test.low, test.high, test.p_greater, test.n, threshold)
+
+
+# ----------------------------------------------------------------------------- costs
+
+
+def at_printed_precision(printed: str, value: float) -> bool:
+    """Whether `value` is the paper's figure as printed (`printed`, its text): equal once rounded to
+    the decimals the paper prints (2004 holds 2003.91; 200.39 holds 200.390625)."""
+    decimals = len(printed.partition(".")[2])
+    return abs(value - float(printed)) <= 0.5 * 10.0**-decimals + 1e-9
+
+
+def cost_value(label: str, value: float, printed: str) -> Part:
+    """Claim: the computed cost is the paper's figure. Holds when it is, at the paper's printed precision."""
+    verdict = HOLDS if at_printed_precision(printed, value) else FAILS
+    return Part(label, verdict, f"computed {value:.2f} KB, paper {printed} KB", "computed cost (KB)", value, reference=float(printed))
+
+
+def cost_below(label: str, value: float, other: float) -> Part:
+    """Claim: one computed cost is below another."""
+    verdict = HOLDS if value < other else FAILS
+    return Part(label, verdict, f"computed {value:.2f} KB against {other:.2f} KB", "computed cost (KB)", value, reference=other)
 
 
 # ----------------------------------------------------------------------------- a claim from its parts

@@ -26,7 +26,7 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import Claim, Need, read_claims, reference_need, rounds_algorithms, split_cell
+from fedgmh.report.claim_file import QUANTITY, Claim, Need, read_claims, reference_need, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import SWEEP_DIMS, format_number
@@ -275,7 +275,34 @@ def _convergence(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
     return comparisons
 
 
-TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence}
+def computed_cost(quantity: str, dataset: str, labels: int) -> float:
+    """KB one participating client of `dataset` with `labels` labels sends (`<algorithm>.up`) or receives
+    (`.down`) per round, the paper preset, from the model (`fedgmh.costs`)."""
+    from fedgmh.costs import KB, Sizes, exchange, resolved_options
+
+    match = QUANTITY.fullmatch(quantity)
+    ex = exchange(match["algorithm"], resolved_options(match["algorithm"]), Sizes.for_dataset(dataset), labels)
+    return (ex.up if match["way"] == "up" else ex.down) / KB
+
+
+def _cost(claim: Claim, _runs: Runs, _rules: Rules) -> list[Comparison]:
+    """cost: one comparison per dataset and quantity (and quantity it is below)."""
+    spec, comparisons = claim.spec, []
+    for dataset, labels in spec["datasets"].items():
+        at = f"({dataset}, |S_m| = {labels})"
+        for quantity, printed in spec.get("paper", {}).items():
+            part = kinds.cost_value(f"{quantity} {at} is {printed} KB", computed_cost(quantity, dataset, labels), printed)
+            comparisons.append(_decided(part))
+        for quantity, others in spec.get("below", {}).items():
+            for other in others:
+                part = kinds.cost_below(f"{quantity} < {other} {at}", computed_cost(quantity, dataset, labels),
+                                        computed_cost(other, dataset, labels))
+                comparisons.append(_decided(part))
+    return comparisons
+
+
+TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence,
+         "cost": _cost}
 
 
 def _run_comparisons(comparisons: Sequence[Comparison]) -> list[kinds.Part]:
