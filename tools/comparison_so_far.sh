@@ -122,6 +122,7 @@ if [ ${#official_results[@]} -gt 0 ]; then
     official_claims=(--official-results "${official_results[@]}" --official-curves "${official_curves[@]}"
         --official-csv "$out/claims_pflib.csv")
 fi
+fedgmh costs --out "$curves/costs.csv" > /dev/null   # section 2.3's costs, computed from the models, for its claims
 fedgmh claims --claims reference/fedgmh_paper_claims.yaml --results "${results[@]}" --curves "${curve_files[@]}" \
-    "${official_claims[@]}" --unavailable cifar10 --out "$out/claims.md" --csv "$out/claims.csv" \
+    "${official_claims[@]}" --costs "$curves/costs.csv" --unavailable cifar10 --out "$out/claims.md" --csv "$out/claims.csv" \
     --title "The paper's claims on the full-protocol records committed so far, under both readings"

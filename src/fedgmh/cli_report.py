@@ -70,7 +70,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
 def _cmd_claims(args: argparse.Namespace) -> None:
     from fedgmh.errors import UserError
-    from fedgmh.report.claims_report import READING_NAMES, counts_text, write_claims
+    from fedgmh.report.claims_readings import write_claims
+    from fedgmh.report.claims_report import READING_NAMES, counts_text
 
     if bool(args.official_csv) != bool(args.official_results or args.official_curves):
         raise UserError("--official-csv goes with --official-results / --official-curves (the runs of PFLlib's reading)")
@@ -79,7 +80,8 @@ def _cmd_claims(args: argparse.Namespace) -> None:
     if args.official_csv:
         readings["official"] = (args.official_results, args.official_curves)
         csvs["official"] = args.official_csv
-    frames = write_claims(args.claims, readings, args.out, csvs, title=args.title, datasets_unavailable=args.unavailable)
+    frames = write_claims(args.claims, readings, args.out, csvs, title=args.title, datasets_unavailable=args.unavailable,
+                          costs=args.costs)
     for reading, frame in frames.items():
         print(f"claims, {READING_NAMES[reading]}: {counts_text(frame)} -> {args.out}, {csvs[reading]}")
 
@@ -237,6 +239,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "each claim's verdict under that reading too, in the same row")
     p.add_argument("--official-curves", nargs="*", default=[], help="curves CSVs of the runs of PFLlib's reading")
     p.add_argument("--official-csv", help="one row per claim under PFLlib's reading (with --official-results / --official-curves)")
+    p.add_argument("--costs", help="costs.csv of `fedgmh costs`: the computed costs the section 2.3 claims are judged on "
+                   "(without it they are not run)")
     p.add_argument("--unavailable", nargs="*", default=[], metavar="DATASET",
                    help="datasets whose data cannot be obtained here (e.g. cifar10 offline): their claims read "
                         "'data unavailable offline', not 'not run'")

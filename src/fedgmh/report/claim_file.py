@@ -194,13 +194,12 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cost(where: str, spec: dict[str, Any]) -> None:
-    """A cost claim: `datasets` maps each dataset whose model it is computed for to |S_m|, the labels of
-    a client; then `paper` (quantity -> the paper's figure in KB, kept as printed: its precision is
-    the rule's) or `below` (quantity -> the quantities it is below)."""
-    datasets = spec["datasets"]
-    if not (isinstance(datasets, dict) and datasets and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
-                                                              for n in datasets.values())):
-        raise _fail(where, "datasets must map each dataset to its clients' number of labels |S_m| (a whole number > 0)")
+    """A cost claim: `datasets`, the datasets whose model it is computed for (each client holding all
+    its classes, the worst case, as `fedgmh costs` computes them); then `paper` (quantity -> the
+    paper's figure in KB, kept as printed: its precision is the rule's) or `below` (quantity -> the
+    quantities it is below)."""
+    if not (isinstance(spec["datasets"], list) and spec["datasets"] and all(isinstance(d, str) and d for d in spec["datasets"])):
+        raise _fail(where, "datasets must be a non-empty list of dataset names")
     if ("paper" in spec) == ("below" in spec):
         raise _fail(where, "a cost claim has exactly one of: paper {quantity: KB}; below {quantity: [quantities]}")
     if "paper" in spec:

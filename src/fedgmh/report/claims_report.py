@@ -24,15 +24,13 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import QUANTITY, Claim, Need, read_claims, reference_need, rounds_algorithms, split_cell
+from fedgmh.report.claim_file import QUANTITY, Claim, Need, reference_need, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
 from fedgmh.report.to_target import accuracy_by_seed, first_round_bounds
-from fedgmh.report.runs import read_curves, read_results
 from fedgmh.report.summary import ACCURACIES, READINGS_OF_ACCURACY, accuracy_column
 
 COLUMNS = ["id", "where", "test", "claim", "verdict", "parts", "deciding_part", "measure", "estimate", "ci_low", "ci_high",
@@ -60,10 +58,12 @@ class Runs:
     one reading of the paper's accuracy (`accuracy`, a READINGS_OF_ACCURACY key). A run without that
     accuracy (a record older than its column) is left out: no verdict from a NaN."""
 
-    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None, accuracy: str = PAPER_ACCURACY) -> None:
+    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None, accuracy: str = PAPER_ACCURACY,
+                 costs: pd.DataFrame | None = None) -> None:
         self.values: dict[tuple, dict[int, float]] = {}
         self.rows: dict[tuple, list[dict[str, Any]]] = {}
         self.frames = results, curves
+        self.costs = costs
         self.accuracy = accuracy
         curve_column = READINGS_OF_ACCURACY[accuracy][0]
         if results is not None and not results.empty:
@@ -95,7 +95,21 @@ class Runs:
     def variant(self, accuracy: str | None = None, without_seed: int | None = None) -> Runs:
         """The same runs on another accuracy, or without one seed's runs."""
         results, curves = (None if frame is None else frame[frame["seed"] != without_seed] for frame in self.frames)
-        return Runs(results, curves, accuracy or self.accuracy)
+        return Runs(results, curves, accuracy or self.accuracy, self.costs)
+
+    def cost(self, quantity: str, dataset: str) -> tuple[float, str] | None:
+        """(KB, |S_m|) one participating client of `dataset` sends (`<algorithm>.up`) or receives (`.down`)
+        a round with the paper preset, from `fedgmh costs`' table; None: not in it."""
+        if self.costs is None:
+            return None
+        match = QUANTITY.fullmatch(quantity)
+        way = "up_per_participant" if match["way"] == "up" else "down_per_participant"
+        rows = self.costs[(self.costs["kind"] == "algorithm") & (self.costs["dataset"] == dataset) & (self.costs["preset"] == "paper")
+                          & (self.costs["algorithm"] == match["algorithm"]) & (self.costs["quantity"] == way)]
+        if rows.empty:
+            return None
+        note = str(rows["note"].iloc[0]) if not pd.isna(rows["note"].iloc[0]) else ""
+        return float(rows["analytic"].iloc[0]), note.removeprefix("|S_m| = ")
 
     def seeds(self) -> list[int]:
         return sorted({seed for cell in self.values.values() for seed in cell} | {int(s) for acc in self.curves.values() for s in acc})
@@ -275,29 +289,21 @@ def _convergence(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
     return comparisons
 
 
-def computed_cost(quantity: str, dataset: str, labels: int) -> float:
-    """KB one participating client of `dataset` with `labels` labels sends (`<algorithm>.up`) or receives
-    (`.down`) per round, the paper preset, from the model (`fedgmh.costs`)."""
-    from fedgmh.costs import KB, Sizes, exchange, resolved_options
-
-    match = QUANTITY.fullmatch(quantity)
-    ex = exchange(match["algorithm"], resolved_options(match["algorithm"]), Sizes.for_dataset(dataset), labels)
-    return (ex.up if match["way"] == "up" else ex.down) / KB
-
-
-def _cost(claim: Claim, _runs: Runs, _rules: Rules) -> list[Comparison]:
-    """cost: one comparison per dataset and quantity (and quantity it is below)."""
+def _cost(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
+    """cost: one comparison per dataset and quantity (and quantity it is below), from `fedgmh costs`' table."""
     spec, comparisons = claim.spec, []
-    for dataset, labels in spec["datasets"].items():
-        at = f"({dataset}, |S_m| = {labels})"
-        for quantity, printed in spec.get("paper", {}).items():
-            part = kinds.cost_value(f"{quantity} {at} is {printed} KB", computed_cost(quantity, dataset, labels), printed)
-            comparisons.append(_decided(part))
-        for quantity, others in spec.get("below", {}).items():
-            for other in others:
-                part = kinds.cost_below(f"{quantity} < {other} {at}", computed_cost(quantity, dataset, labels),
-                                        computed_cost(other, dataset, labels))
-                comparisons.append(_decided(part))
+    for dataset in spec["datasets"]:
+        pairs = [(quantity, printed, None) for quantity, printed in spec.get("paper", {}).items()]
+        pairs += [(quantity, None, other) for quantity, others in spec.get("below", {}).items() for other in others]
+        for quantity, printed, other in pairs:
+            label = f"{quantity} ({dataset}) " + (f"is {printed} KB" if printed else f"< {other}")
+            value, base = runs.cost(quantity, dataset), runs.cost(other, dataset) if other else None
+            if value is None or other and base is None:
+                comparisons.append(_decided(kinds.Part(label, kinds.NOT_RUN, f"no computed cost of {dataset} (fedgmh claims --costs)")))
+                continue
+            labels = f"; |S_m| = {value[1]}" if value[1] else ""
+            part = kinds.cost_value(label, value[0], printed) if printed else kinds.cost_below(label, value[0], base[0])
+            comparisons.append(_decided(dataclasses.replace(part, evidence=part.evidence + labels)))
     return comparisons
 
 
@@ -340,11 +346,7 @@ def evaluate_claims(claims: Sequence[Claim], runs: Runs, rules: Rules = Rules())
     return pd.DataFrame(rows, columns=COLUMNS), parts
 
 
-# ----------------------------------------------------------------------------- claims.md, claims.csv, the LaTeX section
-
-
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# ----------------------------------------------------------------------------- claims.csv and the LaTeX section
 
 
 def counts_text(frame: pd.DataFrame) -> str:
@@ -354,58 +356,6 @@ def counts_text(frame: pd.DataFrame) -> str:
     robust = int((decided["robustness"] == "robust").sum()) if "robustness" in frame else 0
     return (", ".join(f"{counts.get(v, 0)} {v}" for v in shown) + f" (of {len(frame)})"
             + (f"; of the {len(decided)} decided, {robust} robust and {len(decided) - robust} fragile" if len(decided) else ""))
-
-
-def _verdict_cell(rec: dict[str, Any]) -> str:
-    """A reading's verdict as the first table shows it: bold, then robust or fragile (and what flips it)."""
-    text = f"**{rec['verdict']}**"
-    if rec["robustness"]:
-        text += f", {rec['robustness']}" + (f": {rec['flips']}" if rec["flips"] else "")
-    return text
-
-
-def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, list[kinds.Part]]], title: str, source: str) -> str:
-    """claims.md: one row per claim with its verdict under each reading (`frames`: reading -> `evaluate_claims`
-    frame with the robustness columns, the first reading's evidence), then every comparison."""
-    first = next(iter(frames))
-    names = {reading: READING_NAMES.get(reading, reading) for reading in frames}
-    lines = [f"# {title}", "",
-             f"The paper's claims in our words ({source}), each tested with a stated rule (docs/claims.md): *holds*, *does not "
-             "hold*, *inconclusive* (too few seeds, or the data decide neither way), *not run* (waiting for runs) or *"
-             f"{UNAVAILABLE}* (the data cannot be obtained on the machines that made these records; the workflow downloads them "
-             "where there is internet). A claim of several comparisons holds when each does and does not hold when one does not; "
-             "its numbers are those of the comparison that decides it. Accuracies in percentage points, pooled over the test "
-             "samples as the paper's numbers are (docs/verdicts.md).", "",
-             "Each decided verdict is decided again with the other defensible choices: the mean over clients instead of the "
-             "pooled accuracy, the other reading's runs, an 80 % or 95 % prediction interval instead of 90 %, a curve's last 10 or "
-             "40 rounds instead of 20, each seed left out. *Robust*: the same verdict under each that has the seeds to decide; "
-             "*fragile*: what flips it follows.", ""]
-    lines += [f"**{names[reading]}**: {counts_text(frame)}" + ("" if i == len(frames) - 1 else "  ") for i, (reading, frame)
-              in enumerate(frames.items())]
-    lines += ["", "| claim | where | what the paper says (our words) | test | " + " | ".join(names.values()) + f" | evidence ({names[first]}) |",
-              "| --- | --- | --- | --- | " + " | ".join("---" for _ in frames) + " | --- |"]
-    by_reading = {reading: frame.set_index("id", drop=False).to_dict("index") for reading, frame in frames.items()}
-    for rec in frames[first].to_dict("records"):
-        evidence = rec["evidence"] + (f" — runs differ from the paper's protocol: {rec['protocol']}" if rec["protocol"] else "")
-        verdicts = " | ".join(_md(_verdict_cell(by_reading[reading][rec["id"]])) for reading in frames)
-        lines.append(f"| `{rec['id']}` | {_md(rec['where'])} | {_md(rec['claim'])} | {rec['test']} | {verdicts} | {_md(evidence)} |")
-    lines += ["", "## Every comparison", ""]
-    for rec in frames[first].to_dict("records"):
-        lines += [f"### `{rec['id']}`", "", f"{rec['claim']} ({rec['where']}; test: {rec['test']}).", ""]
-        for reading in frames:
-            row = by_reading[reading][rec["id"]]
-            lines += [f"**{names[reading]}: {row['verdict']}** ({row['parts']}; on the mean over clients: {row['verdict_client_mean']})"
-                      + (f"; {row['robustness']}" if row["robustness"] else "")
-                      + (f": flipped by {row['flips']}" if row["flips"] else "")
-                      + (f"; no evidence under {row['untested']}" if row["robustness"] and row["untested"] else "") + ".", ""]
-            if row["protocol"]:
-                lines += [f"Runs differ from the paper's protocol: {row['protocol']}.", ""]
-            if row["verdict"] in (kinds.NOT_RUN, UNAVAILABLE):
-                continue
-            lines += ["| comparison | verdict | evidence |", "| --- | --- | --- |"]
-            lines += [f"| {_md(p.label)} | {p.verdict} | {_md(p.evidence)} |" for p in parts[reading][rec["id"]]]
-            lines.append("")
-    return "\n".join(lines)
 
 
 def claims_latex(frame: pd.DataFrame) -> str:
@@ -436,49 +386,3 @@ def read_frames(paths: Sequence[Path | str], reader) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def unavailable(frame: pd.DataFrame, claims: Sequence[Claim], runs: Runs, datasets: Sequence[str]) -> pd.DataFrame:
-    """`frame` with the claims not run for want of data that cannot be obtained (each cell they miss of
-    one of `datasets`, e.g. CIFAR-10 offline) as UNAVAILABLE: "not run" then means waiting for runs."""
-    if not datasets:
-        return frame
-    out = frame.copy()
-    for i, claim in enumerate(claims):
-        missing = [need for need in claim.needs() if not runs.has(need)]
-        if out.at[i, "verdict"] == kinds.NOT_RUN and missing and all(need.setting.split("_")[0] in datasets for need in missing):
-            out.at[i, "verdict"] = UNAVAILABLE
-    return out
-
-
-def decide_claims(claims: Sequence[Claim], readings: dict[str, Runs],
-                  datasets_unavailable: Sequence[str] = ()) -> tuple[dict[str, pd.DataFrame], dict[str, dict[str, list[kinds.Part]]]]:
-    """Per reading (the first is the one the report's evidence is of): the claims' frame (COLUMNS, with
-    the verdict on the mean over clients and the robustness of each decided verdict) and comparisons."""
-    from fedgmh.report.robustness import alternatives, robustness
-
-    frames, parts = {}, {}
-    for reading, runs in readings.items():
-        frame, parts[reading] = evaluate_claims(claims, runs)
-        others = [(f"{READING_NAMES.get(name, name)}", other) for name, other in readings.items() if name != reading]
-        alternative = alternatives(claims, runs, others[0] if others else None)
-        robust = robustness(dict(zip(frame["id"], frame["verdict"])), parts[reading], alternative)
-        clients = alternative.get(READINGS_OF_ACCURACY["best_clients"][1], parts[reading])
-        frame["verdict_client_mean"] = [kinds.combine(clients[claim_id]) for claim_id in frame["id"]]
-        frame["robustness"] = [robust[claim_id].status for claim_id in frame["id"]]
-        frame["flips"] = ["; ".join(robust[claim_id].flips) for claim_id in frame["id"]]
-        frame["untested"] = [", ".join(robust[claim_id].untested) for claim_id in frame["id"]]
-        frames[reading] = unavailable(frame, claims, runs, datasets_unavailable)
-    return frames, parts
-
-
-def write_claims(claims_path: Path | str, readings: dict[str, tuple[Sequence[Path | str], Sequence[Path | str]]], out_md: Path | str,
-                 out_csvs: dict[str, Path | str], title: str = "The paper's claims",
-                 datasets_unavailable: Sequence[str] = ()) -> dict[str, pd.DataFrame]:
-    """`readings`: reading -> (results CSVs, curves CSVs); `out_csvs`: reading -> its claims.csv."""
-    claims = read_claims(claims_path)
-    runs = {reading: Runs(read_frames(results, read_results), read_frames(curves, read_curves))
-            for reading, (results, curves) in readings.items()}
-    frames, parts = decide_claims(claims, runs, datasets_unavailable)
-    write_text(claims_markdown(frames, parts, title, Path(claims_path).name) + "\n", out_md)
-    for reading, path in out_csvs.items():
-        write_csv(frames[reading], path)
-    return frames
