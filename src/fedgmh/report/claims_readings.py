@@ -57,19 +57,21 @@ def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, 
              "*fragile*: what flips it follows.", ""]
     lines += [f"**{names[reading]}**: {counts_text(frame)}" + ("" if i == len(frames) - 1 else "  ") for i, (reading, frame)
               in enumerate(frames.items())]
-    lines += ["", "| claim | where | what the paper says (our words) | test | " + " | ".join(names.values()) + f" | evidence ({names[first]}) |",
-              "| --- | --- | --- | --- | " + " | ".join("---" for _ in frames) + " | --- |"]
+    lines += ["", "| claim | where | what the paper says (our words) | test | " + " | ".join(names.values())
+              + f" | evidence ({names[first]}) |", "| --- | --- | --- | --- | " + " | ".join("---" for _ in frames) + " | --- |"]
     by_reading = {reading: frame.set_index("id", drop=False).to_dict("index") for reading, frame in frames.items()}
     for rec in frames[first].to_dict("records"):
         evidence = rec["evidence"] + (f" — runs differ from the paper's protocol: {rec['protocol']}" if rec["protocol"] else "")
         verdicts = " | ".join(md_text(_verdict_cell(by_reading[reading][rec["id"]])) for reading in frames)
-        lines.append(f"| `{rec['id']}` | {md_text(rec['where'])} | {md_text(rec['claim'])} | {rec['test']} | {verdicts} | {md_text(evidence)} |")
+        lines.append(f"| `{rec['id']}` | {md_text(rec['where'])} | {md_text(rec['claim'])} | {rec['test']} | {verdicts} | "
+                     f"{md_text(evidence)} |")
     lines += ["", "## Every comparison", ""]
     for rec in frames[first].to_dict("records"):
         lines += [f"### `{rec['id']}`", "", f"{rec['claim']} ({rec['where']}; test: {rec['test']}).", ""]
         for reading in frames:
             row = by_reading[reading][rec["id"]]
-            lines += [f"**{names[reading]}: {row['verdict']}** ({row['parts']}; on the mean over clients: {row['verdict_client_mean']})"
+            lines += [f"**{names[reading]}: {row['verdict']}** ({row['parts']}; "
+                      f"on the mean over clients: {row['verdict_client_mean']})"
                       + (f"; {row['robustness']}" if row["robustness"] else "")
                       + (f": flipped by {row['flips']}" if row["flips"] else "")
                       + (f"; no evidence under {row['untested']}" if row["robustness"] and row["untested"] else "") + ".", ""]
