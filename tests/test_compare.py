@@ -215,13 +215,31 @@ def test_the_report_states_its_statistics(tmp_path: Path) -> None:
             in text)
     assert "| **all** | 3 | 0 | 1 | 1 | 0 | 0 | 0 | 1 |" in text
     assert ("| MNIST ExDir(2, 0.5) | FedAvg | 88.30 ± 0.95 | 88.89 ± 1.19 (5) | +0.59 | [-0.83, +2.01] | ±0.5 | 0.546 | 0.462 | "
-            "inconclusive |  |") in text
+            "inconclusive | 88.89 ± 1.19 (5) | +0.59 | inconclusive |  |") in text
     assert r"90\% CI" in tex.read_text() and "1 not reproduced, 1 inconclusive" in tex.read_text()
     # the LaTeX table lists the cells run and counts the others (a paper's worth of "not run" is pages)
     assert tex.read_text().isascii()  # every symbol translated: pdflatex stops at an undefined Unicode character
     assert "FedProx" not in tex.read_text() and "Not listed, not run (1 cells, all in comparison.md): Table 2 1." in tex.read_text()
     frame = pd.read_csv(csv)
     assert {"ci_low", "ci_high", "ci_level", "welch_df", "margin", "p_tost", "p_welch", "our_sample_std", "paper_sample_std"} <= set(frame)
+
+
+def test_every_cell_is_compared_on_both_accuracies_and_says_where_they_disagree(tmp_path: Path) -> None:
+    """The pooled accuracy decides; the mean over clients is judged beside it, and a cell whose verdict
+    differs says so (FedGMH on MNIST ExDir(2, 0.5): 98.94 pooled, 96.76 over clients in the committed records)."""
+    results, _ = report.aggregate_runs(seeds(tmp_path, "fedgmh", 98.70, 0.08, options=GMH), experiment="table2")
+    results_csv, ref_csv, md, csv = tmp_path / "r.csv", tmp_path / "ref.csv", tmp_path / "c.md", tmp_path / "c.csv"
+    results.assign(best_test_acc_mean=results["best_test_acc"] - 0.019).to_csv(results_csv, index=False)
+    reference(FEDGMH).to_csv(ref_csv, index=False)
+    row = write_comparison([results_csv], ref_csv, md, out_csv=csv).iloc[0]
+    assert (row["status"], row["clients_status"]) == ("reproduced", "not reproduced")
+    assert row["clients_diff"] == pytest.approx(-1.86) and row["clients_n_seeds"] == 5
+    text = md.read_text()
+    assert "| reproduced | 96.80 ± 0.08 (5) | -1.86 | not reproduced (**differs**) |" in text
+    assert "On the mean over clients: 1 not reproduced. The verdict differs in 1 cell: MNIST ExDir(2, 0.5) FedGMH" in text
+    # results aggregated before the column existed: the cells are not run on the mean over clients, never judged from a NaN
+    results.drop(columns="best_test_acc_mean").to_csv(results_csv, index=False)
+    assert write_comparison([results_csv], ref_csv, md).iloc[0]["clients_status"] == "not run"
 
 
 def test_the_workflows_defaults_are_the_commands() -> None:

@@ -69,10 +69,21 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
 
 def _cmd_claims(args: argparse.Namespace) -> None:
-    from fedgmh.report.claims_report import counts_text, write_claims
+    from fedgmh.errors import UserError
+    from fedgmh.report.claims_readings import write_claims
+    from fedgmh.report.claims_report import READING_NAMES, counts_text
 
-    frame = write_claims(args.claims, args.results, args.curves, args.out, args.csv, title=args.title)
-    print(f"claims: {counts_text(frame)} -> {args.out}, {args.csv}")
+    if bool(args.official_csv) != bool(args.official_results or args.official_curves):
+        raise UserError("--official-csv goes with --official-results / --official-curves (the runs of PFLlib's reading)")
+    readings = {"paper": (args.results, args.curves)}
+    csvs = {"paper": args.csv}
+    if args.official_csv:
+        readings["official"] = (args.official_results, args.official_curves)
+        csvs["official"] = args.official_csv
+    frames = write_claims(args.claims, readings, args.out, csvs, title=args.title, datasets_unavailable=args.unavailable,
+                          costs=args.costs)
+    for reading, frame in frames.items():
+        print(f"claims, {READING_NAMES[reading]}: {counts_text(frame)} -> {args.out}, {csvs[reading]}")
 
 
 def _cmd_uploads(args: argparse.Namespace) -> None:
@@ -224,6 +235,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="Markdown report (.md): every claim's verdict and evidence, then every comparison")
     p.add_argument("--csv", required=True, help="one row per claim: verdict, evidence and the numbers of the comparison that decides it")
     p.add_argument("--title", default="The paper's claims", help="the report's title")
+    p.add_argument("--official-results", nargs="*", default=[], help="results CSVs of the runs of PFLlib's reading (preset=official): "
+                   "each claim's verdict under that reading too, in the same row")
+    p.add_argument("--official-curves", nargs="*", default=[], help="curves CSVs of the runs of PFLlib's reading")
+    p.add_argument("--official-csv", help="one row per claim under PFLlib's reading (with --official-results / --official-curves)")
+    p.add_argument("--costs", help="costs.csv of `fedgmh costs`: the computed costs the section 2.3 claims are judged on "
+                   "(without it they are not run)")
+    p.add_argument("--unavailable", nargs="*", default=[], metavar="DATASET",
+                   help="datasets whose data cannot be obtained here (e.g. cifar10 offline): their claims read "
+                        "'data unavailable offline', not 'not run'")
     p.set_defaults(func=_cmd_claims)
 
     p = sub.add_parser("uploads", help="table: cumulative client uploads until each method's accuracy reaches target accuracies")

@@ -157,10 +157,9 @@ def _figures(sizes: Sizes) -> dict[str, float]:
 
 
 def _matches(paper: str, value: float) -> bool | None:
-    if not paper:
-        return None
-    decimals = len(paper.partition(".")[2])
-    return abs(value - float(paper)) <= 0.5 * 10.0**-decimals + 1e-9
+    from fedgmh.report.claims import at_printed_precision
+
+    return at_printed_precision(paper, value) if paper else None
 
 
 def paper_figures(datasets: Sequence[str] = DEFAULT_DATASETS) -> pd.DataFrame:

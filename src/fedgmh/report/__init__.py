@@ -26,7 +26,9 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
 - `to_target`: `rounds_to_target` -> first round at which an accuracy curve reaches each target;
   `uploads_to_target` -> client uploads until then.
 - `claim_file`, `claims`, `claims_report`: the paper's claims (reference/fedgmh_paper_claims.yaml),
-  their test kinds and decision rules, and `claims.md`/`.csv` with each claim's verdict.
+  their test kinds and decision rules, and each claim's verdict with its numbers; `calibration`: the
+  rules on simulated runs; `robustness`: each decided verdict again under the other defensible
+  choices; `claims_readings`: `claims.md`/`.csv`, a verdict per reading of the protocol.
 - `cost_tables`: the section 2.3 costs (`fedgmh costs`) as LaTeX.
 - `figures`: `plot_curves` -> test accuracy per round, mean over seeds with a ±1 std band.
 - `clients`: per-client accuracy of each run (`clients.csv`) and its distribution per method.

@@ -25,7 +25,7 @@ WHOLE_COLUMNS = ("seed", "round", "best_round", "rounds", "rounds_evaluated", "c
 #: other numbers: finite where given
 NUMBER_COLUMNS = ("alpha", "join_ratio", "lr", "wall_time_s")
 #: accuracy columns a row may leave empty: a run that has none (no adaptation; a record older than the column)
-OPTIONAL_COLUMNS = ("before_adaptation", "test_acc_mean", "test_acc_std")
+OPTIONAL_COLUMNS = ("before_adaptation", "test_acc_mean", "test_acc_std", "best_test_acc_mean")
 #: what names a run in a curves table (besides its round)
 RUN_COLUMNS = ("experiment", "setting", "algorithm", "variant", "seed")
 

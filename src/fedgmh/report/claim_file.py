@@ -23,18 +23,23 @@ from fedgmh.report.parsing import is_percent_target
 #: test kind -> (required fields, optional fields), besides id, where, claim, test and note
 TESTS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ranking": (frozenset({"above", "below"}), frozenset({"minus"})),
-    "rounds": (frozenset({"curves", "target"}), frozenset({"paper", "earlier", "later", "after", "algorithms"})),
+    "rounds": (frozenset({"target"}), frozenset({"curves", "paper", "earlier", "later", "after", "algorithms", "points", "parameter"})),
     "trend": (frozenset({"points", "algorithms", "direction"}), frozenset({"parameter"})),
     "bound": (frozenset({"points", "algorithms", "tolerance"}), frozenset({"parameter"})),
-    "convergence": (frozenset({"curves", "algorithms", "measure", "threshold"}), frozenset({"last", "expect"})),
+    "convergence": (frozenset({"curves", "algorithms", "measure", "threshold"}), frozenset({"last", "expect", "reference"})),
+    "cost": (frozenset({"datasets"}), frozenset({"paper", "below"})),
 }
 COMMON = frozenset({"id", "where", "claim", "test", "note"})
-ROUNDS_FORMS = ("paper", "after", "earlier")  # exactly one per rounds claim (`earlier` with `later`, `after` with `algorithms`)
+#: exactly one per rounds claim (`earlier` with `later`, `after` and `points` with `algorithms`; all but `points` with `curves`)
+ROUNDS_FORMS = ("paper", "after", "earlier", "points")
 DIRECTIONS = ("increasing", "decreasing")
-MEASURES = ("fluctuation", "drop")
+MEASURES = ("fluctuation", "relative_fluctuation", "decline")
+RELATIVE = ("relative_fluctuation",)  # the measures that need a `reference`
 EXPECT = ("above", "below")
 DEFAULT_LAST = 20  # evaluated rounds that make "the end of a curve" (convergence)
 CELL = re.compile(r"(?P<experiment>[a-z][a-z0-9_]*)/(?P<setting>[^/\s]+)")
+#: a cost: what one participating client uploads or downloads per round with an algorithm ('fedgmh.up')
+QUANTITY = re.compile(r"(?P<algorithm>[a-z][a-z0-9_]*)\.(?P<way>up|down)")
 ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
@@ -70,10 +75,13 @@ class Claim:
                 found += [Need(*split_cell(spec["minus"]), need.algorithm) for need in list(found)]
         elif self.test in ("trend", "bound"):
             found = [Need(*split_cell(cell), alg) for alg in spec["algorithms"] for cell in spec["points"].values()]
+        elif self.test == "rounds" and "points" in spec:
+            found = [Need(*split_cell(cell), alg, True) for alg in spec["algorithms"] for cell in spec["points"].values()]
         elif self.test == "rounds":
             found = [Need(*split_cell(spec["curves"]), alg, True) for alg in rounds_algorithms(spec)]
-        else:  # convergence
+        elif self.test == "convergence":
             found = [Need(*split_cell(cell), alg, True) for cell in spec["curves"] for alg in spec["algorithms"]]
+            found += [reference_need(spec, need) for need in list(found) if "reference" in spec]
         return list(dict.fromkeys(found))
 
     def experiments(self) -> set[str]:
@@ -85,11 +93,20 @@ def split_cell(text: str) -> tuple[str, str]:
     return match["experiment"], match["setting"]
 
 
+def reference_need(spec: Mapping[str, Any], need: Need) -> Need:
+    """The curve a relative convergence measure of `need` is held against: the reference algorithm in
+    the same cell, or the same algorithm in the reference cell."""
+    reference = spec["reference"]
+    if isinstance(reference, str):
+        return Need(need.experiment, need.setting, reference, True)
+    return Need(*split_cell(reference[need.cell]), need.algorithm, True)
+
+
 def rounds_algorithms(spec: Mapping[str, Any]) -> list[str]:
     """The algorithms a rounds claim reads, in its order."""
     if "paper" in spec:
         return list(spec["paper"])
-    if "after" in spec:
+    if "after" in spec or "points" in spec:
         return list(spec["algorithms"])
     return list(dict.fromkeys([*spec["earlier"], *spec["later"]]))
 
@@ -130,11 +147,14 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
         if "minus" in spec:
             _cell(where, spec["minus"], "minus")
     elif test == "rounds":
-        _cell(where, spec["curves"], "curves")
         spec["target"] = _number(where, spec["target"], "target", percent=True)
         forms = [form for form in ROUNDS_FORMS if form in spec]
-        if len(forms) != 1 or ("later" in spec) != ("earlier" in spec) or ("algorithms" in spec) != ("after" in spec):
-            raise _fail(where, "a rounds claim has exactly one of: paper {algorithm: round}; earlier + later; after + algorithms")
+        paired = ("later" in spec) == ("earlier" in spec) and ("algorithms" in spec) == ("after" in spec or "points" in spec)
+        if len(forms) != 1 or not paired or ("curves" in spec) == ("points" in spec):
+            raise _fail(where, "a rounds claim has exactly one of: curves with paper {algorithm: round}, with earlier + later or "
+                               "with after + algorithms; points {value: cell} + algorithms")
+        if "curves" in spec:
+            _cell(where, spec["curves"], "curves")
         if "paper" in spec:
             if not (isinstance(spec["paper"], dict) and spec["paper"]):
                 raise _fail(where, "paper must map algorithms to the paper's rounds")
@@ -142,19 +162,21 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
         elif "after" in spec:
             spec["after"] = _number(where, spec["after"], "after", positive=True)
             _names(where, spec["algorithms"], "algorithms")
+        elif "points" in spec:
+            spec["points"] = _points(where, spec["points"])
+            _names(where, spec["algorithms"], "algorithms")
         else:
             _names(where, spec["earlier"], "earlier")
             _names(where, spec["later"], "later")
     elif test in ("trend", "bound"):
-        points = spec["points"]
-        if not (isinstance(points, dict) and len(points) >= 2):
-            raise _fail(where, "points must map at least 2 parameter values to cells '<experiment>/<setting id>'")
-        spec["points"] = {_number(where, x, "a points value"): _cell(where, cell, f"points.{x}") for x, cell in points.items()}
+        spec["points"] = _points(where, spec["points"])
         _names(where, spec["algorithms"], "algorithms")
         if test == "trend" and spec["direction"] not in DIRECTIONS:
             raise _fail(where, f"direction must be one of {', '.join(DIRECTIONS)}")
         if test == "bound":
             spec["tolerance"] = _number(where, spec["tolerance"], "tolerance", positive=True)
+    elif test == "cost":
+        _cost(where, spec)
     else:  # convergence
         curves = spec["curves"] if isinstance(spec["curves"], list) else [spec["curves"]]
         spec["curves"] = [_cell(where, cell, "curves") for cell in curves]
@@ -167,7 +189,58 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
             raise _fail(where, f"last must be a whole number of rounds >= 2, got {last!r}")
         if spec.setdefault("expect", "above") not in EXPECT:
             raise _fail(where, f"expect must be one of {', '.join(EXPECT)}")
+        _reference(where, spec)
     return spec
+
+
+def _cost(where: str, spec: dict[str, Any]) -> None:
+    """A cost claim: `datasets`, the datasets whose model it is computed for (each client holding all
+    its classes, the worst case, as `fedgmh costs` computes them); then `paper` (quantity -> the
+    paper's figure in KB, kept as printed: its precision is the rule's) or `below` (quantity -> the
+    quantities it is below)."""
+    if not (isinstance(spec["datasets"], list) and spec["datasets"] and all(isinstance(d, str) and d for d in spec["datasets"])):
+        raise _fail(where, "datasets must be a non-empty list of dataset names")
+    if ("paper" in spec) == ("below" in spec):
+        raise _fail(where, "a cost claim has exactly one of: paper {quantity: KB}; below {quantity: [quantities]}")
+    if "paper" in spec:
+        if not (isinstance(spec["paper"], dict) and spec["paper"]):
+            raise _fail(where, "paper must map quantities ('fedgmh.up') to the paper's figures in KB")
+        for quantity, value in spec["paper"].items():
+            _number(where, value, f"paper.{quantity}", positive=True)
+        spec["paper"] = {_quantity(where, quantity): str(value) for quantity, value in spec["paper"].items()}
+    else:
+        if not (isinstance(spec["below"], dict) and spec["below"]):
+            raise _fail(where, "below must map quantities ('fedgmh.up') to lists of the quantities they are below")
+        spec["below"] = {_quantity(where, q): [_quantity(where, o) for o in _names(where, others, f"below.{q}")]
+                         for q, others in spec["below"].items()}
+
+
+def _quantity(where: str, value: Any) -> str:
+    if not (isinstance(value, str) and QUANTITY.fullmatch(value)):
+        raise _fail(where, f"{value!r} is not a cost '<algorithm>.up' or '<algorithm>.down'")
+    return value
+
+
+def _points(where: str, points: Any) -> dict[float, str]:
+    if not (isinstance(points, dict) and len(points) >= 2):
+        raise _fail(where, "points must map at least 2 parameter values to cells '<experiment>/<setting id>'")
+    return {_number(where, x, "a points value"): _cell(where, cell, f"points.{x}") for x, cell in points.items()}
+
+
+def _reference(where: str, spec: dict[str, Any]) -> None:
+    """A relative measure's `reference`: an algorithm (on the same cells and seeds), or a mapping of
+    each of the claim's `curves` to another cell (the same algorithm there); no reference otherwise."""
+    if (spec["measure"] in RELATIVE) != ("reference" in spec):
+        raise _fail(where, f"a reference goes with the measures {', '.join(RELATIVE)}, and they need one")
+    if "reference" not in spec:
+        return
+    reference = spec["reference"]
+    if isinstance(reference, dict):
+        if set(reference) != set(spec["curves"]):
+            raise _fail(where, "reference must map each of the claim's curves to a cell, or name an algorithm")
+        spec["reference"] = {cell: _cell(where, other, f"reference.{cell}") for cell, other in reference.items()}
+    elif not (isinstance(reference, str) and reference):
+        raise _fail(where, "reference must name an algorithm or map each of the claim's curves to a cell")
 
 
 def _claim(path: Path, index: int, entry: Any) -> Claim:

@@ -8,11 +8,15 @@ and why these: docs/claims.md.
 
 - `ranking`: A above B, a one-sided paired t-test over the seeds both cells have.
 - `rounds_value` / `rounds_after` / `rounds_order`: rounds to a target accuracy, each seed's own first
-  round against the paper's round, a bound, or another method's rounds; a first round known only to
-  lie in a range (a run cut short, rounds not evaluated) decides only what holds across the range.
+  round: the paper's round against a prediction interval for a new seed, a bound, or another method's
+  rounds seed by seed (a tie is no evidence either way); a first round known only to lie in a range
+  (a run cut short, rounds not evaluated) decides only what holds across the range.
 - `trend`: a monotone trend over a swept parameter (Spearman's sign, the first-to-last change, each step).
 - `bound`: "little effect": every two cells within a tolerance.
-- `convergence`: a per-seed measure of the curve's end (fluctuation, drop below the best) against a threshold.
+- `cost_value` / `cost_below`: section 2.3's costs, computed from the model: a paper's figure at its
+  printed precision, or one quantity below another (no seeds: a computation, not a measurement).
+- `convergence`: a per-seed measure of the curve's end (its swing about its trend, alone or as a multiple
+  of a reference's on the same seed; its decline from the best level it held) against a threshold.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
 ALPHA = 0.05
 #: fewer seeds (shared seeds for paired tests) and a comparison is inconclusive: no spread to judge it by
 MIN_SEEDS = 3
+#: the coverage of the prediction interval a paper's round to a target is held against
+PREDICTION = 0.90
 
 Cell = Mapping[int, float]
 Curve = Mapping[int, tuple[np.ndarray, np.ndarray]]
@@ -48,7 +54,7 @@ class Part:
     evidence: str
     measure: str = ""  # what `estimate` is
     estimate: float = math.nan
-    low: float = math.nan  # with `high`: a 90 % confidence interval, or the seeds' range
+    low: float = math.nan  # with `high`: a 90 % confidence or prediction interval, or the seeds' range
     high: float = math.nan
     p_value: float = math.nan  # of the claimed direction
     n_seeds: int = 0
@@ -102,7 +108,7 @@ def _few(label: str, n: int, what: str = "shared seed") -> Part:
 
 def _against(test: TTest, against_alpha: float) -> str:
     """The p-value the other way, where the mean goes against the claim, with the level that would refute it."""
-    return f" (the other way p = {test.p_less:.2g}, refuting below {against_alpha:.2g})" if test.mean < 0 else ""
+    return f" (the other way p = {test.p_less:.2g}, refuting below {against_alpha:.2g})" if test.p_less < test.p_greater else ""
 
 
 def _num(x: float) -> str:
@@ -152,19 +158,38 @@ def _unknown(n: int) -> str:
             "before the paper's last round)" if n else "")
 
 
-def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], paper: float) -> Part:
-    """Claim: the method first reaches the target at round `paper`. Holds when `paper` lies within
-    the range of our seeds' first rounds (never: later than every round) wherever in their ranges the
-    unknown ones are, does not hold when it lies outside wherever they are."""
+def prediction_interval(values: Sequence[float], level: float = PREDICTION) -> tuple[float, float]:
+    """Where one more seed's value falls with probability `level`, from n seeds' values taken as a
+    normal sample: mean +- t((1 + level) / 2, n - 1) * s * sqrt(1 + 1/n)."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2 or not np.isfinite(x).all():
+        raise ValueError(f"a prediction interval from {list(values)}: at least 2 finite values")
+    half = float(stats.t.ppf((1 + level) / 2, len(x) - 1)) * float(x.std(ddof=1)) * math.sqrt(1 + 1 / len(x))
+    return float(x.mean()) - half, float(x.mean()) + half
+
+
+def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], paper: float, level: float = PREDICTION) -> Part:
+    """Claim: the method first reaches the target at round `paper`. Holds when `paper` lies within the
+    `level` prediction interval for a new seed's first round (`prediction_interval` of our seeds'),
+    does not hold when outside it, or when no seed reaches the target in the paper's rounds. A seed
+    whose first round is known only as a range leaves it inconclusive: the interval needs each round."""
     if len(rounds) < MIN_SEEDS:
         return _few(label, len(rounds), "seed")
-    lows, highs = zip(*(_span(r) for r in rounds.values()))
-    verdict = HOLDS if min(highs) <= paper <= max(lows) else FAILS if paper < min(lows) or paper > max(highs) else INCONCLUSIVE
-    unknown = sum(low != high for low, high in zip(lows, highs))
-    evidence = (f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}), paper {paper:g}"
-                + _unknown(unknown))
-    return Part(label, verdict, evidence, "first round of the mean curve", _exact(mean_round), min(lows), max(highs),
-                n_seeds=len(rounds), reference=paper)
+    spans = [_span(r) for _, r in sorted(rounds.items())]
+    lows = [low for low, _ in spans]
+    unknown = sum(low != high for low, high in spans)
+    seen = f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}), paper {paper:g}"
+    if unknown or any(math.isinf(low) for low in lows):
+        never = all(math.isinf(low) for low in lows)
+        why = ("; no seed reaches the target in the paper's rounds" if never else
+               "; a prediction interval needs every seed's round" + _unknown(unknown))
+        return Part(label, FAILS if never else INCONCLUSIVE, seen + why, "mean of the seeds' first rounds", math.nan,
+                    min(lows), max(high for _, high in spans), n_seeds=len(spans), reference=paper)
+    low, high = prediction_interval(lows, level)
+    verdict = HOLDS if low <= paper <= high else FAILS
+    evidence = seen + f"; {100 * level:g}% prediction interval for a new seed {low:.0f} to {high:.0f}"
+    return Part(label, verdict, evidence, "mean of the seeds' first rounds", float(np.mean(lows)), low, high,
+                n_seeds=len(spans), reference=paper)
 
 
 def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bound: float) -> Part:
@@ -181,23 +206,42 @@ def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bou
                 max(high for _, high in spans), n_seeds=len(spans), reference=bound)
 
 
+def _order(a: tuple[float, float], b: tuple[float, float]) -> str:
+    """Whose first round comes first on one seed: 'earlier' (a's), 'later', 'tie' (the same known round,
+    or both never) or 'unknown' (their ranges overlap)."""
+    (a_low, a_high), (b_low, b_high) = a, b
+    if a_high < b_low:
+        return "earlier"
+    if a_low > b_high:
+        return "later"
+    return "tie" if a_low == a_high == b_low == b_high else "unknown"
+
+
 def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: tuple[Round, Mapping[int, Round]]) -> Part:
     """Claim: one method reaches the target before another. Per shared seed, whose first round comes
-    first; holds when the first method is known to be earlier in every shared seed, does not hold
-    when it is known not to be in every one (both never reaching it is a tie)."""
+    first; a tie (the same round, or both never) is no evidence either way. Holds when the first
+    method is earlier in every seed that is not a tie, does not hold when it is later in every one,
+    with at least MIN_SEEDS such seeds and none whose order a range leaves unknown; else inconclusive."""
     (mean_a, a), (mean_b, b) = earlier, later
     shared = sorted(set(a) & set(b))
     if len(shared) < MIN_SEEDS:
         return _few(label, len(shared))
     pairs = [(_span(a[s]), _span(b[s])) for s in shared]
-    first = sum(a_high < b_low for (_, a_high), (b_low, _) in pairs)
-    not_first = sum(a_low >= b_high for (a_low, _), (_, b_high) in pairs)
-    verdict = HOLDS if first == len(shared) else FAILS if not_first == len(shared) else INCONCLUSIVE
+    orders = [_order(*pair) for pair in pairs]
+    count = {key: orders.count(key) for key in ("earlier", "later", "tie", "unknown")}
+    untied = count["earlier"] + count["later"]
+    if count["unknown"] or untied < MIN_SEEDS or count["earlier"] and count["later"]:
+        verdict = INCONCLUSIVE
+    else:
+        verdict = HOLDS if count["earlier"] else FAILS
     # the rounds from the first method's to the other's, seed by seed (never minus never: none)
     gaps = [(b_low - a_high, b_high - a_low) for (a_low, a_high), (b_low, b_high) in pairs]
-    evidence = (f"earlier in {first} of {len(shared)} shared seeds (first rounds {_seed_rounds({s: a[s] for s in shared})} "
-                f"vs {_seed_rounds({s: b[s] for s in shared})}); mean curves {_round_text(mean_a)} vs {_round_text(mean_b)}"
-                + _unknown(len(shared) - first - not_first))
+    ties = f", {count['tie']} tied (no evidence either way)" if count["tie"] else ""
+    evidence = (f"earlier in {count['earlier']}, later in {count['later']} of {len(shared)} shared seeds{ties} (first rounds "
+                f"{_seed_rounds({s: a[s] for s in shared})} vs {_seed_rounds({s: b[s] for s in shared})}); mean curves "
+                f"{_round_text(mean_a)} vs {_round_text(mean_b)}" + _unknown(count["unknown"]))
+    if untied < MIN_SEEDS and not count["unknown"]:
+        evidence += f"; {untied} untied seeds (need {MIN_SEEDS})"
     return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", _exact(mean_b) - _exact(mean_a),
                 min((low for low, _ in gaps if not math.isnan(low)), default=math.nan),
                 max((high for _, high in gaps if not math.isnan(high)), default=math.nan), n_seeds=len(shared))
@@ -290,32 +334,104 @@ def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float, ag
 
 # ----------------------------------------------------------------------------- convergence
 
+
+def swing(acc: np.ndarray, last: int) -> float:
+    """The std of the last `last` values about their least-squares line: how much the curve swings,
+    not how much it still rises or falls."""
+    y = acc[-last:]
+    x = np.arange(len(y), dtype=float)
+    return float(np.std(y - np.polyval(np.polyfit(x, y, 1), x)))
+
+
+def _window_means(acc: np.ndarray, last: int, parity: int) -> np.ndarray:
+    """The mean of the values at evaluations of `parity` (0: even, 1: odd) in every window of `last`."""
+    kept = np.arange(len(acc)) % 2 == parity
+    ones = np.ones(last)
+    return np.convolve(np.where(kept, acc, 0.0), ones, mode="valid") / np.convolve(kept.astype(float), ones, mode="valid")
+
+
+def decline(acc: np.ndarray, last: int) -> float:
+    """How far the curve ends below the best level it held: the mean of its last `last` values subtracted
+    from the level of its best window of `last` consecutive values. The window is picked by the mean
+    of its even-numbered evaluations and its level measured by its odd-numbered ones, so the noise
+    that picks it does not also measure it: on a flat noisy curve the best single round (or the best
+    window, picked and measured on the same values) lies above the level by the noise alone."""
+    acc = np.asarray(acc, dtype=float)
+    picked = int(np.argmax(_window_means(acc, last, 0)))
+    return float(_window_means(acc, last, 1)[picked] - np.mean(acc[-last:]))
+
+
 #: measure -> (what it is, its value for one seed's accuracy curve in percent and the last k evaluated rounds)
 MEASURES = {
-    "fluctuation": ("std of the last rounds' accuracy (points)", lambda acc, k: float(np.std(acc[-k:]))),
-    "drop": ("best accuracy minus the mean of the last rounds (points)", lambda acc, k: float(np.max(acc) - np.mean(acc[-k:]))),
+    "fluctuation": ("std of the last rounds about their trend line (points)", swing),
+    "relative_fluctuation": ("std of the last rounds about their trend line, as a multiple of the reference's", swing),
+    "decline": ("level of the best k consecutive rounds minus the mean of the last k (points)", decline),
 }
+#: the measures held against a reference curve of the same seed (a ratio, tested on the log scale)
+RELATIVE = ("relative_fluctuation",)
+
+
+def _values(curve: Curve, seeds: Sequence[int], measure: str, last: int) -> list[float]:
+    return [MEASURES[measure][1](np.asarray(curve[s][1], dtype=float), last) for s in seeds]
 
 
 def convergence(label: str, curve: Curve, measure: str, last: int, threshold: float, above: bool = True,
-                against_alpha: float = ALPHA) -> Part:
-    """Claim: the curve's end fluctuates (or drops below its best) by more than `threshold` points
-    (`above`), or by less. Each seed's measure over its last `last` evaluated rounds; a one-sample
-    t-test of their mean against the threshold."""
-    if len(curve) < MIN_SEEDS:
-        return _few(label, len(curve), "seed")
-    short = min(len(acc) for _, acc in curve.values())
+                against_alpha: float = ALPHA, reference: Curve | None = None) -> Part:
+    """Claim: the curve's end swings (or declines) by more than `threshold` (`above`), or by less.
+    Each seed's measure over its last `last` evaluated rounds, a one-sample t-test of their mean
+    against the threshold. A relative measure is each seed's ratio to the `reference` curve's on the
+    same seed (another method, or the same method in another setting), tested on the log scale
+    against log(threshold)."""
+    relative = measure in RELATIVE
+    if relative and reference is None:
+        raise ValueError(f"measure {measure} needs a reference curve")
+    seeds = sorted(set(curve) & set(reference)) if relative else sorted(curve)
+    if len(seeds) < MIN_SEEDS:
+        return _few(label, len(seeds), "shared seed" if relative else "seed")
+    short = min(len(acc) for _, acc in [*(curve[s] for s in seeds), *((reference[s] for s in seeds) if relative else ())])
     if short < last:
-        return Part(label, INCONCLUSIVE, f"only {short} evaluated rounds (need {last})", n_seeds=len(curve))
-    what, value = MEASURES[measure]
-    values = [value(np.asarray(acc, dtype=float), last) for _, acc in (curve[s] for s in sorted(curve))]
-    test = t_test(values, null=threshold)
+        return Part(label, INCONCLUSIVE, f"only {short} evaluated rounds (need {last})", n_seeds=len(seeds))
+    values = _values(curve, seeds, measure, last)
+    what = MEASURES[measure][0]
+    if relative:
+        base = _values(reference, seeds, measure, last)
+        if min(base) <= 0:
+            return Part(label, INCONCLUSIVE, "the reference curve does not move at all on some seed", n_seeds=len(seeds))
+        values = [v / b for v, b in zip(values, base)]
+        logs = t_test(np.log(values), null=math.log(threshold))
+        test = TTest(logs.n, math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.p_greater, logs.p_less)
+    else:
+        test = t_test(values, null=threshold)
     if not above:
         test = TTest(test.n, test.mean, test.low, test.high, test.p_less, test.p_greater)
-    seeds = ", ".join(f"{v:.2f}" for v in values)
-    evidence = (f"{measure} over the last {last} rounds {test.mean:.2f} points (seeds {seeds}; 90% CI {test.low:.2f} to "
-                f"{test.high:.2f}), threshold {threshold:g}")
+    seeds_text = ", ".join(f"{v:.2f}" for v in values)
+    unit = "times the reference's" if relative else "points"
+    mean = "geometric mean" if relative else "mean"
+    evidence = (f"{measure} over the last {last} rounds, {mean} {test.mean:.2f} {unit} (seeds {seeds_text}; 90% CI "
+                f"{test.low:.2f} to {test.high:.2f}), threshold {threshold:g}" + _against(test, against_alpha))
     return Part(label, decide(test, against_alpha), evidence, what, test.mean, test.low, test.high, test.p_greater, test.n, threshold)
+
+
+# ----------------------------------------------------------------------------- costs
+
+
+def at_printed_precision(printed: str, value: float) -> bool:
+    """Whether `value` is the paper's figure as printed (`printed`, its text): equal once rounded to
+    the decimals the paper prints (2004 holds 2003.91; 200.39 holds 200.390625)."""
+    decimals = len(printed.partition(".")[2])
+    return abs(value - float(printed)) <= 0.5 * 10.0**-decimals + 1e-9
+
+
+def cost_value(label: str, value: float, printed: str) -> Part:
+    """Claim: the computed cost is the paper's figure. Holds when it is, at the paper's printed precision."""
+    verdict = HOLDS if at_printed_precision(printed, value) else FAILS
+    return Part(label, verdict, f"computed {value:.2f} KB, paper {printed} KB", "computed cost (KB)", value, reference=float(printed))
+
+
+def cost_below(label: str, value: float, other: float) -> Part:
+    """Claim: one computed cost is below another."""
+    verdict = HOLDS if value < other else FAILS
+    return Part(label, verdict, f"computed {value:.2f} KB against {other:.2f} KB", "computed cost (KB)", value, reference=other)
 
 
 # ----------------------------------------------------------------------------- a claim from its parts

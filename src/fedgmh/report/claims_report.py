@@ -24,32 +24,50 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import Claim, Need, read_claims, rounds_algorithms, split_cell
+from fedgmh.report.claim_file import QUANTITY, Claim, Need, reference_need, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
 from fedgmh.report.to_target import accuracy_by_seed, first_round_bounds
-from fedgmh.report.runs import read_curves, read_results
-from fedgmh.report.summary import accuracy_column
+from fedgmh.report.summary import ACCURACIES, READINGS_OF_ACCURACY, accuracy_column
 
 COLUMNS = ["id", "where", "test", "claim", "verdict", "parts", "deciding_part", "measure", "estimate", "ci_low", "ci_high",
            "p_value", "n_seeds", "reference", "protocol", "not_run", "evidence"]
+#: a claim not run because its data cannot be obtained here (`fedgmh claims --unavailable`), not for want of runs
+UNAVAILABLE = "data unavailable offline"
+#: the readings of the paper's protocol whose runs a claims report can hold (`fedgmh.report.protocol.READINGS`)
+READING_NAMES = {"paper": "the paper's text", "official": "PFLlib's reading"}
 CELL_KEY = ["experiment", "setting", "algorithm"]
 #: one comparison of a claim, made at the level that refutes it
 Comparison = Callable[[float], kinds.Part]
 
 
-class Runs:
-    """The runs' best accuracies (percent, per seed) and curves, by (experiment, setting, algorithm)."""
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """The choices a rule leaves open, at the values the verdicts use; the robustness check
+    (`fedgmh.report.robustness`) re-decides every claim with each changed."""
 
-    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None) -> None:
+    prediction: float = kinds.PREDICTION  # the coverage of the interval a paper's round is held against
+    window: int | None = None  # the rounds that make a curve's end (None: the claim's `last`)
+
+
+class Runs:
+    """The runs' best accuracies (percent, per seed) and curves, by (experiment, setting, algorithm), on
+    one reading of the paper's accuracy (`accuracy`, a READINGS_OF_ACCURACY key). A run without that
+    accuracy (a record older than its column) is left out: no verdict from a NaN."""
+
+    def __init__(self, results: pd.DataFrame | None, curves: pd.DataFrame | None, accuracy: str = PAPER_ACCURACY,
+                 costs: pd.DataFrame | None = None) -> None:
         self.values: dict[tuple, dict[int, float]] = {}
         self.rows: dict[tuple, list[dict[str, Any]]] = {}
+        self.frames = results, curves
+        self.costs = costs
+        self.accuracy = accuracy
+        curve_column = READINGS_OF_ACCURACY[accuracy][0]
         if results is not None and not results.empty:
-            column = accuracy_column(results, PAPER_ACCURACY)
+            column = accuracy_column(results, accuracy) if accuracy == PAPER_ACCURACY or ACCURACIES[accuracy][0] in results else None
             twice = results[results.duplicated(CELL_KEY + ["seed"], keep=False)]
             if not twice.empty:
                 first = twice.iloc[0]
@@ -57,19 +75,44 @@ class Runs:
                                 f"{first['seed']} twice; give each experiment's results once")
             for rec in results.to_dict("records"):
                 key = (rec["experiment"], rec["setting"], rec["algorithm"])
-                self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
                 self.rows.setdefault(key, []).append(rec)
+                if column is not None and not pd.isna(rec[column]):
+                    self.values.setdefault(key, {})[int(rec["seed"])] = 100.0 * float(rec[column])
         if curves is not None and not curves.empty:
             twice = curves[curves.duplicated(CELL_KEY + ["seed", "round"], keep=False)]
             if not twice.empty:
                 first = twice.iloc[0]
                 raise UserError(f"the curves hold round {first['round']} of run {first['experiment']}/{first['setting']}/"
                                 f"{first['algorithm']} seed {first['seed']} twice; give each experiment's curves once")
-        groups = [] if curves is None or curves.empty else list(curves.groupby(CELL_KEY, sort=False))
-        self.curves = {key: accuracy_by_seed(frame) for key, frame in groups}
+        groups = [] if curves is None or curves.empty or curve_column not in curves else [
+            (key, frame.dropna(subset=[curve_column])) for key, frame in curves.groupby(CELL_KEY, sort=False)]
+        groups = [(key, frame) for key, frame in groups if not frame.empty]
+        self.curves = {key: accuracy_by_seed(frame, curve_column) for key, frame in groups}
         # the paper's number of rounds for the curve's dataset (inf: unknown)
         self.paper_rounds = {key: float(PAPER_ROUNDS.get(str(frame["dataset"].iloc[0]), math.inf)) if "dataset" in frame
                              else math.inf for key, frame in groups}
+
+    def variant(self, accuracy: str | None = None, without_seed: int | None = None) -> Runs:
+        """The same runs on another accuracy, or without one seed's runs."""
+        results, curves = (None if frame is None else frame[frame["seed"] != without_seed] for frame in self.frames)
+        return Runs(results, curves, accuracy or self.accuracy, self.costs)
+
+    def cost(self, quantity: str, dataset: str) -> tuple[float, str] | None:
+        """(KB, |S_m|) one participating client of `dataset` sends (`<algorithm>.up`) or receives (`.down`)
+        a round with the paper preset, from `fedgmh costs`' table; None: not in it."""
+        if self.costs is None:
+            return None
+        match = QUANTITY.fullmatch(quantity)
+        way = "up_per_participant" if match["way"] == "up" else "down_per_participant"
+        rows = self.costs[(self.costs["kind"] == "algorithm") & (self.costs["dataset"] == dataset) & (self.costs["preset"] == "paper")
+                          & (self.costs["algorithm"] == match["algorithm"]) & (self.costs["quantity"] == way)]
+        if rows.empty:
+            return None
+        note = str(rows["note"].iloc[0]) if not pd.isna(rows["note"].iloc[0]) else ""
+        return float(rows["analytic"].iloc[0]), note.removeprefix("|S_m| = ")
+
+    def seeds(self) -> list[int]:
+        return sorted({seed for cell in self.values.values() for seed in cell} | {int(s) for acc in self.curves.values() for s in acc})
 
     def cell(self, need: Need) -> dict[int, float] | None:
         return self.values.get(need[:3])
@@ -135,7 +178,7 @@ def _not_run(label: str, needs: Sequence[Need]) -> Comparison:
     return _decided(kinds.Part(label, kinds.NOT_RUN, "no runs of " + "; ".join(f"{n.cell} {n.algorithm}" for n in needs)))
 
 
-def _ranking(claim: Claim, runs: Runs) -> list[Comparison]:
+def _ranking(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
     spec = claim.spec
     sides = [[Need(*split_cell(cell), alg) for cell, algs in spec[side].items() for alg in algs] for side in ("above", "below")]
     # within each cell both sides name (e.g. per dataset); sides without a common cell: every pair
@@ -159,8 +202,10 @@ def _ranking(claim: Claim, runs: Runs) -> list[Comparison]:
     return comparisons
 
 
-def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
+def _rounds(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
     spec, target = claim.spec, claim.spec["target"]
+    if "points" in spec:
+        return _rounds_over_points(claim, runs)
     experiment, setting = split_cell(spec["curves"])
     need = {alg: Need(experiment, setting, alg, True) for alg in rounds_algorithms(spec)}
     reached = {alg: runs.first_rounds(need[alg], target) for alg in need}
@@ -169,7 +214,7 @@ def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
         for alg, paper in spec["paper"].items():
             label = f"{algorithm_name(alg)} reaches {at} at round {format_number(paper)}"
             comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
-                               _decided(kinds.rounds_value(label, *reached[alg], paper)))
+                               _decided(kinds.rounds_value(label, *reached[alg], paper, rules.prediction)))
     elif "after" in spec:
         for alg in spec["algorithms"]:
             label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
@@ -184,6 +229,22 @@ def _rounds(claim: Claim, runs: Runs) -> list[Comparison]:
     return comparisons
 
 
+def _rounds_over_points(claim: Claim, runs: Runs) -> list[Comparison]:
+    """rounds with `points`: per algorithm, the target reached sooner at the last point than at the first."""
+    spec = claim.spec
+    (x0, first), (x1, last) = min(spec["points"].items()), max(spec["points"].items())
+    parameter = spec.get("parameter", "the parameter")
+    comparisons = []
+    for alg in spec["algorithms"]:
+        label = (f"{algorithm_name(alg)} reaches {format_number(spec['target'])} % sooner at {parameter} = {format_number(x1)} "
+                 f"than at {format_number(x0)}")
+        needs = [Need(*split_cell(last), alg, True), Need(*split_cell(first), alg, True)]
+        reached = [runs.first_rounds(need, spec["target"]) for need in needs]
+        missing = [need for need, r in zip(needs, reached) if r is None]
+        comparisons.append(_not_run(label, missing) if missing else _decided(kinds.rounds_order(label, *reached)))
+    return comparisons
+
+
 def _partly_run(compare: Comparison, run: int, points: int, level: float) -> kinds.Part:
     """A trend or bound tested on `run` of its `points`: at best inconclusive."""
     part = compare(level)
@@ -191,7 +252,7 @@ def _partly_run(compare: Comparison, run: int, points: int, level: float) -> kin
     return dataclasses.replace(part, verdict=verdict, evidence=f"{run} of {points} points run: {part.evidence}")
 
 
-def _over_points(claim: Claim, runs: Runs) -> list[Comparison]:
+def _over_points(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
     """trend and bound: one comparison per algorithm over the claim's points."""
     spec = claim.spec
     parameter = spec.get("parameter", "the parameter")
@@ -213,18 +274,41 @@ def _over_points(claim: Claim, runs: Runs) -> list[Comparison]:
     return comparisons
 
 
-def _convergence(claim: Claim, runs: Runs) -> list[Comparison]:
+def _convergence(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
     spec = claim.spec
     comparisons = []
-    for need in claim.needs():
-        label = f"{_name(need)} ({need.cell})"
-        curve = runs.seed_curves(need)
-        comparisons.append(_not_run(label, [need]) if curve is None else partial(
-            kinds.convergence, label, curve, spec["measure"], spec["last"], spec["threshold"], spec["expect"] == "above"))
+    for cell in spec["curves"]:
+        for alg in spec["algorithms"]:
+            need = Need(*split_cell(cell), alg, True)
+            other = reference_need(spec, need) if "reference" in spec else None
+            label = f"{_name(need)} ({need.cell})" + (f" against {_name(other)} ({other.cell})" if other else "")
+            missing = [n for n in (need, other) if n is not None and not runs.has(n)]
+            comparisons.append(_not_run(label, missing) if missing else partial(
+                kinds.convergence, label, runs.seed_curves(need), spec["measure"], rules.window or spec["last"], spec["threshold"],
+                spec["expect"] == "above", reference=runs.seed_curves(other) if other else None))
     return comparisons
 
 
-TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence}
+def _cost(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
+    """cost: one comparison per dataset and quantity (and quantity it is below), from `fedgmh costs`' table."""
+    spec, comparisons = claim.spec, []
+    for dataset in spec["datasets"]:
+        pairs = [(quantity, printed, None) for quantity, printed in spec.get("paper", {}).items()]
+        pairs += [(quantity, None, other) for quantity, others in spec.get("below", {}).items() for other in others]
+        for quantity, printed, other in pairs:
+            label = f"{quantity} ({dataset}) " + (f"is {printed} KB" if printed else f"< {other}")
+            value, base = runs.cost(quantity, dataset), runs.cost(other, dataset) if other else None
+            if value is None or other and base is None:
+                comparisons.append(_decided(kinds.Part(label, kinds.NOT_RUN, f"no computed cost of {dataset} (fedgmh claims --costs)")))
+                continue
+            labels = f"; |S_m| = {value[1]}" if value[1] else ""
+            part = kinds.cost_value(label, value[0], printed) if printed else kinds.cost_below(label, value[0], base[0])
+            comparisons.append(_decided(dataclasses.replace(part, evidence=part.evidence + labels)))
+    return comparisons
+
+
+TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence,
+         "cost": _cost}
 
 
 def _run_comparisons(comparisons: Sequence[Comparison]) -> list[kinds.Part]:
@@ -255,45 +339,23 @@ def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
     }
 
 
-def evaluate_claims(claims: Sequence[Claim], runs: Runs) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
+def evaluate_claims(claims: Sequence[Claim], runs: Runs, rules: Rules = Rules()) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
     """One row per claim (COLUMNS) and every claim's comparisons, by claim id."""
-    parts = {claim.id: _run_comparisons(TESTS[claim.test](claim, runs)) for claim in claims}
+    parts = {claim.id: _run_comparisons(TESTS[claim.test](claim, runs, rules)) for claim in claims}
     rows = [_row(claim, parts[claim.id], runs) for claim in claims]
     return pd.DataFrame(rows, columns=COLUMNS), parts
 
 
-# ----------------------------------------------------------------------------- claims.md, claims.csv, the LaTeX section
-
-
-def _md(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+# ----------------------------------------------------------------------------- claims.csv and the LaTeX section
 
 
 def counts_text(frame: pd.DataFrame) -> str:
     counts = frame["verdict"].value_counts()
-    return ", ".join(f"{counts.get(v, 0)} {v}" for v in kinds.VERDICTS) + f" (of {len(frame)})"
-
-
-def claims_markdown(frame: pd.DataFrame, parts: dict[str, list[kinds.Part]], title: str, source: str) -> str:
-    lines = [f"# {title}", "",
-             f"The paper's claims in our words ({source}), each tested on these runs with a stated rule "
-             "(docs/claims.md): *holds*, *does not hold*, *inconclusive* (too few seeds, or the data decide neither way) "
-             "or *not run*. A claim of several comparisons holds when each does and does not hold when one does not; "
-             "its numbers are those of the comparison that decides it. Accuracies in percentage points.", "",
-             f"**{counts_text(frame)}**", "",
-             "| claim | where | what the paper says (our words) | test | verdict | evidence |", "| --- | --- | --- | --- | --- | --- |"]
-    for rec in frame.to_dict("records"):
-        evidence = rec["evidence"] + (f" — runs differ from the paper's protocol: {rec['protocol']}" if rec["protocol"] else "")
-        lines.append(f"| `{rec['id']}` | {_md(rec['where'])} | {_md(rec['claim'])} | {rec['test']} | **{rec['verdict']}** | {_md(evidence)} |")
-    lines += ["", "## Every comparison", ""]
-    for rec in frame.to_dict("records"):
-        lines += [f"### `{rec['id']}`: {rec['verdict']}", "", f"{rec['claim']} ({rec['where']}; test: {rec['test']}, {rec['parts']}).", ""]
-        if rec["protocol"]:
-            lines += [f"Runs differ from the paper's protocol: {rec['protocol']}.", ""]
-        lines += ["| comparison | verdict | evidence |", "| --- | --- | --- |"]
-        lines += [f"| {_md(p.label)} | {p.verdict} | {_md(p.evidence)} |" for p in parts[rec["id"]]]
-        lines.append("")
-    return "\n".join(lines)
+    shown = [v for v in (*kinds.VERDICTS, UNAVAILABLE) if v != UNAVAILABLE or counts.get(v, 0)]
+    decided = frame[frame["verdict"].isin([kinds.HOLDS, kinds.FAILS])]
+    robust = int((decided["robustness"] == "robust").sum()) if "robustness" in frame else 0
+    return (", ".join(f"{counts.get(v, 0)} {v}" for v in shown) + f" (of {len(frame)})"
+            + (f"; of the {len(decided)} decided, {robust} robust and {len(decided) - robust} fragile" if len(decided) else ""))
 
 
 def claims_latex(frame: pd.DataFrame) -> str:
@@ -324,11 +386,3 @@ def read_frames(paths: Sequence[Path | str], reader) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def write_claims(claims_path: Path | str, results: Sequence[Path | str], curves: Sequence[Path | str], out_md: Path | str,
-                 out_csv: Path | str, title: str = "The paper's claims") -> pd.DataFrame:
-    claims = read_claims(claims_path)
-    runs = Runs(read_frames(results, read_results), read_frames(curves, read_curves))
-    frame, parts = evaluate_claims(claims, runs)
-    write_text(claims_markdown(frame, parts, title, Path(claims_path).name) + "\n", out_md)
-    write_csv(frame, out_csv)
-    return frame

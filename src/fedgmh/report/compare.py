@@ -17,6 +17,11 @@ Status of a paper cell (`compare_with_paper`), the first that applies:
   ('reduced protocol'). Not judged: the difference is shown for information only;
 - the verdict of `fedgmh.report.verdicts.welch_tost`: 'reproduced', 'not reproduced' or
   'inconclusive', at the equivalence margin `margin` (accuracy points) and level `alpha`.
+
+Every cell is compared on both readings of the paper's "average accuracy of all clients"
+(`summary.READINGS_OF_ACCURACY`):
+the accuracy pooled over the clients' test samples, which decides (the paper's numbers match it,
+docs/verdicts.md), and the unweighted mean of the clients' accuracies, in the `clients_*` columns.
 """
 
 from __future__ import annotations
@@ -39,13 +44,15 @@ from fedgmh.report.protocol import (
     OTHER, REDUCED, cell_numbers, cell_option_sets, check_reading, protocol_differences, resolved_protocol,
 )
 from fedgmh.report.runs import read_results
-from fedgmh.report.summary import summarize
+from fedgmh.report.summary import ACCURACIES, summarize
 from fedgmh.report.parsing import norm_name
 from fedgmh.report.verdicts import (
     DEFAULT_ALPHA, DEFAULT_MARGIN, INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, check_test_settings, sample_std, welch_tost,
 )
 
 NO_REFERENCE, NOT_RUN = "no reference", "not run"
+#: the columns of a cell compared on the other accuracy, each as `clients_<column>`
+CLIENT_COLUMNS = ("our_mean", "our_std", "n_seeds", "diff", "ci_low", "ci_high", "status")
 STATUSES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, REDUCED, OTHER, NO_REFERENCE, NOT_RUN)
 #: the reference dimensions that are algorithm options (our cells' column: opt_<name> where swept)
 OPTION_DIMS = ("beta", "eta_h")
@@ -189,23 +196,36 @@ def summary_counts(comparison: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index().rename(columns={"index": "table"})
 
 
-def _cells_of(results_paths: Sequence[Path | str]) -> tuple[pd.DataFrame, list[str], list[pd.DataFrame]]:
-    """Our cells of every experiment of the results files (column `source`: the file), the experiments
-    and the results frames; the same cell in two files is an error."""
+def _cells_of(results_paths: Sequence[Path | str],
+              accuracy: str = PAPER_ACCURACY) -> tuple[pd.DataFrame, list[str], list[pd.DataFrame]]:
+    """Our cells of every experiment of the results files on `accuracy` (column `source`: the file),
+    the experiments and the results frames; the same cell in two files is an error. A cell whose
+    runs lack that accuracy (records older than its column) is left out: no verdict from a NaN."""
     frames, experiments, all_results, seen = [], [], [], {}
     for path in results_paths:
         results = read_results(path)
         all_results.append(results)
+        if ACCURACIES[accuracy][0] not in results.columns and accuracy != PAPER_ACCURACY:
+            continue  # aggregated before the column existed: the cells are not run on this accuracy
         for experiment in dict.fromkeys(results["experiment"]):
-            cells = summarize(results, experiment, PAPER_ACCURACY)[0].assign(source=str(path))  # the paper reports the best
+            cells = summarize(results, experiment, accuracy)[0].assign(source=str(path))
             for rec in cells.to_dict("records"):
                 key = (rec["experiment"], rec["setting"], rec["row"])
                 if key in seen:
                     raise UserError(f"cell {' '.join(key)} is in both {seen[key]} and {path}; compare each cell once")
                 seen[key] = str(path)
             experiments.append(experiment)
-            frames.append(cells)
+            frames.append(cells[cells["mean"].notna()])
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), list(dict.fromkeys(experiments)), all_results
+
+
+def with_client_mean(comparison: pd.DataFrame, clients: pd.DataFrame) -> pd.DataFrame:
+    """`comparison` (on the pooled accuracy) with each cell's comparison on the mean over clients
+    (`clients`: the same reference rows) as `clients_*` columns."""
+    out = comparison.copy()
+    for column in CLIENT_COLUMNS:
+        out[f"clients_{column}"] = clients[column].to_numpy()
+    return out
 
 
 def write_comparison(results_paths: Sequence[Path | str], reference_path: Path | str, out_md: Path | str,
@@ -226,6 +246,8 @@ def write_comparison(results_paths: Sequence[Path | str], reference_path: Path |
     reference = read_reference(reference_path)
     cells, experiments, all_results = _cells_of(results_paths)
     comparison = compare_with_paper(cells, reference, margin=margin, alpha=alpha, reading=reading)
+    clients = compare_with_paper(_cells_of(results_paths, "best_clients")[0], reference, margin=margin, alpha=alpha, reading=reading)
+    comparison = with_client_mean(comparison, clients)
     counts = summary_counts(comparison)
     others = compare_other_references(all_results, other_paths) if other_paths else None
     markdown = comparison_markdown(comparison, counts, margin, alpha, reading, experiments)

@@ -13,7 +13,7 @@ import pandas as pd
 from fedgmh.report.latex import latex_table
 from fedgmh.report.labels import format_number
 from fedgmh.report.protocol import READINGS
-from fedgmh.report.verdicts import MIN_SEEDS
+from fedgmh.report.verdicts import INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED
 
 DOCS = "docs/verdicts.md"
 
@@ -30,6 +30,23 @@ def _p(value: float) -> str:
     if math.isnan(value):
         return ""
     return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def metrics_differ(rec: dict) -> bool:
+    """Whether a cell judged on both accuracies gets another verdict on each."""
+    judged = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+    return rec["status"] in judged and rec.get("clients_status") in judged and rec["status"] != rec["clients_status"]
+
+
+def _clients(rec: dict) -> dict[str, str]:
+    """The cell on the mean over clients: ours, the difference and the verdict ('differs' where the
+    pooled accuracy's verdict is another); empty where the comparison has no such columns."""
+    if "clients_status" not in rec:
+        return {"ours": "", "diff": "", "verdict": ""}
+    n = int(rec["clients_n_seeds"])
+    return {"ours": _pm(rec["clients_our_mean"], rec["clients_our_std"], n or None) if n else "—",
+            "diff": "" if math.isnan(rec["clients_diff"]) else f"{rec['clients_diff']:+.2f}",
+            "verdict": rec["clients_status"] + (" (**differs**)" if metrics_differ(rec) else "")}
 
 
 def _cells(rec: dict) -> dict[str, str]:
@@ -71,6 +88,10 @@ def comparison_markdown(comparison: pd.DataFrame, counts: pd.DataFrame, margin: 
         "Every cell of the paper's Tables 2-7 (reference CSV): the paper's mean ± std over its 5 seeds next to ours (best "
         "test accuracy, %; ± is the population std over seeds, the paper's convention; (n): our distinct seeds).", "",
         how_to_read(margin, alpha, reading), "",
+        f"**Two accuracies** ({DOCS}): the paper's \"average accuracy of all clients\" is read as the accuracy pooled over the "
+        "clients' test samples (*ours*, *verdict*: PFLlib's, and the paper's numbers match it), and as the unweighted mean of "
+        "the clients' accuracies (*client mean*, judged the same way). The pooled one decides; **differs** marks a cell whose "
+        "verdict is another on the mean over clients.", "",
         f"Experiments in this config: {', '.join(experiments) if experiments else '(none)'}.", "",
         "## Summary", "",
         "| table | cells | " + " | ".join(statuses) + " |", "| --- | ---: | " + " | ".join("---:" for _ in statuses) + " |",
@@ -78,15 +99,31 @@ def comparison_markdown(comparison: pd.DataFrame, counts: pd.DataFrame, margin: 
     for rec in counts.to_dict("records"):
         name = f"**{rec['table']}**" if rec["table"] == "all" else rec["table"]
         lines.append(f"| {name} | {rec['cells']} | " + " | ".join(str(rec[s]) for s in statuses) + " |")
+    lines += ["", _metrics_summary(comparison)]
     for table, group in comparison.groupby("table", sort=False):
         lines += ["", f"## {table}", "",
-                  f"| setting | method | paper | ours (n) | diff | {level} % CI | margin | TOST p | Welch p | verdict | protocol |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+                  f"| setting | method | paper | ours (n) | diff | {level} % CI | margin | TOST p | Welch p | verdict | client mean (n) | "
+                  "diff | verdict, client mean | protocol |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | --- |"]
         for rec in group.to_dict("records"):
-            text = _cells(rec)
+            text, clients = _cells(rec), _clients(rec)
             lines.append(f"| {rec['setting']} | {rec['algorithm']} | {text['paper']} | {text['ours']} | {text['diff']} | {text['ci']} | "
-                         f"{text['margin']} | {text['p_tost']} | {text['p_welch']} | {rec['status']} | {rec['protocol']} |")
+                         f"{text['margin']} | {text['p_tost']} | {text['p_welch']} | {rec['status']} | {clients['ours']} | "
+                         f"{clients['diff']} | {clients['verdict']} | {rec['protocol']} |")
     return "\n".join(lines) + "\n"
+
+
+def _metrics_summary(comparison: pd.DataFrame) -> str:
+    """The verdicts' counts on the mean over clients, and the cells whose verdict differs."""
+    if "clients_status" not in comparison.columns:
+        return ""
+    counts = comparison["clients_status"].value_counts()
+    judged = [s for s in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE) if counts.get(s)]
+    differ = [f"{rec['setting']} {rec['algorithm']} ({rec['status']} pooled, {rec['clients_status']} client mean)"
+              for rec in comparison.to_dict("records") if metrics_differ(rec)]
+    return ("On the mean over clients: " + (", ".join(f"{counts[s]} {s}" for s in judged) or "no cell judged") + ". "
+            + (f"The verdict differs in {len(differ)} cell{'s' if len(differ) != 1 else ''}: {'; '.join(differ)}." if differ else
+               "No judged cell gets another verdict."))
 
 
 def table_name(table: str) -> str:

@@ -38,7 +38,8 @@ BASE_COLUMNS = [
     "experiment", "setting", "dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "variant", "seed",
     "rounds", "local_epochs", "join_ratio", "batch_size", "lr", "options",
 ]
-RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "last10_test_acc", "rounds_evaluated", "wall_time_s", "run_dir"]
+RESULT_COLUMNS = ["best_test_acc", "best_round", "final_test_acc", "last10_test_acc", "best_test_acc_mean", "rounds_evaluated",
+                  "wall_time_s", "run_dir"]
 #: results columns of a run whose evaluated models are adapted copies (its adaptation.csv): the pooled accuracy
 #: of the shared model itself at the final evaluation, and the adaptation's budget in words
 ADAPTATION_COLUMNS = ["before_adaptation", "adaptation_budget"]

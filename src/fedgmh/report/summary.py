@@ -28,8 +28,12 @@ ACCURACIES: dict[str, tuple[str, str]] = {
     "best": ("best_test_acc", "best test accuracy (%) over all evaluated rounds"),
     "last": ("final_test_acc", "test accuracy (%) of the last round"),
     "last10": ("last10_test_acc", "mean test accuracy (%) of the last 10 evaluated rounds"),
+    "best_clients": ("best_test_acc_mean", "best mean of the clients' test accuracies (%) over all evaluated rounds"),
 }
 DEFAULT_ACCURACY = PAPER_ACCURACY
+#: the paper's "average accuracy of all clients" read two ways (docs/verdicts.md): the accuracy (ACCURACIES key) ->
+#: the per-round metrics column it is the best of, and words. The first, PFLlib's pooled accuracy, decides.
+READINGS_OF_ACCURACY = {PAPER_ACCURACY: ("test_acc", "pooled accuracy"), "best_clients": ("test_acc_mean", "mean over clients")}
 PROTOCOL_FIELDS = (("_rounds", "rounds"), ("_clients", "clients"), ("_join", "join_ratio"), ("_epochs", "local_epochs"),
                    ("_batch", "batch_size"), ("_lr", "lr"))
 

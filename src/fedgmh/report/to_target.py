@@ -118,9 +118,9 @@ def first_round_bounds(rounds: np.ndarray, accuracy: np.ndarray, target: float, 
     return end, math.inf
 
 
-def accuracy_by_seed(data: pd.DataFrame) -> pd.DataFrame:
-    """Curves rows of one algorithm (one experiment and setting) as accuracy in percent: round x seed."""
-    return data.assign(acc=100.0 * data["test_acc"]).pivot_table(index="round", columns="seed", values="acc")
+def accuracy_by_seed(data: pd.DataFrame, column: str = "test_acc") -> pd.DataFrame:
+    """Curves rows of one algorithm (one experiment and setting) as accuracy (`column`) in percent: round x seed."""
+    return data.assign(acc=100.0 * data[column]).pivot_table(index="round", columns="seed", values="acc")
 
 
 def _has_ranges(table: pd.DataFrame) -> bool:
