@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fedgmh.campaign import Entry
 
-DECIDED = ("holds", "does not hold")
+#: verdicts more runs do not change: decided, or the data are not to be had offline (CIFAR-10)
+SETTLED = ("holds", "does not hold", "data unavailable offline")
 READINGS = {"paper": "claims.csv", "official": "claims_pflib.csv"}
 OFFICIAL_SUFFIX = "_pflib"
 GPU_RATES = Path("benchmarks") / "gpu_throughput.csv"
@@ -44,7 +45,7 @@ def claim_cells(claims: Iterable, verdicts: Mapping[str, Mapping[str, str]]) -> 
     cells: dict[Cell, set[str]] = {}
     for claim in claims:
         for reading, verdict_of in verdicts.items():
-            if verdict_of.get(claim.id) in DECIDED:
+            if verdict_of.get(claim.id) in SETTLED:
                 continue
             for need in claim.needs():
                 cells.setdefault((reading, need.experiment, need.setting, need.algorithm), set()).add(claim.id)
