@@ -42,7 +42,7 @@ from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
-from fedgmh.record import run_subfolder
+from fedgmh.filing import run_subfolder
 from fedgmh.report.claim_file import read_claims
 from fedgmh.report.labels import format_number
 from fedgmh.report.settings import assign_setting_ids, partition_id

@@ -434,8 +434,3 @@ def write_record(folder: Path, record: dict[str, Any], metrics: pd.DataFrame, ta
 def check_fields(record: dict[str, Any]) -> list[str]:
     """The `REQUIRED_FIELDS` that a run.json lacks."""
     return [k for k in REQUIRED_FIELDS if k not in record]
-
-
-def run_subfolder(experiment: str, setting: str, algorithm: str, seed: int | str) -> str:
-    """Where the workflow files a run below a runs folder (results/<name>/runs, paper_artifacts/<name>/runs)."""
-    return f"{experiment}/{setting}/{algorithm}/seed{seed}"

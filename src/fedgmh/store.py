@@ -34,10 +34,11 @@ from typing import Any, Iterable, Iterator
 
 from fedgmh.difference import DIFFERENT, FLOAT_LEVEL, Difference, compare
 from fedgmh.errors import UserError
+from fedgmh.filing import run_subfolder
 from fedgmh.io import atomic_path, write_json
 from fedgmh.record import (  # noqa: F401 - the run key, re-exported: store.run_key is what reuse compares
     CONFIG_KEYS, EXECUTION_OPTIONS, PARTITION_KEYS, RECORD_FILES, key_digest, load_record, optional_files, read_bytes,
-    read_json, run_key, run_subfolder, with_option_defaults)
+    read_json, run_key, with_option_defaults)
 
 try:
     import fcntl
