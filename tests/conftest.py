@@ -33,7 +33,7 @@ def comparable(row: dict) -> dict:
 def batched_plain_sgd(fed, starts, clients, trainable=None):
     """Plain SGD on cross-entropy for every client of `clients` from `starts` (one per client), on the
     batched path (`vectorised.train_phases_many`, one phase each): the batched twin of `engine.local_train`."""
-    from fedgmh.vectorised import Phase, train_phases_many
+    from fedgmh.engine.vectorised import Phase, train_phases_many
 
     return [own[0] for own in train_phases_many(fed, [[Phase(start, trainable=trainable)] for start in starts], clients)]
 

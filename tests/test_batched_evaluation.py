@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from conftest import make_federation
-from fedgmh import engine, vectorised
+from fedgmh import engine
 from fedgmh.algorithms import get_algorithm
 from fedgmh.cards import algorithm_names
-from fedgmh.engine import Checkpoint, evaluate_clients, play_round, run_rounds
+from fedgmh.engine import Checkpoint, evaluate_clients, play_round, run_rounds, vectorised
 from fedgmh.train import resolve_options
 
 # unequal test splits (3, 3, 3, 1, 3 samples): padding and masking are exercised

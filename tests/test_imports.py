@@ -113,7 +113,7 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 #: the bottom layer that the algorithm cards may import besides their own package
 CARD_FOUNDATION = {"fedgmh.config", "fedgmh.errors"}
 #: modules that import torch (directly or through the model)
-TORCH_SIDE = ("fedgmh.algorithms", "fedgmh.engine", "fedgmh.train", "fedgmh.vectorised", "fedgmh.model", "fedgmh.data",
+TORCH_SIDE = ("fedgmh.algorithms", "fedgmh.engine", "fedgmh.train", "fedgmh.model", "fedgmh.data",
               "fedgmh.costs", "fedgmh.priors")
 
 

@@ -14,7 +14,7 @@ from fedgmh.algorithms.decoupled import mmd
 from fedgmh.engine import Phase, batch_mean, local_train, play_round, proximal_hook, run_rounds, train_clients
 from fedgmh.errors import UserError
 from fedgmh.train import resolve_options
-from fedgmh.vectorised import train_phases_many
+from fedgmh.engine.vectorised import train_phases_many
 
 # unequal client sizes (partial last batches, clients running out of batches early) and a
 # client with fewer samples than one batch

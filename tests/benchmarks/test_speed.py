@@ -29,7 +29,7 @@ from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_pr
 )
 from conftest import batched_plain_sgd
 from fedgmh.engine import evaluate_clients, local_train
-from fedgmh.vectorised import evaluate_many
+from fedgmh.engine.vectorised import evaluate_many
 
 pytestmark = pytest.mark.benchmark
 

@@ -1,6 +1,7 @@
 """The engine every algorithm runs on, in rooms: the federation (`federation`: the run's fixed data
-and its views), seeds (`seeds`), local training (`training`), evaluation (`evaluation`),
-checkpoints (`checkpoint`) and the round loop (`rounds`); `contract` types what the engine calls on
+and its views), seeds (`seeds`), local training (`training`), all chosen clients' local training in
+one vmap step (`vectorised`), evaluation (`evaluation`), checkpoints (`checkpoint`) and the round
+loop (`rounds`); `contract` types what the engine calls on
 an algorithm. Each name other modules use is re-exported here: `from fedgmh.engine import X`.
 A test that replaces an engine function patches it in its room (e.g. `fedgmh.engine.rounds.play_round`).
 """

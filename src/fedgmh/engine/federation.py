@@ -186,7 +186,7 @@ class Federation:
 
     @property
     def vectorised(self) -> bool:
-        """Whether algorithms that allow it train all selected clients in one vmap step (vectorised.py)."""
+        """Whether algorithms that allow it train all selected clients in one vmap step (engine/vectorised.py)."""
         if self.options.vectorise == "auto":
             return self.device.type == "cuda"
         return self.options.vectorise == "on"
