@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -210,6 +211,18 @@ def _train(tmp_path, digits_partition, digits_root, name, algorithm, seed=0, **o
                          overrides={k: str(v) for k, v in overrides.items()})
     run_training(config, tmp_path / name, progress=False)
     return pd.read_csv(tmp_path / name / "metrics.csv").drop(columns="seconds")
+
+
+def test_run_json_counts_the_useful_share_of_the_training_sample_passes(tmp_path, digits_partition, digits_root):
+    """Client by client every executed pass is useful; the batched step (vectorise=on) executes the
+    same useful passes plus the padding of partial batches, never a step of a client without a batch."""
+    passes = {}
+    for mode in ("off", "on"):
+        _train(tmp_path, digits_partition, digits_root, mode, "fedavg", vectorise=mode)
+        passes[mode] = json.loads((tmp_path / mode / "run.json").read_text())["sample_passes"]
+    assert passes["off"]["useful"] == passes["off"]["executed"] > 0 and passes["off"]["useful_share"] == 1.0
+    assert passes["on"]["useful"] == passes["off"]["useful"] < passes["on"]["executed"]
+    assert passes["on"]["useful_share"] == passes["on"]["useful"] / passes["on"]["executed"]
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedgmh"])

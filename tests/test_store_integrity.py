@@ -95,7 +95,17 @@ TAMPERINGS = {
     "an option set otherwise": (lambda f: _edit_config(write_record(f), overrides={"lr_decay": "0.5"}), "config.overrides.lr_decay"),
     "seed 0.0": (lambda f: _edit_config(write_record(f, seed=0.0), seed=0.0), "seed 0.0 is not a seed"),
     "wall_time_s 'abc'": (lambda f: write_record(f, wall_time_s="abc"), "wall_time_s"),
+    "more useful sample passes than executed": (
+        lambda f: write_record(f, sample_passes={"useful": 5, "executed": 4, "useful_share": 1.25}), "useful <= executed"),
+    "a useful share that is not useful / executed": (
+        lambda f: write_record(f, sample_passes={"useful": 1, "executed": 4, "useful_share": 0.5}), "useful_share"),
 }
+
+
+def test_a_record_with_or_without_sample_passes_is_valid(tmp_path: Path) -> None:
+    passes = {"useful": 3, "executed": 4, "useful_share": 0.75}
+    assert run_record.load_record(write_record(tmp_path / "with", sample_passes=passes))[0]["sample_passes"] == passes
+    assert "sample_passes" not in run_record.load_record(write_record(tmp_path / "without"))[0]
 
 
 @pytest.mark.parametrize("tampering", list(TAMPERINGS))

@@ -101,6 +101,56 @@ def test_a_client_without_batches_keeps_its_parameters_even_with_a_gradient_hook
         assert alone.params[k].data_ptr() != trained.params[k].data_ptr()  # own storage, not a view
 
 
+# clients of 1 to 40 samples (1 to 14 batches of 3 per epoch): the active set shrinks to one client
+SKEWED = [[0, 1, 2] * 13 + [1], [2], [1, 0] * 5, [0, 2, 1, 0], [2, 1] * 8]
+
+
+@pytest.mark.parametrize("clients", [[0, 1, 2, 3, 4], [1, 3, 2, 4, 0], [0, 4, 2, 3, 1]],
+                         ids=["mixed", "fewest_first", "most_first"])
+def test_each_step_trains_only_the_clients_that_still_have_a_batch(clients):
+    """Clients of very unequal sizes, in every order: the batched step gives the client-by-client
+    results, executes no step of a client that has run out of batches (only its partial batches
+    pad), and counts the sample passes."""
+    feds = [make_federation(SKEWED, batch_size=3, local_epochs=2, lr=0.2) for _ in range(2)]
+    for fed in feds:
+        fed.participations[:] = [0, 1, 3, 2, 0]
+    start = feds[0].initial_params()
+    sequential = [local_train(feds[0], start, c) for c in clients]
+    batched = batched_plain_sgd(feds[1], [start] * len(clients), clients)
+    for s, b in zip(sequential, batched):
+        _close(s.params, b.params)
+        assert b.num_samples == s.num_samples
+        assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
+    sizes = [len(SKEWED[c]) for c in clients]
+    steps = [2 * -(-size // 3) for size in sizes]  # E = 2, batches of 3
+    assert feds[1].sample_passes.record() == {"useful": 2 * sum(sizes), "executed": 3 * sum(steps),
+                                              "useful_share": 2 * sum(sizes) / (3 * sum(steps))}
+    assert feds[0].sample_passes.record()["useful_share"] == 1.0  # client by client nothing pads
+    assert torch.equal(feds[0].generator.get_state(), feds[1].generator.get_state())
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                                               reason="needs a CUDA GPU"))])
+def test_index_lists_reach_the_device_with_their_values_and_dtype(device):
+    """`_to_device`: on a GPU through pinned memory without blocking, the same values as a plain copy."""
+    from fedgmh.engine.vectorised import _to_device
+
+    device = torch.device(device)
+    for values, dtype in (([3, 0, 2], torch.long), ([0.1, 0.099], torch.float32), ([], torch.long)):
+        moved = _to_device(values, device, dtype)
+        assert moved.device.type == device.type and torch.equal(moved.cpu(), torch.tensor(values, dtype=dtype))
+    drawn = torch.randn(4, 3)
+    assert torch.equal(_to_device(drawn, device).cpu(), drawn)
+
+
+def test_the_step_order_puts_the_clients_with_most_steps_first():
+    from fedgmh.engine.vectorised import _step_order
+
+    batches = lambda n: [torch.zeros(1)] * n  # noqa: E731
+    assert _step_order([batches(2), batches(5), batches(0), batches(5), batches(1)]) == ([1, 3, 0, 4, 2], [4, 3, 2, 2, 2])
+    assert _step_order([]) == ([], [])
+
+
 @pytest.mark.parametrize(("name", "overrides"), CASES, ids=IDS)
 def test_one_local_training_matches_the_sequential_path(name, overrides, monkeypatch):
     """After one sequential round (so that clients' models, clouds, downloads differ), the same

@@ -253,6 +253,21 @@ def check_numbers(folder: Path, record: dict[str, Any], metrics: pd.DataFrame) -
     wall = record.get("wall_time_s", 0)
     if not (_number(wall) and math.isfinite(wall) and wall >= 0):
         raise UserError(f"{run_json}: wall_time_s is {wall!r}, not a number of seconds")
+    if "sample_passes" in record:
+        check_sample_passes(run_json, record["sample_passes"])
+
+
+def check_sample_passes(run_json: Path, passes: Any) -> None:
+    """run.json's `sample_passes` (a record may predate it): whole numbers of training sample passes,
+    0 <= useful <= executed, executed > 0, and useful_share their quotient."""
+    if not isinstance(passes, dict) or set(passes) != {"useful", "executed", "useful_share"}:
+        raise UserError(f"{run_json}: sample_passes is {passes!r}, not {{useful, executed, useful_share}}")
+    useful, executed, share = passes["useful"], passes["executed"], passes["useful_share"]
+    if not (_whole(useful) and _whole(executed) and 0 <= useful <= executed and executed > 0):
+        raise UserError(f"{run_json}: sample_passes useful {useful!r} and executed {executed!r} "
+                        "are not counts with useful <= executed")
+    if share != useful / executed:
+        raise UserError(f"{run_json}: sample_passes.useful_share is {share!r} but useful / executed is {useful / executed!r}")
 
 
 def _copies(record: dict[str, Any], field: str) -> list[tuple[str, Any]]:

@@ -406,6 +406,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "started_utc": started.isoformat(),
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "threads": torch.get_num_threads(),
+        **({"sample_passes": passes} if (passes := fed.sample_passes.record()) else {}),
         **({"jobs_per_gpu": jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
         "host": platform.node(),
         "machine": machine_facts(device),

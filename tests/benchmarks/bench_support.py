@@ -33,10 +33,10 @@ import torch
 
 from fedgmh import engine as fedgmh_engine
 from fedgmh.algorithms import get_algorithm
-from fedgmh.config import EngineOptions
-from fedgmh.engine import Federation, make_eval_cache, play_round
+from fedgmh.config import EngineOptions, TrainConfig
+from fedgmh.engine import Federation, make_eval_cache, play_round, select_clients
 from fedgmh.model import FedAvgCNN
-from fedgmh.train import resolve_options
+from fedgmh.train import build_federation, resolve_options
 
 
 @dataclass(frozen=True)
@@ -381,3 +381,40 @@ def extrapolate(rates: dict[str, float], eval_share: dict[str, float]) -> dict[s
         for s, rho, runs in PAPER_WORKLOAD
     ) / 3600
     return {"table2_offline_hours": table2, "paper_without_cifar10_hours": paper}
+
+
+# ------------------------------------------------------------- real data at the paper's protocol
+
+
+@pytest.fixture(scope="session")
+def mnist_exdir(shared_data, tmp_path_factory):
+    """Real MNIST (from the offline mirror) and its paper partition, ExDir(2, 0.5) over 100 clients
+    (partition seed 1, 75 % train): (data root, partition file), prepared once per session."""
+    from fedgmh.cli import main
+
+    root = tmp_path_factory.mktemp("mnist_exdir")
+    assert main(["download", "mnist", "--root", str(root / "data"), "--mirror", str(shared_data)]) == 0
+    assert main(["partition", "--dataset", "mnist", "--root", str(root / "data"), "--clients", "100",
+                 "--classes-per-client", "2", "--alpha", "0.5", "--seed", "1", "--out", str(root / "part.npz")]) == 0
+    return root / "data", root / "part.npz"
+
+
+class ProtocolRounds:
+    """Successive rounds of one algorithm on a real partition at the paper's protocol (20 % of the
+    clients per round, E = 2, batch 100, lr 0.01, every client evaluated), the clients drawn as
+    `run_rounds` draws them: two instances with the same seed play the same rounds."""
+
+    def __init__(self, algorithm: str, dataset: str, root, partition, seed: int = 0, **engine) -> None:
+        options, engine_options = resolve_options(algorithm, {k: str(v) for k, v in engine.items()})
+        config = TrainConfig(dataset=dataset, root=str(root), partition=str(partition), algorithm=algorithm, rounds=200,
+                             seed=seed, device=str(bench_device()))
+        self.fed, _ = build_federation(config, engine_options, bench_device())
+        self.algorithm = get_algorithm(algorithm)(self.fed, options)
+        self.cache = make_eval_cache(self.fed, self.algorithm)
+        self.rng, self.rnd = np.random.RandomState(seed), 0
+
+    def __call__(self) -> None:
+        selected = select_clients(self.rng, self.fed.num_clients, 0.2)
+        play_round(self.fed, self.algorithm, self.rnd, selected, cache=self.cache)
+        self.rnd += 1
+        synchronize()

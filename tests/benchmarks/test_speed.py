@@ -12,22 +12,25 @@ import numpy as np
 import pytest
 import torch
 
-from bench_support import (  # noqa: F401 - fixtures: bare_rates, threads_and_precision
+from bench_support import (  # noqa: F401 - fixtures: bare_rates, mnist_exdir, threads_and_precision
     BATCH,
     PAPER_ALGORITHMS,
     SHAPES,
+    ProtocolRounds,
     Rounds,
     bare_inference,
     bare_rates,
     bare_training,
     bench_device,
     inference_flops_per_sample,
+    mnist_exdir,
     synchronize,
     synthetic_federation,
     threads_and_precision,
     train_flops_per_sample,
 )
 from conftest import batched_plain_sgd
+from fedgmh import model
 from fedgmh.engine import evaluate_clients, local_train
 from fedgmh.engine.vectorised import evaluate_many
 
@@ -166,4 +169,15 @@ def test_sequential_vs_vectorised_round(benchmark, algorithm, shape, path):
     """The same round trained client by client or in one vmap step (rounds/s in extra_info)."""
     rounds = Rounds(algorithm, shape, vectorise="on" if path == "vectorised" else "off")
     benchmark.pedantic(rounds, rounds=2, warmup_rounds=1)
+    benchmark.extra_info.update(rounds_per_s=round(1 / benchmark.stats.stats.mean, 3), device=str(bench_device()))
+
+
+@pytest.mark.parametrize("pooling", ["nchw", "channels_last"])
+def test_fedavg_mnist_exdir_round_by_pooling_layout(benchmark, mnist_exdir, pooling, monkeypatch):
+    """A FedAvg round on real MNIST ExDir(2, 0.5) at the paper's protocol (`ProtocolRounds`), the CNN's
+    max pooling in torch's NCHW kernel (as before `model.ChannelsLastMaxPool2d`) or in channels_last
+    (the default on CPU; the same numbers bit for bit, tests/test_model.py). Both play the same rounds."""
+    monkeypatch.setattr(model, "POOL_CHANNELS_LAST", pooling == "channels_last")
+    rounds = ProtocolRounds("fedavg", "mnist", *mnist_exdir)
+    benchmark.pedantic(rounds, rounds=3, warmup_rounds=1)
     benchmark.extra_info.update(rounds_per_s=round(1 / benchmark.stats.stats.mean, 3), device=str(bench_device()))

@@ -81,6 +81,25 @@ class LocalResult:
         return self
 
 
+class SamplePasses:
+    """Training sample passes of a run: those executed and the useful ones among them (real samples;
+    the batched step also executes the masked padding of partial batches). Client by client every
+    executed pass is useful."""
+
+    def __init__(self) -> None:
+        self.useful = self.executed = 0
+
+    def add(self, useful: int, executed: int) -> None:
+        self.useful += useful
+        self.executed += executed
+
+    def record(self) -> dict[str, int | float] | None:
+        """run.json's `sample_passes`; None before any pass."""
+        if not self.executed:
+            return None
+        return {"useful": self.useful, "executed": self.executed, "useful_share": self.useful / self.executed}
+
+
 class Channel:
     """Counts the bytes that really cross the network: algorithms pass what they send through it.
 
@@ -131,6 +150,8 @@ class Federation:
     generator: torch.Generator = field(init=False)
     participations: np.ndarray = field(init=False)
     channel: Channel = field(init=False)
+    #: shared with every `view` (by reference), so the batched step of a view counts for the run
+    sample_passes: SamplePasses = field(init=False)
     current_round: int = field(init=False, default=0)  # set by play_round; lr_decay_unit=round reads it
     #: the run's number of rounds, set by `run_rounds` on every start (also on a resume; never
     #: checkpointed): an algorithm that acts in the last training round (rounds - 1) reads it
@@ -142,6 +163,7 @@ class Federation:
         self.generator = torch.Generator().manual_seed(self.seed)
         self.participations = np.zeros(self.num_clients, dtype=np.int64)
         self.channel = Channel()
+        self.sample_passes = SamplePasses()
 
     def view(self, *, train_idx: list[torch.Tensor] | None = None, batch_size: int | None = None,
              lr: Callable[[int], float] | None = None, generator: torch.Generator | None = None,

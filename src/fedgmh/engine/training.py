@@ -107,6 +107,7 @@ def local_train(
                     params[k].add_(g, alpha=-lr)
             loss_sum += loss.detach().double() * len(batch)
             seen += len(batch)
+    fed.sample_passes.add(useful=seen, executed=seen)
     return LocalResult({k: v.detach() for k, v in params.items()}, loss_sum, seen)
 
 

@@ -5,9 +5,11 @@ and many clients' evaluation in a few batched passes (`evaluate_many`).
 the same phases (`engine.Phase`: which parameters train, the loss, the gradient hook, the
 client's extra tensors), the same shuffles and per-batch draws (taken from the federation's
 generator in the sequential order: client by client, phase by phase, epoch by epoch), the same
-batches and the same per-client learning rates. Clients whose data runs out earlier, or whose last
-batch is partial, are padded with masked samples that add nothing to the loss and leave their
-parameters unchanged. Selected through the engine option `vectorise` (on by default for CUDA only:
+batches and the same per-client learning rates. No step is padded: the clients are ordered by their
+number of steps (most first), and step s trains only the leading clients that still have a batch; a
+client's partial last batch is padded with masked samples that add nothing to its loss. The
+federation counts the sample passes executed and the useful ones among them (`SamplePasses`).
+Selected through the engine option `vectorise` (on by default for CUDA only:
 on CPU the batched convolution is slower than one client after another).
 """
 
@@ -28,24 +30,47 @@ _SEAMS = ("trainable", "loss_fn", "grad_hook", "draw")
 _PLAIN = (int, float, bool, str, type(None))
 
 
+def _to_device(values: torch.Tensor | list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`values` (a host list or tensor) on `device`. A copy to a GPU goes through pinned memory without
+    blocking: a plain copy from pageable memory waits until every kernel queued before it has run."""
+    tensor = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class _Plan:
-    """One phase's batches of all clients: index and mask [steps, clients, batch], drawn noise
-    [steps, clients, batch, ...] (zero at padded samples) or None, and each client's number of
-    samples (counted on the host: reading the mask back would wait for the device)."""
+    """One phase's batches of all clients, the clients in `order` (the most steps first): index and
+    mask [steps, clients, batch], drawn noise [steps, clients, batch, ...] (zero at padded samples) or
+    None, `active[s]`: how many leading clients have a batch at step s, and each client's number of
+    samples in the callers' order (counted on the host: reading the mask back would wait for the device)."""
 
     index: torch.Tensor
     mask: torch.Tensor
     noise: torch.Tensor | None
     seen: list[int]
+    order: list[int]
+    active: list[int]
+
+
+def _step_order(plans: list[list[torch.Tensor]]) -> tuple[list[int], list[int]]:
+    """The clients by their number of steps, most first (ties in the given order), and how many of
+    them still have a batch at each step: the clients training at step s are a leading block."""
+    order = sorted(range(len(plans)), key=lambda i: -len(plans[i]))
+    steps = len(plans[order[0]]) if plans else 0
+    return order, [sum(len(plan) > step for plan in plans) for step in range(steps)]
 
 
 def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[torch.Tensor]]) -> _Plan:
-    steps, width, n = max((len(plan) for plan in plans), default=0), fed.batch_size, len(plans)
+    seen = [sum(len(batch) for batch in plan) for plan in plans]
+    order, active = _step_order(plans)
+    plans, draws = [plans[i] for i in order], [draws[i] for i in order]
+    steps, width, n = len(active), fed.batch_size, len(plans)
     # where each sample of each batch goes in the flattened [steps, clients, batch] layout; one
     # scatter instead of a copy per batch (which would be a kernel launch each on a GPU)
     positions = [(step * n + i) * width + j for i, plan in enumerate(plans) for step, batch in enumerate(plan) for j in range(len(batch))]
-    positions = torch.tensor(positions, dtype=torch.long, device=fed.device)
+    positions = _to_device(positions, fed.device, torch.long)
     index = torch.zeros(steps * n * width, dtype=torch.long, device=fed.device)
     mask = torch.zeros(steps * n * width, device=fed.device)
     noise = None
@@ -53,12 +78,11 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
         index[positions] = torch.cat([b for plan in plans for b in plan])
         mask[positions] = 1.0
         if any(draws):
-            drawn = torch.cat([d for client in draws for d in client]).to(fed.device)
+            drawn = _to_device(torch.cat([d for client in draws for d in client]), fed.device)
             noise = drawn.new_zeros(steps * n * width, *drawn.shape[1:])
             noise[positions] = drawn
             noise = noise.view(steps, n, width, *drawn.shape[1:])
-    seen = [sum(len(batch) for batch in plan) for plan in plans]
-    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise, seen)
+    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise, seen, order, active)
 
 
 def _batch_plans(fed: Federation, clients: list[int], phases: list[list[Phase]], after: Callable[[int], None] | None) -> list[_Plan]:
@@ -124,8 +148,16 @@ def _stack_extras(extras: list[Extra]) -> tuple[list[torch.Tensor], list[int | N
     return leaves, dims, spec
 
 
+def _reorder(order: torch.Tensor, stacked: Params, leaves: list, dims: list, lrs: torch.Tensor):
+    """The stacked models, the stacked extras and the learning rates with the clients in `order`."""
+    leaves = [leaf if dim is None else leaf[order] for leaf, dim in zip(leaves, dims)]
+    return {k: v[order] for k, v in stacked.items()}, leaves, lrs[order]
+
+
 def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Extra], plan: _Plan, lrs: torch.Tensor) -> tuple[Params, torch.Tensor]:
-    """SGD over the plan's steps for all clients at once; returns the new stack and the loss sums."""
+    """SGD over the plan's steps for all clients at once; returns the new stack and the loss sums.
+    Step s computes the `plan.active[s]` leading clients of `plan.order` only, updating their rows
+    of the stack in place (`stacked` is the caller's own: a new stack, or the last phase's)."""
     loss_fn, hook, names = phase.loss_fn or cross_entropy_loss(fed), phase.grad_hook, list(stacked)
     moving = [k for k in names if phase.trainable is None or phase.trainable(k)]
     leaves, dims, spec = _stack_extras(extras)
@@ -141,22 +173,31 @@ def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Ex
         return grads, value
 
     step_all = vmap(one_client, in_dims=(0, 0, 0, 0, 0, None if plan.noise is None else 0, dims))
+    reordered = plan.order != list(range(len(plan.order)))
+    if reordered:
+        order = _to_device(plan.order, fed.device, torch.long)
+        stacked, leaves, lrs = _reorder(order, stacked, leaves, dims, lrs)
     loss_sums = torch.zeros(len(extras), device=fed.device)
-    for step in range(plan.index.shape[0]):
-        batch, mask = plan.index[step], plan.mask[step]
-        noise = None if plan.noise is None else plan.noise[step]
-        train = {k: stacked[k] for k in moving}
-        frozen = {k: v for k, v in stacked.items() if k not in train}
-        grads, losses = step_all(train, frozen, fed.images[batch], fed.labels[batch], mask, noise, leaves)
+    for step, n in enumerate(plan.active):
+        batch, mask = plan.index[step, :n], plan.mask[step, :n]
+        noise = None if plan.noise is None else plan.noise[step, :n]
+        train = {k: stacked[k][:n] for k in moving}
+        frozen = {k: v[:n] for k, v in stacked.items() if k not in train}
+        own = [leaf if dim is None else leaf[:n] for leaf, dim in zip(leaves, dims)]
+        grads, losses = step_all(train, frozen, fed.images[batch], fed.labels[batch], mask, noise, own)
         counts = mask.sum(dim=1)
-        # a client without samples in this step stays where it is: its gradient hook alone would
-        # move it, and its loss over padding alone may be nan (FedRoD: no class counted)
+        # the leading clients' batches hold samples; should one hold none, the client stays where it
+        # is: its gradient hook alone would move it, and its loss over padding alone may be nan
         active = counts > 0
         with torch.no_grad():
             for k in moving:
                 shape = (-1, *[1] * (stacked[k].dim() - 1))
-                stacked[k] = torch.where(active.view(shape), stacked[k] - lrs.view(shape) * grads[k], stacked[k])
-            loss_sums += torch.where(active, losses * counts, 0.0)
+                train[k].copy_(torch.where(active.view(shape), train[k] - lrs[:n].view(shape) * grads[k], train[k]))
+            loss_sums[:n] += torch.where(active, losses * counts, 0.0)
+    fed.sample_passes.add(useful=sum(plan.seen), executed=sum(plan.active) * fed.batch_size)
+    if reordered:
+        back = torch.argsort(order)
+        stacked, loss_sums = {k: v[back] for k, v in stacked.items()}, loss_sums[back]
     return stacked, loss_sums
 
 
@@ -172,7 +213,7 @@ def train_phases_many(
     for p, (phase, plan) in enumerate(zip(phases[0], plans)):
         if phase.params is not None:
             stacked = {k: torch.stack([own[p].params[k].detach() for own in phases]) for k in phase.params}
-        lrs = torch.tensor([fed.client_lr(c) for c in clients], dtype=next(iter(stacked.values())).dtype, device=fed.device)
+        lrs = _to_device([fed.client_lr(c) for c in clients], fed.device, next(iter(stacked.values())).dtype)
         stacked, loss_sums = _train_phase(fed, stacked, phase, [own[p].extra for own in phases], plan, lrs)
         # clone each client's slice: a view would keep the whole stack alive as long as one client does;
         # the losses stay on the device (play_round reads all of a round's at once)
@@ -207,7 +248,7 @@ def evaluate_many(fed: Federation, models: list[Params], clients: list[int], for
         part = slice(start, start + per_pass)
         filler = per_pass - len(models[part])
         stacked = {k: torch.stack([m[k] for m in models[part]] + [models[start][k]] * filler) for k in models[start]}
-        rows = torch.tensor(clients[part] + [clients[start]] * filler, device=fed.device)
+        rows = _to_device(clients[part] + [clients[start]] * filler, fed.device, torch.long)
         real = mask[rows] & (torch.arange(per_pass, device=fed.device) < per_pass - filler)[:, None]
         prior = None if priors is None else torch.stack(priors[part] + [priors[start]] * filler)
         sums.append(_evaluate_pass(fed, stacked, index[rows], real, forward, prior)[: per_pass - filler])
