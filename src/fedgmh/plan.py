@@ -41,7 +41,7 @@ from fedgmh import partition
 from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
-from fedgmh.errors import UserError
+from fedgmh.errors import UserError, did_you_mean
 from fedgmh.filing import run_subfolder
 from fedgmh.report.claim_file import read_claims
 from fedgmh.report.labels import format_number
@@ -74,14 +74,34 @@ class ConfigError(UserError):
 
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """One line per key of `config` that the JSON schema rejects, saying which key and why
-    (jsonschema's own text dumps the schema). A `$defs` entry marked `x-enum: registry` (the
-    algorithm names) gets the names of the algorithm cards as its enum."""
+    (jsonschema's own text dumps the schema): every unknown key on a line of its own with the closest
+    known one. A `$defs` entry marked `x-enum: registry` (the algorithm names) gets the names of the
+    algorithm cards as its enum."""
     errors = _schema_errors(config, schema, algorithm_names())
-    problems = [_describe(error) for error in errors]
-    if any(_list_item_as_text(error) for error in errors):
-        problems.append("  hint: snakemake --config reads the items of a list as text (seeds=[0,1,2] gives '0', '1', '2'): "
-                        "put the list in a config file (e.g. a copy of config/smoke.yaml) and give it with --configfile")
-    return problems
+    return [line for error in errors for line in (_unknown_keys(error) or [_describe(error)])]
+
+
+def read_text_items(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Turn the text items of lists that the schema wants as numbers or booleans into them, in place:
+    `snakemake --config seeds=[0,1,2]` gives '0', '1', '2'."""
+    for error in _schema_errors(config, schema, algorithm_names()):
+        if _list_item_as_text(error):
+            *where, last = error.absolute_path
+            target = config
+            for step in where:
+                target = target[step]
+            target[last] = yaml.safe_load(error.instance)
+
+
+def _unknown_keys(error: Any) -> list[str]:
+    """'  path.key: unknown key (did you mean ...?)' for each key an `additionalProperties: false` refuses."""
+    if error.validator != "additionalProperties" or error.validator_value is not False or not isinstance(error.instance, dict):
+        return []
+    known = error.schema.get("properties", {})
+    patterns = error.schema.get("patternProperties", {})
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return [f"  {where + '.' if where else ''}{key}: unknown key{did_you_mean(str(key), known)}"
+            for key in error.instance if key not in known and not any(re.search(p, str(key)) for p in patterns)]
 
 
 def _list_item_as_text(error: Any) -> bool:
@@ -117,6 +137,10 @@ def _describe(error: Any) -> str:
         message = f"{error.instance!r} is not allowed: {error.schema['x-message']}"
     if error.validator == "maxLength":  # without the (long) value itself
         message = f"{len(error.instance)} characters long; at most {error.validator_value}"
+    wanted = error.validator_value if error.validator == "type" else None
+    if (wanted == "array" or isinstance(wanted, list) and "array" in wanted) and where and not isinstance(error.instance, (dict, list)):
+        items = ",".join(part.strip() for part in str(error.instance).split(","))
+        message += f" (a list is written in brackets: {where.rsplit('.', 1)[-1]}=[{items}])"
     return f"  {where or '(top level)'}: {message}"
 
 

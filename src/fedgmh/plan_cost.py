@@ -26,7 +26,7 @@ import fedgmh
 from fedgmh.cards import resolve_options
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
-from fedgmh.plan import Plan, Run, schema_problems, with_defaults
+from fedgmh.plan import Plan, Run, read_text_items, schema_problems, with_defaults
 from fedgmh.store import CONFIG_KEYS, StoredRun, run_key, scan
 
 #: the workflow's config when no --configfile is given (the Snakefile's `configfile:`)
@@ -76,10 +76,11 @@ def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str 
         config = _merge(config, loaded)
     config = _merge(config, parse_overrides(overrides))
     schema = yaml.safe_load((workflow_dir / SCHEMA).read_text())
+    read_text_items(config, schema)
     with_defaults(config, schema)
     problems = schema_problems(config, schema)
     if problems:
-        raise UserError(f"invalid configuration: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise UserError("invalid configuration (every key: config/README.md): " + "; ".join(line.strip() for line in problems))
     return Plan(config, basedir=workflow_dir)
 
 

@@ -23,10 +23,12 @@ from snakemake.utils import validate
 
 from fedgmh import warm
 from fedgmh.errors import UserError
-from fedgmh.plan import TRAIN_MEM_MB, Plan, schema_problems
+from fedgmh.plan import TRAIN_MEM_MB, Plan, read_text_items, schema_problems
 from fedgmh.report.labels import format_number
 
 _SCHEMA = "../schemas/config.schema.yaml"
+with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
+    read_text_items(config, yaml.safe_load(_schema))  # --config seeds=[0,1,2] gives the items as text
 try:
     validate(config, schema=_SCHEMA)  # fills in the defaults
 except WorkflowError:
