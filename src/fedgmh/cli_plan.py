@@ -8,8 +8,12 @@ import argparse
 def _cmd_plan(args: argparse.Namespace) -> None:
     from fedgmh.plan_cost import cost_lines, load_plan, plan_cost
 
+    from fedgmh.errors import UserError
+
+    if args.jobs < 1:
+        raise UserError(f"--jobs {args.jobs}: at least 1 run at a time")
     plan = load_plan(args.configfile, args.config)
-    for line in cost_lines(plan, plan_cost(plan), listed=args.list):
+    for line in cost_lines(plan, plan_cost(plan, jobs=args.jobs), listed=args.list):
         print(line)
 
 
@@ -21,4 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the workflow's config file(s), as for snakemake (default: config/config.yaml)")
     p.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE", help="overrides, as snakemake's --config")
     p.add_argument("--list", action="store_true", help="also list the run folders to train")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="runs trained at a time on CPU cores, as snakemake's --cores "
+                   "or `fedgmh campaign run --jobs` (default 1: one after the other)")
     p.set_defaults(func=_cmd_plan)
