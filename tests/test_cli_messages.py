@@ -86,7 +86,7 @@ def test_an_offline_download_says_the_whole_command_with_the_mirror_found_here(t
     monkeypatch.chdir(tmp_path / "repo")
     assert main(["download", "mnist", "--root", "data"]) == 2
     err = capsys.readouterr().err
-    assert "`fedgmh download mnist --root data --mirror DIR`" in err and "(here: ../shared/data)" in err
+    assert "`fedgmh download mnist --root data --mirror DIR`" in err and "laid out like shared/data, here ../shared/data (in the workflow" in err
     assert err.rstrip().endswith("torchvision said: Error downloading train-images-idx3-ubyte.gz: <urlopen error>")
 
 

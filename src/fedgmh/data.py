@@ -236,9 +236,9 @@ MIRROR_PLACES = ("../shared/data", "shared/data")
 
 
 def _mirror_found() -> str:
-    """' (here: PATH)' for an offline copy at one of MIRROR_PLACES, else ''."""
+    """', here PATH' for an offline copy at one of MIRROR_PLACES, else ''."""
     found = next((place for place in MIRROR_PLACES if (Path(place) / "README.md").is_file() or (Path(place) / "MNIST").is_dir()), None)
-    return f" (here: {found})" if found else ""
+    return f", here {found}" if found else ""
 
 
 def _from_mirror(info: DatasetInfo, mirror: Path, staging: Path) -> tuple[tuple[np.ndarray, ...], dict]:
