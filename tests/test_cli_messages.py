@@ -133,7 +133,8 @@ def test_every_unknown_config_key_gets_a_line_with_the_closest_one(capsys, monke
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "more)" not in err
     assert "local_epoch: unknown key (did you mean 'local_epochs'?); roundz: unknown key (did you mean 'rounds'?)" in err
-    assert err.rstrip().endswith("seeds: '0,1,2' is not of type 'array' (a list is written in brackets: seeds=[0,1,2])")
+    assert err.rstrip().endswith("seeds: '0,1,2' is not of type 'array' (a list is written in brackets: seeds=[0,1,2]) "
+                                 "(every key: config/README.md)")
 
 
 def test_a_single_value_where_a_list_is_wanted_gets_the_list_syntax():

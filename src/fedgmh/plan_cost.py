@@ -79,7 +79,7 @@ def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str 
     with_defaults(config, schema)
     problems = schema_problems(config, schema)
     if problems:
-        raise UserError("invalid configuration (every key: config/README.md): " + "; ".join(line.strip() for line in problems))
+        raise UserError("invalid configuration: " + "; ".join(line.strip() for line in problems) + " (every key: config/README.md)")
     return Plan(config, basedir=workflow_dir)
 
 
