@@ -181,3 +181,17 @@ def test_the_readme_claim_counts_are_those_of_the_committed_verdicts() -> None:
     assert [int(group) for group in pflib_reading.groups()] == [
         count(pflib, "holds"), count(pflib, "does not hold"), count(pflib, "inconclusive"),
         int((pflib.robustness == "robust").sum()), count(pflib, "holds") + count(pflib, "does not hold")]
+
+
+def test_config_readme_describes_every_config_key() -> None:
+    """Every top-level key of the workflow's schema has a row in config/README.md's Keys table, and
+    the table names no key the schema lacks."""
+    import yaml
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    text = (REPO / "config" / "README.md").read_text()
+    keys_table = text[text.index("## Keys"):]
+    _, rows = table_rows(keys_table, "key")
+    documented = {name for row in rows for name in re.findall(r"`(\w+)`", row[0])}
+    assert documented == set(schema["properties"]), (
+        f"undocumented: {sorted(set(schema['properties']) - documented)}, unknown: {sorted(documented - set(schema['properties']))}")
