@@ -267,3 +267,5 @@ def test_official_reading_names_the_runs_of_a_variant() -> None:
         Plan(load("config.yaml", official_reading={"table2": "table2_pflib@pflib"}), basedir=REPO)
     with pytest.raises(ConfigError, match="official_reading.table2 'table2@official'"):
         Plan(load("config.yaml", official_reading={"table2": "table2@official"}), basedir=REPO)
+    # an experiment the config does not have names no runs (a config trimmed to some experiments)
+    assert Plan(load("config.yaml", official_reading={"table2": "table9@official"}), basedir=REPO).official_reading == {}

@@ -400,11 +400,14 @@ class Plan:
         return [name for name in self.config["experiments"] if name in wanted]
 
     def _official_reading(self) -> dict[str, tuple[str, str]]:
-        """Config `official_reading`: paper experiment -> (experiment, variant) of its runs under PFLlib's reading."""
+        """Config `official_reading`: paper experiment -> (experiment, variant) of its runs under PFLlib's reading;
+        like `clients_figure`, an experiment the config does not have names none."""
         reading = {}
         for paper_experiment, source in (self.config.get("official_reading") or {}).items():
             experiment, variant = source.split("@", 1)
-            variants = self.config["experiments"].get(experiment, {}).get("variants") or {}
+            if experiment not in self.config["experiments"]:
+                continue
+            variants = self.config["experiments"][experiment].get("variants") or {}
             if variant not in variants:
                 raise ConfigError(f"config: official_reading.{paper_experiment} {source!r} is not an experiment's variant; "
                                   f"experiments with variants: {', '.join(k for k, v in self.config['experiments'].items() if v.get('variants')) or 'none'}")
