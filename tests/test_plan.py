@@ -243,3 +243,19 @@ def test_the_plan_imports_no_torch() -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def test_official_reading_names_the_runs_of_a_variant() -> None:
+    """`official_reading` maps a paper experiment to the runs of another experiment's variant; a
+    variant that does not exist is a config error naming the experiments that have variants."""
+    paper = Plan(load("config.yaml"), basedir=REPO)
+    assert sorted(paper.official_reading) == ["table2", "table5"]
+    dirs = paper.official_run_dirs("table2")
+    official = [run for run in paper.runs if run.experiment == "table2_pflib" and run.variant == "official"]
+    assert dirs == [run.run_dir for run in official] and all("@official/" in d for d in dirs)
+    assert all(run.options.get("preset") == "official" for run in official)
+    assert not set(dirs) & set(paper.experiment_run_dirs("table2"))
+    with pytest.raises(ConfigError, match=r"official_reading.table2 'table2_pflib@pflib' is not an experiment's variant.*table2_pflib"):
+        Plan(load("config.yaml", official_reading={"table2": "table2_pflib@pflib"}), basedir=REPO)
+    with pytest.raises(ConfigError, match="official_reading.table2 'table2@official'"):
+        Plan(load("config.yaml", official_reading={"table2": "table2@official"}), basedir=REPO)

@@ -196,6 +196,7 @@ class Plan:
         self.uploads_to_target = config.get("uploads_to_target") or {}
         self._check_experiment_setting("uploads_to_target", self.uploads_to_target)
         self.layer_weights = config.get("layer_weights") or {}
+        self.official_reading = self._official_reading()
         self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
         self.claims = self._find_file("paper_claims", config["paper_claims"], Path(basedir)) if config.get("paper_claims") else None
@@ -397,6 +398,23 @@ class Plan:
         except UserError as err:
             raise ConfigError(f"config: paper_claims: {err}") from None
         return [name for name in self.config["experiments"] if name in wanted]
+
+    def _official_reading(self) -> dict[str, tuple[str, str]]:
+        """Config `official_reading`: paper experiment -> (experiment, variant) of its runs under PFLlib's reading."""
+        reading = {}
+        for paper_experiment, source in (self.config.get("official_reading") or {}).items():
+            experiment, variant = source.split("@", 1)
+            variants = self.config["experiments"].get(experiment, {}).get("variants") or {}
+            if variant not in variants:
+                raise ConfigError(f"config: official_reading.{paper_experiment} {source!r} is not an experiment's variant; "
+                                  f"experiments with variants: {', '.join(k for k, v in self.config['experiments'].items() if v.get('variants')) or 'none'}")
+            reading[paper_experiment] = (experiment, variant)
+        return reading
+
+    def official_run_dirs(self, paper_experiment: str) -> list[str]:
+        """Run directories of the runs that stand for `paper_experiment` under PFLlib's reading (config `official_reading`)."""
+        experiment, variant = self.official_reading[paper_experiment]
+        return [run.run_dir for run in self.runs if run.experiment == experiment and run.variant == variant]
 
     @staticmethod
     def _find_file(key: str, path: str, basedir: Path) -> str:
