@@ -49,7 +49,8 @@ def tiny_config(tmp_path: Path) -> str:
     config.update(name="camp", rounds=4, seeds=[0, 1], checkpoint_every=1, figures={}, reference_tables=None,
                   experiments={"table2": {"algorithms": ["fedavg", "fedper"],
                                           "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}]}})
-    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs"):
+    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs",
+                "official_reading"):
         config.pop(key, None)
     (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
     return "camp.yaml"

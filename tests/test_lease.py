@@ -27,7 +27,8 @@ def _checkout(tmp_path: Path) -> Path:
         (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
     (root / "profiles").symlink_to("workflow/profiles")
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())  # four runs of 6 rounds
-    config.update(name="lease", rounds=6, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None)
+    config.update(name="lease", rounds=6, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None,
+                  official_reading={})
     config["experiments"] = {"table2": {**config["experiments"]["table2"], "algorithms": ["fedavg", "fedgmh"], "seeds": [0, 1]}}
     (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
     return root
