@@ -89,9 +89,8 @@ def test_the_campaign_trains_cut_off_runs_first_then_in_its_order_and_resumes_th
 
     # the second entry was cut off after its snapshot of round 1 (as a killed session leaves it)
     cut = entries[1]
-    partition = f"{cut.plan.results}/partitions/{cut.run.partition}.npz"
-    subprocess.run(snakemake_command([partition], config, [], 1, SNAKEFILE, tmp_path), check=True, capture_output=True)
-    words = cut.plan.train_arguments(cut.run, partition, 1)
+    subprocess.run(snakemake_command([cut.partition], config, [], 1, SNAKEFILE, tmp_path), check=True, capture_output=True)
+    words = cut.plan.train_arguments(cut.run, cut.partition, 1)
     with stopping_after_a_snapshot():
         assert main(["train", *words, "--quiet"]) != 0
     assert state(cut, tmp_path) == "cut off"

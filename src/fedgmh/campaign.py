@@ -73,6 +73,10 @@ class Entry:
         return f"{self.plan.results}/stored/{self.name}.done"
 
     @property
+    def partition(self) -> str:
+        return f"{self.plan.results}/partitions/{self.run.partition}.npz"
+
+    @property
     def log(self) -> Path:
         """The training job's log (the train rule's `log:`)."""
         return Path(self.plan.logs) / "train" / f"{self.name}.log"
