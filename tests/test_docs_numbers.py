@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedgmh.cards import algorithm_names
-from fedgmh.plan import planned_run_dirs
+from fedgmh.plan_cost import load_plan
 
 REPO = Path(__file__).resolve().parents[1]
 #: the shipped configs whose runs the docs count (campaign.yaml is a list of targets, not a config)
@@ -33,7 +33,7 @@ def doc_files() -> list[Path]:
 @cache
 def planned_runs(config: str) -> int:
     """How many runs `fedgmh plan --configfile config/<config>` trains or reuses."""
-    return len(planned_run_dirs(REPO / "config" / config, basedir=REPO))
+    return len(load_plan([f"config/{config}"], [], REPO).train_jobs)
 
 
 def number(text: str) -> int:

@@ -89,14 +89,6 @@ def test_checkpoint_every_reaches_the_jobs_only_when_set() -> None:
     assert any("checkpoint_every" in problem for problem in plan.schema_problems(bad, SCHEMA))
 
 
-def test_planned_run_dirs_are_the_workflows_runs_of_a_config_file() -> None:
-    """What tools/lease/chunk.sh asks before it gives cut-off runs priority: the same folders the workflow trains."""
-    dirs = plan.planned_run_dirs(REPO / "config" / "table2_full.yaml", basedir=REPO)
-    assert dirs == sorted(Plan(load("table2_full.yaml"), basedir=REPO).train_jobs) and len(dirs) == 240
-    assert "results/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed4" in dirs
-    assert "results/paper/runs/table4/cifar100_c5_a0.5_j1/fedavg/seed0" not in dirs  # config.yaml's, same name `paper`
-
-
 def test_a_sweep_of_batch_size_or_lr_names_its_settings() -> None:
     config = load("smoke.yaml")
     config["experiments"] = {"sweep": {"algorithms": ["fedavg"], "lr": 0.1, "settings": [

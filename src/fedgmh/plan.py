@@ -609,16 +609,6 @@ def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, A
     return config
 
 
-def planned_run_dirs(config_path: Path | str, basedir: Path | str = ".") -> list[str]:
-    """The run folders a config file trains, for scripts outside Snakemake (tools/lease/chunk.sh).
-    Nothing is checked here beyond what `Plan` checks (the workflow reports a config's problems itself)."""
-    import yaml
-
-    config = yaml.safe_load(Path(config_path).read_text())
-    schema = yaml.safe_load((Path(basedir) / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    return sorted(Plan(with_defaults(config, schema), basedir=basedir).train_jobs)
-
-
 def check_finite(value: Any, key: str = "config") -> None:
     """NaN or infinity anywhere in the config (YAML's .nan, .inf) would train nonsense: refuse it."""
     if isinstance(value, dict):
