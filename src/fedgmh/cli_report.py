@@ -31,27 +31,41 @@ def _cmd_table(args: argparse.Namespace) -> None:
     print(f"table {args.experiment}: {cells['algorithm'].nunique()} methods x {len(table['settings'])} settings -> {args.out}")
 
 
+def _paper_rounds(text: str | None) -> dict | None:
+    import json
+
+    from fedgmh.errors import UserError
+
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError as err:
+        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedgmh\": [68, 185]}}'") from err
+
+
 def _cmd_curves(args: argparse.Namespace) -> None:
     from fedgmh import report
+    from fedgmh.errors import UserError
+    from fedgmh.report.marks import Marks
 
+    bad = [text for text in args.label if "=" not in text]
+    if bad:
+        raise UserError(f"--label takes ALGORITHM=NAME, not {bad[0]!r}; e.g. --label 'fedprox=FedProx (mu = 0, = FedAvg)'")
+    overlay = report.read_curves(args.overlay_curves) if args.overlay_curves else None
+    if overlay is not None and args.overlay_algorithm:
+        overlay = overlay[overlay["algorithm"].isin(args.overlay_algorithm)]
+    marks = Marks(targets=args.target, paper_rounds=_paper_rounds(args.paper) or {}, overlay=overlay,
+                  overlay_name=args.overlay_name, labels=dict(text.split("=", 1) for text in args.label))
     curves = report.read_curves(args.curves)
     panels = report.plot_curves(curves, args.out, png=args.png, settings=args.setting, experiment=args.experiment,
-                                algorithms=args.algorithm, title=args.title)
+                                algorithms=args.algorithm, title=args.title, marks=marks)
     print(f"curves: {len(panels)} panel(s) ({', '.join(panels)}) -> {args.out}" + (f", {args.png}" if args.png else ""))
 
 
 def _cmd_rounds(args: argparse.Namespace) -> None:
-    import json
-
     from fedgmh import report
-    from fedgmh.errors import UserError
 
-    try:
-        paper = json.loads(args.paper) if args.paper else None
-    except json.JSONDecodeError as err:
-        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedgmh\": [68, 185]}}'") from err
     table = report.write_rounds_to_target(args.curves, args.experiment, args.setting, args.target, args.out, out_csv=args.csv,
-                                          paper=paper, title=args.title)
+                                          paper=_paper_rounds(args.paper), title=args.title)
     print(f"rounds: {table['algorithm'].nunique()} methods x {len(args.target)} targets -> {args.out}")
 
 
@@ -198,6 +212,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--setting", nargs="+", help="setting id(s) to draw, e.g. cifar100_c5_a0.5 (default: all, one panel each)")
     p.add_argument("--algorithm", nargs="+", help="only these algorithms (default: all)")
     p.add_argument("--title", help="figure title")
+    p.add_argument("--target", nargs="+", type=float, default=[], help="target accuracies in percent, drawn as lines, e.g. 70 75")
+    p.add_argument("--paper", help='the paper\'s rounds to --target per algorithm, drawn as stars, as JSON: {"fedgmh": [68, 185]}')
+    p.add_argument("--overlay-curves", help="curves CSV of another reading (e.g. preset=official runs), drawn as wide lines")
+    p.add_argument("--overlay-algorithm", nargs="+", help="only these algorithms of --overlay-curves (default: all)")
+    p.add_argument("--overlay-name", default="other reading", help="the overlay's name in the legend, e.g. \"PFLlib's (preset=official)\"")
+    p.add_argument("--label", action="append", default=[], metavar="ALGORITHM=NAME",
+                   help="legend name of a method, e.g. 'fedprox=FedProx (mu = 0, = FedAvg)' (repeatable)")
     p.set_defaults(func=_cmd_curves)
 
     p = sub.add_parser("rounds", help="table: first round at which each method's accuracy curve reaches target accuracies")

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from fedgmh.report.compare import attach_reference
-from fedgmh.report.figures import save_figure, setting_title
+from fedgmh.report.figures import save_figure
+from fedgmh.report.titles import setting_title
 from fedgmh.report.style import method_style, use_agg
 from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, accuracy_column, summarize
 
