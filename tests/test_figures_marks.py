@@ -107,3 +107,33 @@ def test_setting_titles_say_iid_and_the_swept_value() -> None:
     assert setting_title(pd.DataFrame([row]), "cifar100_c50_a1000000_n20") == "CIFAR-100 50 classes per client, IID, 20 clients"
     row = {"dataset": "cifar100", "classes_per_client": 5, "alpha": 0.5, "clients": 100, "assignment": "random"}
     assert setting_title(pd.DataFrame([row]), "cifar100_c5_a0.5_j0.4") == "CIFAR-100 ExDir(5, 0.5), rho = 0.4"
+
+
+def test_the_seed_rows_draw_one_dot_per_seed_a_mean_bar_and_the_papers_value(monkeypatch: pytest.MonkeyPatch,
+                                                                             tmp_path: Path) -> None:
+    from fedgmh import report
+    from fedgmh.report import seed_rows
+    from test_report import make_run
+
+    figs: list = []
+    monkeypatch.setattr(seed_rows, "save_figure", lambda fig, out, png=None: figs.append(fig))
+    dirs = [make_run(tmp_path / "runs", algorithm=a, seed=s, best=b + s / 1000) for a, b in (("fedgmh", 0.989), ("fedper", 0.99))
+            for s in range(5)]
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    reference = pd.DataFrame([{"table": "table2", "dataset": "MNIST", "C": 2, "alpha": 0.5, "algorithm": name, "local_epochs": 2,
+                               "join_ratio": 0.2, "beta": 0.5, "eta_h": 1.0, "mean": mean, "std": 0.1}
+                              for name, mean in (("FedGMH", 98.66), ("FedPer", 98.42))])
+    drawn = seed_rows.plot_seed_rows([("ours", results)], reference, "table2", ["mnist_c2_a0.5"], ["fedgmh", "fedper"],
+                                     tmp_path / "f.pdf")
+    assert drawn == 10
+    ax = figs[0].axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["FedPer", "FedPer, paper", "FedGMH", "FedGMH, paper"]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert [len(line.get_xdata()) for line in dots] == [5, 5]
+    assert sorted(float(x) for x in dots[0].get_xdata()) == pytest.approx([99.0, 99.1, 99.2, 99.3, 99.4])  # FedPer, bottom row
+    bars = [float(line.get_xdata()[0]) for line in ax.get_lines() if line.get_marker() == "|" and len(line.get_ydata()) == 1
+            and line.get_markersize() > 10]  # not the error bars' caps
+    assert bars == pytest.approx([99.2, 99.1])
+    diamonds = [float(line.get_xdata()[0]) for line in ax.get_lines() if line.get_marker() == "D"]
+    assert diamonds == pytest.approx([98.42, 98.66])
+    assert "99.20 ± 0.14 (5)" in [t.get_text() for t in ax.texts]

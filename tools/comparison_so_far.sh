@@ -124,6 +124,18 @@ if [ ${#official_results[@]} -gt 0 ]; then
       cat "$out/comparison_pflib.md.tmp"; } > "$out/comparison_pflib.md"
     rm "$out/comparison_pflib.md.tmp"
 fi
+# FedGMH and FedPer on MNIST seed by seed (they differ by tenths of a point): Table 2's runs and,
+# where committed, PFLlib's (preset=official), under the paper's mean ± std
+if grep -q '^table2,mnist_c2_a' "$out/table2_results.csv"; then
+    seeds=(--results "$out/table2_results.csv" --name "Table 2's reading")
+    if [ -e "$out/table2_pflib_results.csv" ] && grep -q '^table2,mnist_c2_a' "$out/table2_pflib_results.csv"; then
+        seeds=(--results "$out/table2_results.csv" "$out/table2_pflib_results.csv" --name "Table 2's reading" "PFLlib's (preset=official)")
+    fi
+    fedgmh seeds "${seeds[@]}" --reference reference/fedgmh_paper_tables.csv --experiment table2 \
+        --setting mnist_c2_a0.5 mnist_c2_a5 --algorithm fedgmh fedper \
+        --title="FedGMH and FedPer on MNIST, the paper's protocol: each seed (dot), our mean (bar), the paper's mean ± std (diamond)" \
+        --out "$out/fedgmh_fedper_mnist.pdf" --png "$out/fedgmh_fedper_mnist.png"
+fi
 # the paper's claims under both readings, one row each (claims.md); CIFAR-10 could not be obtained on
 # the machines that made these records (no internet, no complete copy in the package registries), so
 # its claims read "data unavailable offline", and "not run" means waiting for runs

@@ -150,6 +150,21 @@ def _cmd_dots(args: argparse.Namespace) -> None:
     print(f"dots: {args.experiment}, {matched} cell(s) with the paper's value -> {args.out}")
 
 
+def _cmd_seeds(args: argparse.Namespace) -> None:
+    from fedgmh import report
+    from fedgmh.errors import UserError
+    from fedgmh.report.paper import read_reference
+    from fedgmh.report.seed_rows import plot_seed_rows
+
+    names = args.name or ([""] if len(args.results) == 1 else [])
+    if len(names) != len(args.results):
+        raise UserError(f"--name needs one name per --results file ({len(args.results)}), got {len(names)}")
+    sources = [(name, report.read_results(path)) for name, path in zip(names, args.results)]
+    drawn = plot_seed_rows(sources, read_reference(args.reference), args.experiment, args.setting, args.algorithm, args.out,
+                           png=args.png, accuracy=args.accuracy, title=args.title)
+    print(f"seeds: {drawn} seeds of {', '.join(args.algorithm)} on {', '.join(args.setting)} -> {args.out}")
+
+
 def _cmd_document(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
@@ -319,6 +334,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=_cmd_dots)
+
+    p = sub.add_parser("seeds", help="figure: a few methods seed by seed per setting, on a shared axis, under the paper's mean ± std")
+    p.add_argument("--results", nargs="+", required=True, help="results CSVs from `fedgmh aggregate`, one per reading")
+    p.add_argument("--name", nargs="+", help="each results file's reading, for the rows' labels, e.g. \"Table 2's\" \"PFLlib's\"")
+    p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
+    p.add_argument("--experiment", required=True, help="the experiment whose runs are drawn, e.g. table2")
+    p.add_argument("--setting", nargs="+", required=True, help="setting ids, one panel each, e.g. mnist_c2_a0.5 mnist_c2_a5")
+    p.add_argument("--algorithm", nargs="+", required=True, help="the methods, top to bottom, e.g. fedgmh fedper")
+    p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
+    p.add_argument("--png", help="also write this PNG")
+    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--title", help="figure title")
+    p.set_defaults(func=_cmd_seeds)
 
     p = sub.add_parser("document", help="every table and figure in one LaTeX document (and its PDF, with latexmk)")
     p.add_argument("--out", required=True, help="LaTeX document (.tex); figures are referenced relative to its folder")
