@@ -137,3 +137,35 @@ def test_the_seed_rows_draw_one_dot_per_seed_a_mean_bar_and_the_papers_value(mon
     diamonds = [float(line.get_xdata()[0]) for line in ax.get_lines() if line.get_marker() == "D"]
     assert diamonds == pytest.approx([98.42, 98.66])
     assert "99.20 ± 0.14 (5)" in [t.get_text() for t in ax.texts]
+
+
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_a_sweep_is_one_line_per_method_over_the_parameter_with_the_spread_said(monkeypatch: pytest.MonkeyPatch,
+                                                                                  tmp_path: Path, seeds: int) -> None:
+    import matplotlib.collections
+
+    from fedgmh import report
+    from fedgmh.report import sweeps
+    from test_report import make_run
+
+    figs: list = []
+    monkeypatch.setattr(sweeps, "save_figure", lambda fig, out, png=None: figs.append(fig))
+    dirs = [make_run(tmp_path / "runs", experiment="table4", dataset="cifar100", c=5, algorithm=a, seed=s, join_ratio=rho,
+                     best=b + rho / 10 + s / 100)
+            for a, b in (("fedavg", 0.1), ("fedgmh", 0.7)) for rho in (0.4, 1.0) for s in range(seeds)]
+    results, _ = report.aggregate_runs(dirs, experiment="table4")
+    reference = pd.DataFrame([{"table": "table4", "dataset": "Cifar100", "C": 5, "alpha": 0.5, "algorithm": "FedGMH", "local_epochs": 2,
+                               "join_ratio": rho, "beta": 0.5, "eta_h": 1.0, "mean": 80.0, "std": 0.3} for rho in (0.4, 1.0)])
+    assert sweeps.plot_sweep(results, reference, "table4", tmp_path / "f.pdf", title="Table 4") == 2
+    ax = figs[0].axes[0]
+    means = [line for line in ax.get_lines() if line.get_linestyle() == "-" and len(line.get_xdata()) == 2]
+    assert [list(line.get_xdata()) for line in means] == [[0.4, 1.0], [0.4, 1.0]]
+    assert [float(t) for t in ax.get_xticks()] == [0.4, 1.0] and ax.get_xlabel() == "rho"
+    bands = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+    title = figs[0].texts[0].get_text()
+    assert title.startswith("Table 4: one line per method over rho; ")
+    if seeds == 1:
+        assert not bands and title.endswith("one seed per point: no spread to draw")
+    else:
+        assert len(bands) == 2 and title.endswith("shaded: ±1 std over seeds")
+    assert len(ax.containers) == 1  # the paper's FedGMH, with its ± std

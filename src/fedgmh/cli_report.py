@@ -144,10 +144,15 @@ def _cmd_dots(args: argparse.Namespace) -> None:
     from fedgmh import report
     from fedgmh.report.dots import plot_final_accuracy
     from fedgmh.report.paper import read_reference
+    from fedgmh.report.summary import summarize
+    from fedgmh.report.sweeps import plot_sweep, swept_parameter
 
-    matched = plot_final_accuracy(report.read_results(args.results), read_reference(args.reference), args.experiment, args.out,
-                                  png=args.png, accuracy=args.accuracy, title=args.title)
-    print(f"dots: {args.experiment}, {matched} cell(s) with the paper's value -> {args.out}")
+    results, reference = report.read_results(args.results), read_reference(args.reference)
+    cells, dims = summarize(results, args.experiment, args.accuracy)
+    draw = plot_sweep if swept_parameter(dims, cells) else plot_final_accuracy
+    matched = draw(results, reference, args.experiment, args.out, png=args.png, accuracy=args.accuracy, title=args.title)
+    kind = "one line per method over the swept parameter" if draw is plot_sweep else "a panel per cell"
+    print(f"dots: {args.experiment} ({kind}), {matched} cell(s) with the paper's value -> {args.out}")
 
 
 def _cmd_seeds(args: argparse.Namespace) -> None:
@@ -325,14 +330,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=_cmd_clients)
 
-    p = sub.add_parser("dots", help="figure: each seed's final accuracy per cell next to the paper's mean ± std")
+    p = sub.add_parser("dots", help="figure: each seed's final accuracy per cell next to the paper's mean ± std "
+                       "(an experiment sweeping one parameter: one line per method over it)")
     p.add_argument("--results", required=True, help="results CSV from `fedgmh aggregate`")
     p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
     p.add_argument("--experiment", required=True, help="the experiment whose cells are drawn")
     p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
     p.add_argument("--png", help="also write this PNG")
     p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
-    p.add_argument("--title", help="figure title")
+    p.add_argument("--title", help="the figure title's first words (what is drawn is said after them)")
     p.set_defaults(func=_cmd_dots)
 
     p = sub.add_parser("seeds", help="figure: a few methods seed by seed per setting, on a shared axis, under the paper's mean ± std")
