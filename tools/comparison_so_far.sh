@@ -53,10 +53,10 @@ fedgmh compare --results "${results[@]}" --reference reference/fedgmh_paper_tabl
     --out "$out/comparison.md" --csv "$out/comparison.csv"
 # the rounds to 70 / 75 % (the paper config's `rounds_to_target`), from the CIFAR-100 ExDir(5, 0.5)
 # records so far: the setting's methods with a record, each with its seed count
-paper_rounds=$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))')
+paper_rounds() { python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))'; }
 if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
     fedgmh rounds --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
-        --paper "$paper_rounds" --out "$out/rounds_to_target.tex" --csv "$out/rounds_to_target.csv"
+        --paper "$(paper_rounds)" --out "$out/rounds_to_target.tex" --csv "$out/rounds_to_target.csv"
 fi
 
 # Figure 4 so far: FedGMH and its ablations per round (Table 5's records, FedGMH's from Table 2's runs)
@@ -81,10 +81,10 @@ if [ ${#official[@]} -gt 0 ]; then
     official_curves+=("$curves/pflib.csv")
     if grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
         fedgmh curves --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
-            --paper "$paper_rounds" --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib's reading and the official code (preset=official)" \
+            --paper "$(paper_rounds)" --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib's reading and the official code (preset=official)" \
             --out "$out/figure3_official.pdf" --png "$out/figure3_official.png"
         fedgmh rounds --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
-            --paper "$paper_rounds" --out "$out/rounds_to_target_official.tex" --csv "$out/rounds_to_target_official.csv"
+            --paper "$(paper_rounds)" --out "$out/rounds_to_target_official.tex" --csv "$out/rounds_to_target_official.csv"
     fi
 fi
 # Figure 3 so far: Table 2's runs with the targets and the paper's rounds marked, and PFLlib's FedAMP
@@ -94,7 +94,7 @@ if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
     if [ -e "$curves/pflib.csv" ] && grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
         overlay=(--overlay-curves "$curves/pflib.csv" --overlay-algorithm fedamp fedgh --overlay-name "PFLlib's (preset=official)")
     fi
-    fedgmh curves --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 --paper "$paper_rounds" \
+    fedgmh curves --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 --paper "$(paper_rounds)" \
         "${overlay[@]}" --label "fedprox=FedProx (mu = 0, = FedAvg)" \
         --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), Table 2's reading (the original papers' methods)" \
         --out "$out/figure3.pdf" --png "$out/figure3.png"
@@ -126,9 +126,10 @@ if [ ${#official_results[@]} -gt 0 ]; then
 fi
 # FedGMH and FedPer on MNIST seed by seed (they differ by tenths of a point): Table 2's runs and,
 # where committed, PFLlib's (preset=official), under the paper's mean ± std
-if grep -q '^table2,mnist_c2_a' "$out/table2_results.csv"; then
+mnist_pair() { awk -F, '$1 == "table2" && $2 ~ /^mnist_c2_a/ && ($8 == "fedgmh" || $8 == "fedper") {found = 1} END {exit !found}' "$1"; }
+if mnist_pair "$out/table2_results.csv"; then
     seeds=(--results "$out/table2_results.csv" --name "Table 2's reading")
-    if [ -e "$out/table2_pflib_results.csv" ] && grep -q '^table2,mnist_c2_a' "$out/table2_pflib_results.csv"; then
+    if [ -e "$out/table2_pflib_results.csv" ] && mnist_pair "$out/table2_pflib_results.csv"; then
         seeds=(--results "$out/table2_results.csv" "$out/table2_pflib_results.csv" --name "Table 2's reading" "PFLlib's (preset=official)")
     fi
     fedgmh seeds "${seeds[@]}" --reference reference/fedgmh_paper_tables.csv --experiment table2 \
