@@ -12,7 +12,7 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import FIGURE_NO_DATE, atomic_path
-from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.cards import algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
 from fedgmh.report.marks import PAPER_STYLE, Marks, draw_overlay, draw_paper_rounds, draw_targets, overlay_stats
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
