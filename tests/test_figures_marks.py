@@ -169,3 +169,10 @@ def test_a_sweep_is_one_line_per_method_over_the_parameter_with_the_spread_said(
     else:
         assert len(bands) == 2 and title.endswith("shaded: ±1 std over seeds")
     assert len(ax.containers) == 1  # the paper's FedGMH, with its ± std
+
+
+def test_a_curve_hidden_under_fedgmhs_line_is_said_in_the_legend(drawn: list, tmp_path: Path) -> None:
+    curves = _curves({"fedgmh": 0.78, "gmh_a": 0.781, "gmh_oa": 0.80})
+    figures.plot_curves(curves, tmp_path / "f.pdf")
+    legend = [text.get_text() for text in drawn[0].legends[0].get_texts()]
+    assert [t for t in legend if "under" in t] == ["GMH-a (3 seeds)\nunder FedGMH's line (mean gap 0.08 points)"]  # 0.1 * the mean of 1 - exp(-r / 20)

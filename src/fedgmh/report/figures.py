@@ -85,6 +85,18 @@ def zoom_window(stats: dict[str, pd.DataFrame], banded: Sequence[str] = ()) -> t
     return first, low - pad, high + pad
 
 
+HIDDEN_POINTS = 0.25  # a mean curve this close to FedGMH's (mean gap over the rounds) is hidden under its line
+
+
+def hidden_gaps(stats: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """algorithm -> its mean curve's mean gap (points) to FedGMH's, for those hidden under FedGMH's line."""
+    if HIGHLIGHT not in stats:
+        return {}
+    ours = stats[HIGHLIGHT]["mean"]
+    gaps = {a: float((s["mean"] - ours).abs().mean()) for a, s in stats.items() if a != HIGHLIGHT}
+    return {a: gap for a, gap in gaps.items() if gap < HIDDEN_POINTS}
+
+
 def _draw(ax, stats: dict[str, pd.DataFrame], banded: Sequence[str], markevery: int) -> tuple[dict, bool]:
     """The mean curves on `ax`, bands for `banded`: (algorithm -> line, whether a band was drawn)."""
     handles, any_band = {}, False
@@ -118,12 +130,13 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
     fig, axes = plt.subplots(len(panels), 2, figsize=(10.5, 3.8 * len(panels)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.5, 1]})
-    handles, overlays, banded_names, star = {}, {}, [], None
+    handles, overlays, banded_names, star, hidden = {}, {}, [], None, {}
     for (full, zoom), setting in zip(axes, panels):
         data = frame[frame["setting"] == setting]
         stats = {a: data[data["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"])
                  for a in order if a in set(data["algorithm"])}
         other = overlay_stats(marks, data, setting)
+        hidden |= {a: max(gap, hidden.get(a, 0.0)) for a, gap in hidden_gaps(stats).items()}
         banded = banded_methods(pd.Series({a: s["mean"].iloc[-1] for a, s in stats.items() if (s["count"] > 1).any()},
                                           dtype=float))
         last = int(data["round"].max())
@@ -153,7 +166,8 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     seeds = seed_counts(frame)
     legend = [handles[a] for a in order if a in handles]
-    labels = [f"{marks.name(a)} ({seeds[a]})" for a in order if a in handles]
+    labels = [f"{marks.name(a)} ({seeds[a]})" + (f"\nunder {marks.name(HIGHLIGHT)}'s line (mean gap {hidden[a]:.2f} points)" if a in hidden else "")
+              for a in order if a in handles]
     if overlays:
         other_seeds = seed_counts(marks.overlay[marks.overlay["setting"].isin(panels)])
         legend += list(overlays.values())
