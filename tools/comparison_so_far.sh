@@ -8,7 +8,8 @@
 # (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"), Table 5's ablations where a
 # record of them is committed (table5_results.csv, FedGMH's column from Table 2's runs), and Figure 3 with its
 # rounds to 70 / 75 % from the CIFAR-100 ExDir(5, 0.5) records (figure3.{pdf,png}: the targets as lines, the
-# paper's rounds as stars, PFLlib's FedAMP and FedGH beside ours; rounds_to_target.{tex,csv}). The workflow writes the
+# paper's rounds as stars, PFLlib's FedAMP and FedGH beside ours; rounds_to_target.{tex,csv}), FedGMH and FedPer
+# on MNIST seed by seed (fedgmh_fedper_mnist.{pdf,png}). The workflow writes the
 # complete tables once every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
 # preset=official, as the paper's authors ran them) and for Table 5 under the official code's
