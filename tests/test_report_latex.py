@@ -161,3 +161,13 @@ def test_document_compiles_to_pdf(results: pd.DataFrame, tmp_path: Path) -> None
     pdf = compile_pdf(tex_path, tmp_path / "report.pdf", log=tmp_path / "latexmk.log")
     assert pdf.read_bytes().startswith(b"%PDF") and pdf.stat().st_size > 10_000
     assert "Warning: Reference" not in (tmp_path / "latexmk.log").read_text()
+
+
+def test_the_claims_table_breaks_no_word_with_a_hyphen() -> None:
+    from fedgmh.report.claims_report import claims_latex, read_claims_table
+    from fedgmh.report.document import PREAMBLE
+
+    latex = claims_latex(read_claims_table(Path(__file__).resolve().parents[1] / "paper_artifacts/mini/claims.csv"))
+    spec = re.search(r"\\begin\{longtable\}\{(.*)\}\n", latex)[1]
+    assert spec.count(r"\hyphenpenalty=10000") == 4 and spec.count(r"\raggedright") == 4  # every column
+    assert "array" in latex.splitlines()[1] and r"\usepackage{array," in PREAMBLE

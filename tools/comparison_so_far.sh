@@ -7,7 +7,9 @@
 # 3 distinct seeds is "reduced protocol", not judged), and the paper's claims tested on them
 # (`fedgmh claims`: claims.{md,csv}; claims on other tables are "not run"), Table 5's ablations where a
 # record of them is committed (table5_results.csv, FedGMH's column from Table 2's runs), and Figure 3 with its
-# rounds to 70 / 75 % from the CIFAR-100 ExDir(5, 0.5) records (figure3.{pdf,png}, rounds_to_target.{tex,csv}). The workflow writes the
+# rounds to 70 / 75 % from the CIFAR-100 ExDir(5, 0.5) records (figure3.{pdf,png}: the targets as lines, the
+# paper's rounds as stars, PFLlib's FedAMP and FedGH beside ours; rounds_to_target.{tex,csv}), FedGMH and FedPer
+# on MNIST seed by seed (fedgmh_fedper_mnist.{pdf,png}). The workflow writes the
 # complete tables once every run is there; until then this is the honest state.
 # The same for Table 2's methods under PFLlib's reading (the paper config's `table2_pflib` runs with
 # preset=official, as the paper's authors ran them) and for Table 5 under the official code's
@@ -50,14 +52,12 @@ if [ ${#ablations[@]} -gt 0 ]; then
 fi
 fedgmh compare --results "${results[@]}" --reference reference/fedgmh_paper_tables.csv \
     --out "$out/comparison.md" --csv "$out/comparison.csv"
-# Figure 3 and its rounds to 70 / 75 % (the paper config's `rounds_to_target`), from the CIFAR-100
-# ExDir(5, 0.5) records so far: the setting's methods with a record, each with its seed count
+# the rounds to 70 / 75 % (the paper config's `rounds_to_target`), from the CIFAR-100 ExDir(5, 0.5)
+# records so far: the setting's methods with a record, each with its seed count
+paper_rounds() { python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))'; }
 if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
-    fedgmh curves --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 \
-        --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), the paper's protocol" --out "$out/figure3.pdf" --png "$out/figure3.png"
     fedgmh rounds --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
-        --paper "$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))')" \
-        --out "$out/rounds_to_target.tex" --csv "$out/rounds_to_target.csv"
+        --paper "$(paper_rounds)" --out "$out/rounds_to_target.tex" --csv "$out/rounds_to_target.csv"
 fi
 
 # Figure 4 so far: FedGMH and its ablations per round (Table 5's records, FedGMH's from Table 2's runs)
@@ -81,13 +81,24 @@ if [ ${#official[@]} -gt 0 ]; then
     official_results+=("$out/table2_pflib_results.csv")
     official_curves+=("$curves/pflib.csv")
     if grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
-        fedgmh curves --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 \
-            --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib and the official code (preset=official)" \
+        fedgmh curves --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
+            --paper "$(paper_rounds)" --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib's reading and the official code (preset=official)" \
             --out "$out/figure3_official.pdf" --png "$out/figure3_official.png"
         fedgmh rounds --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
-            --paper "$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/config.yaml"))["rounds_to_target"]["paper"]))')" \
-            --out "$out/rounds_to_target_official.tex" --csv "$out/rounds_to_target_official.csv"
+            --paper "$(paper_rounds)" --out "$out/rounds_to_target_official.tex" --csv "$out/rounds_to_target_official.csv"
     fi
+fi
+# Figure 3 so far: Table 2's runs with the targets and the paper's rounds marked, and PFLlib's FedAMP
+# and FedGH (preset=official) beside them: the paper's numbers of those two are PFLlib's reading's
+if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
+    overlay=()
+    if [ -e "$curves/pflib.csv" ] && grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
+        overlay=(--overlay-curves "$curves/pflib.csv" --overlay-algorithm fedamp fedgh --overlay-name "PFLlib's (preset=official)")
+    fi
+    fedgmh curves --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 --paper "$(paper_rounds)" \
+        "${overlay[@]}" --label "fedprox=FedProx (mu = 0, = FedAvg)" \
+        --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), Table 2's reading (the original papers' methods)" \
+        --out "$out/figure3.pdf" --png "$out/figure3.png"
 fi
 mapfile -t official5 < <(find paper_artifacts/paper/runs/table5_pflib -path '*@official/*' -regextype posix-extended \
         -regex '.*/seed[0-9]+/run.json' 2>/dev/null \
@@ -113,6 +124,19 @@ if [ ${#official_results[@]} -gt 0 ]; then
       echo
       cat "$out/comparison_pflib.md.tmp"; } > "$out/comparison_pflib.md"
     rm "$out/comparison_pflib.md.tmp"
+fi
+# FedGMH and FedPer on MNIST seed by seed (they differ by tenths of a point): Table 2's runs and,
+# where committed, PFLlib's (preset=official), under the paper's mean ± std
+mnist_pair() { awk -F, '$1 == "table2" && $2 ~ /^mnist_c2_a/ && ($8 == "fedgmh" || $8 == "fedper") {found = 1} END {exit !found}' "$1"; }
+if mnist_pair "$out/table2_results.csv"; then
+    seeds=(--results "$out/table2_results.csv" --name "Table 2's reading")
+    if [ -e "$out/table2_pflib_results.csv" ] && mnist_pair "$out/table2_pflib_results.csv"; then
+        seeds=(--results "$out/table2_results.csv" "$out/table2_pflib_results.csv" --name "Table 2's reading" "PFLlib's (preset=official)")
+    fi
+    fedgmh seeds "${seeds[@]}" --reference reference/fedgmh_paper_tables.csv --experiment table2 \
+        --setting mnist_c2_a0.5 mnist_c2_a5 --algorithm fedgmh fedper \
+        --title="FedGMH and FedPer on MNIST, the paper's protocol: each seed (dot), our mean (bar), the paper's mean ± std (diamond)" \
+        --out "$out/fedgmh_fedper_mnist.pdf" --png "$out/fedgmh_fedper_mnist.png"
 fi
 # the paper's claims under both readings, one row each (claims.md); CIFAR-10 could not be obtained on
 # the machines that made these records (no internet, no complete copy in the package registries), so

@@ -59,27 +59,41 @@ def _cmd_table(args: argparse.Namespace) -> None:
     print(f"table {args.experiment}: {cells['algorithm'].nunique()} methods x {len(table['settings'])} settings -> {args.out}")
 
 
+def _paper_rounds(text: str | None) -> dict | None:
+    import json
+
+    from fedgmh.errors import UserError
+
+    try:
+        return json.loads(text) if text else None
+    except json.JSONDecodeError as err:
+        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedgmh\": [68, 185]}}'") from err
+
+
 def _cmd_curves(args: argparse.Namespace) -> None:
     from fedgmh import report
+    from fedgmh.errors import UserError
+    from fedgmh.report.marks import Marks
 
+    bad = [text for text in args.label if "=" not in text]
+    if bad:
+        raise UserError(f"--label takes ALGORITHM=NAME, not {bad[0]!r}; e.g. --label 'fedprox=FedProx (mu = 0, = FedAvg)'")
+    overlay = report.read_curves(args.overlay_curves) if args.overlay_curves else None
+    if overlay is not None and args.overlay_algorithm:
+        overlay = overlay[overlay["algorithm"].isin(args.overlay_algorithm)]
+    marks = Marks(targets=args.target, paper_rounds=_paper_rounds(args.paper) or {}, overlay=overlay,
+                  overlay_name=args.overlay_name, labels=dict(text.split("=", 1) for text in args.label))
     curves = report.read_curves(args.curves)
     panels = report.plot_curves(curves, args.out, png=args.png, settings=args.setting, experiment=args.experiment,
-                                algorithms=args.algorithm, title=args.title)
+                                algorithms=args.algorithm, title=args.title, marks=marks)
     print(f"curves: {len(panels)} panel(s) ({', '.join(panels)}) -> {args.out}" + (f", {args.png}" if args.png else ""))
 
 
 def _cmd_rounds(args: argparse.Namespace) -> None:
-    import json
-
     from fedgmh import report
-    from fedgmh.errors import UserError
 
-    try:
-        paper = json.loads(args.paper) if args.paper else None
-    except json.JSONDecodeError as err:
-        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedgmh\": [68, 185]}}'") from err
     table = report.write_rounds_to_target(args.curves, args.experiment, args.setting, args.target, args.out, out_csv=args.csv,
-                                          paper=paper, title=args.title)
+                                          paper=_paper_rounds(args.paper), title=args.title)
     print(f"rounds: {table['algorithm'].nunique()} methods x {len(args.target)} targets -> {args.out}")
 
 
@@ -158,10 +172,30 @@ def _cmd_dots(args: argparse.Namespace) -> None:
     from fedgmh import report
     from fedgmh.report.dots import plot_final_accuracy
     from fedgmh.report.paper import read_reference
+    from fedgmh.report.summary import summarize
+    from fedgmh.report.sweeps import plot_sweep, swept_parameter
 
-    matched = plot_final_accuracy(report.read_results(args.results), read_reference(args.reference), args.experiment, args.out,
-                                  png=args.png, accuracy=args.accuracy, title=args.title)
-    print(f"dots: {args.experiment}, {matched} cell(s) with the paper's value -> {args.out}")
+    results, reference = report.read_results(args.results), read_reference(args.reference)
+    cells, dims = summarize(results, args.experiment, args.accuracy)
+    draw = plot_sweep if swept_parameter(dims, cells) else plot_final_accuracy
+    matched = draw(results, reference, args.experiment, args.out, png=args.png, accuracy=args.accuracy, title=args.title)
+    kind = "one line per method over the swept parameter" if draw is plot_sweep else "a panel per cell"
+    print(f"dots: {args.experiment} ({kind}), {matched} cell(s) with the paper's value -> {args.out}")
+
+
+def _cmd_seeds(args: argparse.Namespace) -> None:
+    from fedgmh import report
+    from fedgmh.errors import UserError
+    from fedgmh.report.paper import read_reference
+    from fedgmh.report.seed_rows import plot_seed_rows
+
+    names = args.name or ([""] if len(args.results) == 1 else [])
+    if len(names) != len(args.results):
+        raise UserError(f"--name needs one name per --results file ({len(args.results)}), got {len(names)}")
+    sources = [(name, report.read_results(path)) for name, path in zip(names, args.results)]
+    drawn = plot_seed_rows(sources, read_reference(args.reference), args.experiment, args.setting, args.algorithm, args.out,
+                           png=args.png, accuracy=args.accuracy, title=args.title)
+    print(f"seeds: {drawn} seeds of {', '.join(args.algorithm)} on {', '.join(args.setting)} -> {args.out}")
 
 
 def _cmd_document(args: argparse.Namespace) -> None:
@@ -226,6 +260,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--setting", nargs="+", help="setting id(s) to draw, e.g. cifar100_c5_a0.5 (default: all, one panel each)")
     p.add_argument("--algorithm", nargs="+", help="only these algorithms (default: all)")
     p.add_argument("--title", help="figure title")
+    p.add_argument("--target", nargs="+", type=float, default=[], help="target accuracies in percent, drawn as lines, e.g. 70 75")
+    p.add_argument("--paper", help='the paper\'s rounds to --target per algorithm, drawn as stars, as JSON: {"fedgmh": [68, 185]}')
+    p.add_argument("--overlay-curves", help="curves CSV of another reading (e.g. preset=official runs), drawn as wide lines")
+    p.add_argument("--overlay-algorithm", nargs="+", help="only these algorithms of --overlay-curves (default: all)")
+    p.add_argument("--overlay-name", default="other reading", help="the overlay's name in the legend, e.g. \"PFLlib's (preset=official)\"")
+    p.add_argument("--label", action="append", default=[], metavar="ALGORITHM=NAME",
+                   help="legend name of a method, e.g. 'fedprox=FedProx (mu = 0, = FedAvg)' (repeatable)")
     p.set_defaults(func=_cmd_curves)
 
     p = sub.add_parser("rounds", help="table: first round at which each method's accuracy curve reaches target accuracies")
@@ -317,15 +358,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--title", help="figure title")
     p.set_defaults(func=_cmd_clients)
 
-    p = sub.add_parser("dots", help="figure: each seed's final accuracy per cell next to the paper's mean ± std")
+    p = sub.add_parser("dots", help="figure: each seed's final accuracy per cell next to the paper's mean ± std "
+                       "(an experiment sweeping one parameter: one line per method over it)")
     p.add_argument("--results", required=True, help="results CSV from `fedgmh aggregate`")
     p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
     p.add_argument("--experiment", required=True, help="the experiment whose cells are drawn")
     p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
     p.add_argument("--png", help="also write this PNG")
     p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
-    p.add_argument("--title", help="figure title")
+    p.add_argument("--title", help="the figure title's first words (what is drawn is said after them)")
     p.set_defaults(func=_cmd_dots)
+
+    p = sub.add_parser("seeds", help="figure: a few methods seed by seed per setting, on a shared axis, under the paper's mean ± std")
+    p.add_argument("--results", nargs="+", required=True, help="results CSVs from `fedgmh aggregate`, one per reading")
+    p.add_argument("--name", nargs="+", help="each results file's reading, for the rows' labels, e.g. \"Table 2's\" \"PFLlib's\"")
+    p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
+    p.add_argument("--experiment", required=True, help="the experiment whose runs are drawn, e.g. table2")
+    p.add_argument("--setting", nargs="+", required=True, help="setting ids, one panel each, e.g. mnist_c2_a0.5 mnist_c2_a5")
+    p.add_argument("--algorithm", nargs="+", required=True, help="the methods, top to bottom, e.g. fedgmh fedper")
+    p.add_argument("--out", required=True, help="figure file (PDF, or any format matplotlib knows by suffix)")
+    p.add_argument("--png", help="also write this PNG")
+    p.add_argument("--accuracy", default="best", help=ACCURACY_HELP)
+    p.add_argument("--title", help="figure title")
+    p.set_defaults(func=_cmd_seeds)
 
     p = sub.add_parser("document", help="every table and figure in one LaTeX document (and its PDF, with latexmk)")
     p.add_argument("--out", required=True, help="LaTeX document (.tex); figures are referenced relative to its folder")

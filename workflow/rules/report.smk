@@ -170,8 +170,7 @@ rule dots:
         experiment="|".join(re.escape(name) for name in DOT_PLOTS) or "(?!)",
     localrule: True
     params:
-        title=lambda wildcards: f"{config['experiments'][wildcards.experiment].get('title', wildcards.experiment)}: each seed "
-        "(dots; bar: our mean) and the paper's mean ± std (diamond)",
+        title=lambda wildcards: config["experiments"][wildcards.experiment].get("title", wildcards.experiment),
         accuracy=config["table_accuracy"],
     shell:
         "fedgmh dots --results {input.results:q} --reference {input.reference:q} --experiment {wildcards.experiment:q}"
@@ -480,12 +479,18 @@ rule report_pdf:
             {
                 **{
                     name: f"{fig.get('title') or config['experiments'][fig['experiment']].get('title', fig['experiment'])}: test "
-                    "accuracy per round, mean over seeds; right: the last rounds; shaded: ±1 std of FedGMH and the best other method."
+                    "accuracy per round, mean over seeds; right: the last rounds; "
+                    + (
+                        "shaded: ±1 std over seeds of FedGMH and the best other method."
+                        if len(config["experiments"][fig["experiment"]].get("seeds", config["seeds"])) > 1
+                        else "one seed per method: no spread drawn."
+                    )
                     for name, fig in config["figures"].items()
                 },
                 **{
-                    f"{name}_seeds": f"{config['experiments'][name].get('title', name)}: each seed (dots; bar: our mean) next to "
-                    "the paper's mean ± std (diamond)."
+                    f"{name}_seeds": f"{config['experiments'][name].get('title', name)}: each seed of ours next to the paper's "
+                    "mean ± std; a table sweeping one parameter as one line per method over it (the figure's title says what is "
+                    "drawn and which spread)."
                     for name in DOT_PLOTS
                 },
                 "client_accuracy": "Per-client test accuracy per method and setting; settings whose runs predate per-client "

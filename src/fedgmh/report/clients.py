@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.report.figures import save_figure, setting_title
+from fedgmh.report.figures import save_figure
+from fedgmh.report.titles import setting_title
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg

@@ -33,7 +33,7 @@ from fedgmh.report.tables import make_table
 PREAMBLE = r"""\documentclass[10pt]{article}
 \ifdefined\pdftrailerid \pdfinfoomitdate=1 \pdftrailerid{} \fi
 \usepackage[margin=2cm]{geometry}
-\usepackage{booktabs,longtable,adjustbox,graphicx}
+\usepackage{array,booktabs,longtable,adjustbox,graphicx}
 \usepackage[font=small,labelformat=empty,labelsep=none]{caption}
 \setlength{\LTcapwidth}{\textwidth}
 """

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from fedgmh.report.compare import attach_reference
-from fedgmh.report.figures import save_figure, setting_title
+from fedgmh.report.figures import save_figure
+from fedgmh.report.titles import setting_title
 from fedgmh.report.style import method_style, use_agg
 from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, accuracy_column, summarize
 
@@ -66,7 +67,7 @@ def plot_final_accuracy(results: pd.DataFrame, reference: pd.DataFrame, experime
     for c in range(len(columns)):  # the unit under each column's lowest panel
         drawn = [axes[r][c] for r in range(len(rows)) if axes[r][c].get_visible()]
         drawn[-1].set_xlabel(f"{ACCURACIES[accuracy][1].split(' (%)')[0]} (%)", fontsize=8)
-    fig.suptitle(title or f"{experiment}: each seed (dots, bar: our mean) and the paper's mean ± std (diamond)",
+    fig.suptitle(f"{title or experiment}: each seed (dots, bar: our mean) and the paper's mean ± std (diamond)",
                  fontsize=10, parse_math=False)
     fig.tight_layout()
     save_figure(fig, out, png)

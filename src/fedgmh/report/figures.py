@@ -12,20 +12,12 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import FIGURE_NO_DATE, atomic_path
-from fedgmh.cards import algorithm_name, algorithm_order
+from fedgmh.cards import algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
-from fedgmh.report.settings import setting_extra, setting_label
+from fedgmh.report.marks import PAPER_STYLE, Marks, draw_overlay, draw_paper_rounds, draw_targets, overlay_stats
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
 from fedgmh.report.parsing import order_key
-
-
-def setting_title(data: pd.DataFrame, setting: str) -> str:
-    """'CIFAR-100 ExDir(5, 0.5)' (+ swept values) of a setting's rows (display names, not ids);
-    'Fashion-MNIST chain(4, 1000000), 8 clients' for a chain setting with its own number of clients."""
-    first = data.iloc[0].to_dict()
-    dataset, partition = setting_label(first, setting)
-    extra = setting_extra(first, setting).strip("_").replace("_", " ")
-    return f"{dataset} {partition} {extra}" if extra else f"{dataset} {partition}"
+from fedgmh.report.titles import setting_title
 
 
 def save_figure(fig, out: Path | str, png: Path | str | None = None) -> None:
@@ -57,6 +49,7 @@ def _select(curves: pd.DataFrame, settings: Sequence[str] | None, experiment: st
 
 ZOOM_SHARE = 0.25  # the zoom panel shows the last quarter of the rounds...
 ZOOM_POINTS = 5.0  # ...and the methods within this many points of the best one there
+TARGET_MARGIN = 4.0  # with targets, the zoom starts this many points below the lowest one
 
 
 def seed_counts(frame: pd.DataFrame) -> dict[str, str]:
@@ -73,19 +66,35 @@ def banded_methods(finals: pd.Series) -> list[str]:
     return [a for a in finals.index if a == HIGHLIGHT] + ([str(others.idxmax())] if len(others) else [])
 
 
-def zoom_window(stats: dict[str, pd.DataFrame]) -> tuple[int, float, float]:
+def zoom_window(stats: dict[str, pd.DataFrame], banded: Sequence[str] = ()) -> tuple[int, float, float]:
     """(first round, y low, y high) of the zoom panel: the last ZOOM_SHARE of the evaluated rounds;
     the methods whose mean over them is within ZOOM_POINTS of the best one, from the lowest 10th
-    percentile of their curves there (a noisy curve's worst dips are cut off) to the highest point."""
+    percentile of their curves there (a noisy curve's worst dips are cut off) to the highest point,
+    widened to hold the ±1 std band of each of those in `banded` whole."""
     rounds = sorted({r for s in stats.values() for r in s.index})
     first = rounds[max(0, min(len(rounds) - 2, len(rounds) - math.ceil(len(rounds) * ZOOM_SHARE) - 1))]
-    window = {a: s.loc[s.index >= first, "mean"] for a, s in stats.items()}
-    level = pd.Series({a: m.mean() for a, m in window.items()})
+    window = {a: s.loc[s.index >= first] for a, s in stats.items()}
+    level = pd.Series({a: w["mean"].mean() for a, w in window.items()})
     near = level[level >= level.max() - ZOOM_POINTS]
-    low = min(float(window[a].quantile(0.1)) for a in near.index)
-    high = max(float(window[a].max()) for a in near.index)
+    low = min(float(window[a]["mean"].quantile(0.1)) for a in near.index)
+    high = max(float(window[a]["mean"].max()) for a in near.index)
+    for a in (a for a in banded if a in near.index):
+        std = window[a]["std"].fillna(0)
+        low, high = min(low, float((window[a]["mean"] - std).min())), max(high, float((window[a]["mean"] + std).max()))
     pad = max(0.08 * (high - low), 0.05)
     return first, low - pad, high + pad
+
+
+HIDDEN_POINTS = 0.25  # a mean curve this close to FedGMH's (mean gap over the rounds) is hidden under its line
+
+
+def hidden_gaps(stats: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """algorithm -> its mean curve's mean gap (points) to FedGMH's, for those hidden under FedGMH's line."""
+    if HIGHLIGHT not in stats:
+        return {}
+    ours = stats[HIGHLIGHT]["mean"]
+    gaps = {a: float((s["mean"] - ours).abs().mean()) for a, s in stats.items() if a != HIGHLIGHT}
+    return {a: gap for a, gap in gaps.items() if gap < HIDDEN_POINTS}
 
 
 def _draw(ax, stats: dict[str, pd.DataFrame], banded: Sequence[str], markevery: int) -> tuple[dict, bool]:
@@ -104,50 +113,72 @@ def _draw(ax, stats: dict[str, pd.DataFrame], banded: Sequence[str], markevery: 
 
 
 def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = None, settings: Sequence[str] | None = None,
-                experiment: str | None = None, algorithms: Sequence[str] | None = None, title: str | None = None) -> list[str]:
+                experiment: str | None = None, algorithms: Sequence[str] | None = None, title: str | None = None,
+                marks: Marks | None = None) -> list[str]:
     """Accuracy (%) per round, mean over seeds: per setting one panel of every round and one zooming
-    on the last rounds; ±1 std bands for `banded_methods`; the seed count of each method in the one
-    legend. Returns the settings drawn; a UserError when the selection is empty."""
+    on the last rounds; ±1 std bands for `banded_methods`; `marks` (targets, the paper's rounds,
+    another reading's curves); the seed count of each method in the one legend. Returns the settings
+    drawn; a UserError when the selection is empty."""
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
     plt = use_agg()
+    marks = marks or Marks()
     frame = _select(curves, settings, experiment, algorithms).assign(acc=lambda f: 100.0 * f["test_acc"])
     order = sorted(set(frame["algorithm"]), key=order_key(algorithm_order()))
     ds_key = order_key(DATASET_ORDER)
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
     fig, axes = plt.subplots(len(panels), 2, figsize=(10.5, 3.8 * len(panels)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.5, 1]})
-    handles, banded_names = {}, []
+    handles, overlays, banded_names, star, hidden = {}, {}, [], None, {}
     for (full, zoom), setting in zip(axes, panels):
         data = frame[frame["setting"] == setting]
         stats = {a: data[data["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"])
                  for a in order if a in set(data["algorithm"])}
+        other = overlay_stats(marks, data, setting)
+        hidden |= {a: max(gap, hidden.get(a, 0.0)) for a, gap in hidden_gaps(stats).items()}
         banded = banded_methods(pd.Series({a: s["mean"].iloc[-1] for a, s in stats.items() if (s["count"] > 1).any()},
                                           dtype=float))
         last = int(data["round"].max())
         lines, band = _draw(full, stats, banded, max(1, last // 12))
         handles |= lines
+        overlays |= draw_overlay(full, other)
         if band:
-            banded_names += [algorithm_name(a) for a in banded if algorithm_name(a) not in banded_names]
-        first, low, high = zoom_window(stats)
+            banded_names += [marks.name(a) for a in banded if marks.name(a) not in banded_names]
+        first, low, high = zoom_window(stats | {f"{a}@overlay": s for a, s in other.items()}, banded)
+        if marks.targets:  # the zoom shows where the curves cross the targets instead of the last rounds
+            low, high = min(marks.targets) - TARGET_MARGIN, max(high, max(marks.targets) + 1)
+            first = int(min(s.index[s["mean"] >= low].min() for s in stats.values() if (s["mean"] >= low).any()))
         _draw(zoom, {a: s[s.index >= first] for a, s in stats.items()}, banded, max(1, (last - first) // 8))
+        draw_overlay(zoom, {a: s[s.index >= first] for a, s in other.items()})
+        for ax in (full, zoom):
+            draw_targets(ax, marks, named=ax is full)
+        star = draw_paper_rounds(zoom, marks, set(stats) | set(other), numbered=True) or star
         zoom.set_xlim(first, last)
         zoom.set_ylim(low, high)
         full.indicate_inset_zoom(zoom, edgecolor="0.4")
         full.set_title(setting_title(data, setting), fontsize=10)
-        zoom.set_title(f"rounds {first}–{last}, methods within {ZOOM_POINTS:g} points of the best", fontsize=9)
+        zoom.set_title(f"{low + 0.5:.0f}–{high:.0f} %: where the curves reach the targets" if marks.targets
+                       else f"rounds {first}–{last}, methods within {ZOOM_POINTS:g} points of the best", fontsize=9)
         full.set_ylabel("test accuracy (%)")
         for ax in (full, zoom):
             ax.set_xlabel("round")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     seeds = seed_counts(frame)
     legend = [handles[a] for a in order if a in handles]
-    labels = [f"{algorithm_name(a)} ({seeds[a]})" for a in order if a in handles]
+    labels = [f"{marks.name(a)} ({seeds[a]})" + (f"\nunder {marks.name(HIGHLIGHT)}'s line (mean gap {hidden[a]:.2f} points)" if a in hidden else "")
+              for a in order if a in handles]
+    if overlays:
+        other_seeds = seed_counts(marks.overlay[marks.overlay["setting"].isin(panels)])
+        legend += list(overlays.values())
+        labels += [f"{marks.name(a)}, {marks.overlay_name} ({other_seeds[a]})" for a in overlays]
     if banded_names:
         legend.append(Patch(color="0.6", alpha=0.4, linewidth=0))
         labels.append(f"±1 std over seeds\n({', '.join(banded_names)})")
-    fig.legend(legend, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
+    if star is not None:
+        legend.append(plt.Line2D([], [], color="white", **PAPER_STYLE))
+        labels.append(f"the paper's round to {' / '.join(f'{t:g}' for t in marks.targets)} %\n(star in the method's colour)")
+    fig.legend(legend, labels, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=9)
     if title:
         fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
     fig.tight_layout()

@@ -85,6 +85,7 @@ def latex_table(frame: pd.DataFrame, caption: str, label: str, *, corner: str | 
     else:
         head, _, tail = latex.partition("\\end{table}")
         latex = head.replace("\\centering\n", "\\centering\n" + (f"\\{size}\n" if size else ""), 1) + under + "\\end{table}" + tail
-    needs = "booktabs" + (", longtable" if long else "") + (", adjustbox" if fit and not long else "")
+    needs = ("booktabs" + (", longtable" if long else "") + (", adjustbox" if fit and not long else "")
+             + (", array" if ">{" in (column_format or "") else ""))
     header = "".join(f"% {line}\n" for line in comment.splitlines()) + f"% Needs \\usepackage{{{needs}}}.\n"
     return header + latex

@@ -16,7 +16,8 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv
-from fedgmh.report.figures import save_figure, setting_title
+from fedgmh.report.figures import save_figure
+from fedgmh.report.titles import setting_title
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.style import use_agg
 from fedgmh.report.parsing import order_key

@@ -35,7 +35,7 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
-from fedgmh.report.figures import setting_title
+from fedgmh.report.titles import setting_title
 from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import format_number

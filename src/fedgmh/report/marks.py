@@ -1,0 +1,77 @@
+"""What an accuracy-per-round figure draws besides our curves: target accuracies as horizontal
+lines, the paper's round to each target as a star on that line, another reading's curves of some
+methods (PFLlib's, `preset=official`) as wide translucent lines, and legend names given by the caller."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from fedgmh.cards import algorithm_name
+from fedgmh.report.style import method_style
+
+TARGET_STYLE = {"color": "0.35", "linestyle": (0, (6, 3)), "linewidth": 0.9, "zorder": 2}
+PAPER_STYLE = {"marker": "*", "markersize": 13, "markeredgecolor": "black", "markeredgewidth": 0.8, "linestyle": "none", "zorder": 12}
+OVERLAY_STYLE = {"linestyle": "-", "linewidth": 4.5, "alpha": 0.35, "zorder": 1}
+
+
+@dataclass(frozen=True)
+class Marks:
+    """targets (%); paper_rounds: algorithm -> the paper's round per target (None: not given);
+    overlay: curves of `overlay_name`'s reading (rows of `fedgmh aggregate --curves`), drawn per method;
+    labels: algorithm -> legend name instead of the card's."""
+
+    targets: Sequence[float] = ()
+    paper_rounds: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
+    overlay: pd.DataFrame | None = None
+    overlay_name: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def name(self, algorithm: str) -> str:
+        return self.labels.get(algorithm, algorithm_name(algorithm))
+
+
+def overlay_stats(marks: Marks, experiment_rows: pd.DataFrame, setting: str) -> dict[str, pd.DataFrame]:
+    """algorithm -> accuracy (%) mean/std/count per round of the overlay's runs of `setting`."""
+    if marks.overlay is None:
+        return {}
+    rows = marks.overlay[marks.overlay["setting"] == setting]
+    if "experiment" in rows and len(experiment_rows):
+        rows = rows[rows["experiment"].isin(set(experiment_rows["experiment"]))]
+    acc = rows.assign(acc=100.0 * rows["test_acc"])
+    return {a: acc[acc["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"]) for a in dict.fromkeys(acc["algorithm"])}
+
+
+def draw_overlay(ax, stats: Mapping[str, pd.DataFrame]) -> dict:
+    """The overlay's mean curves: algorithm -> line."""
+    return {a: ax.plot(s.index, s["mean"], color=method_style(a)["color"], **OVERLAY_STYLE)[0] for a, s in stats.items()}
+
+
+def draw_targets(ax, marks: Marks, named: bool) -> None:
+    """A horizontal line per target, with '70 %' at its right end when `named`."""
+    for target in marks.targets:
+        ax.axhline(target, **TARGET_STYLE)
+        if named:
+            ax.annotate(f"{target:g} %", (1.0, target), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize=8, color="0.25")
+
+
+def draw_paper_rounds(ax, marks: Marks, drawn: Collection[str], numbered: bool = False) -> object | None:
+    """A star on each target line at the paper's round of each method `drawn`, in its colour, with the round
+    written above it when `numbered` (below it when it would touch the previous number); the last
+    star drawn (None: none)."""
+    star, written = None, {}
+    stars = sorted((target, round_, algorithm) for algorithm, rounds in marks.paper_rounds.items()
+                   for target, round_ in zip(marks.targets, rounds) if round_ is not None and algorithm in drawn)
+    span = max((r for _, r, _ in stars), default=1)
+    for target, round_, algorithm in stars:
+        (star,) = ax.plot([round_], [target], color=method_style(algorithm)["color"], label=f"paper:{algorithm}", **PAPER_STYLE)
+        if numbered:
+            near = abs(round_ - written.get(target, -span)) < 0.06 * span
+            edge = round_ >= 0.97 * span  # the last star's number stays inside the axes
+            ax.annotate(f"{round_:g}", (round_, target), xytext=(-5 if edge else 0, -15 if near else 8), textcoords="offset points",
+                        ha="right" if edge else "center", fontsize=8, color="0.1", zorder=13)
+            written[target] = round_
+    return star
