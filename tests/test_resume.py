@@ -45,6 +45,7 @@ def without_timing(rows):
 def test_interrupted_run_resumes_with_identical_metrics(tmp_path, name, preset):
     fed, algo = fresh(name, preset)
     expected = without_timing(run_rounds(fed, algo, 4, 0.5))
+    expected_passes = fed.sample_passes.record()
 
     def stop_after_round_2(row):
         if row["round"] == 2:
@@ -57,6 +58,22 @@ def test_interrupted_run_resumes_with_identical_metrics(tmp_path, name, preset):
     fed, algo = fresh(name, preset)  # a new process: everything rebuilt, then the snapshot restored
     resumed = run_rounds(fed, algo, 4, 0.5, checkpoint=checkpoint)
     pd.testing.assert_frame_equal(without_timing(resumed), expected, check_exact=True)
+    assert fed.sample_passes.record() == expected_passes  # counted over every round, not only the resumed ones
+
+
+def test_a_snapshot_that_did_not_count_sample_passes_leaves_them_out_of_the_record(tmp_path):
+    """A run resumed from a snapshot taken before sample passes were counted cannot know its total."""
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": "fedavg"})
+    fed, algo = fresh("fedavg", "paper")
+    with pytest.raises(Stop):
+        run_rounds(fed, algo, 4, 0.5, on_round=lambda row: (_ for _ in ()).throw(Stop) if row["round"] == 2 else None,
+                   checkpoint=checkpoint)
+    snapshot = checkpoint.load()
+    del snapshot["sample_passes"]
+    checkpoint.save(snapshot)
+    fed, algo = fresh("fedavg", "paper")
+    run_rounds(fed, algo, 4, 0.5, checkpoint=checkpoint)
+    assert fed.sample_passes.executed > 0 and fed.sample_passes.record() is None
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path):

@@ -188,6 +188,7 @@ def restore_run(fed: Federation, algorithm, snapshot: dict, rng: np.random.Rando
     fed.participations[:] = snapshot["participations"]  # in place: algorithms may hold views of fed
     rng.set_state(snapshot["rng"])
     algorithm.load_state({k: _to_device(v, fed.device) for k, v in snapshot["algorithm"].items()})
+    fed.sample_passes.restore(snapshot.get("sample_passes"))
 
 
 def _to_device(value, device: torch.device):
@@ -212,5 +213,6 @@ def snapshot_run(checkpoint: Checkpoint, fed: Federation, algorithm, rng: np.ran
         "generator": fed.generator.get_state(),
         "participations": fed.participations.copy(),
         "algorithm": algorithm.state(),
+        "sample_passes": fed.sample_passes.state(),
     })
     return rnd + 1

@@ -88,14 +88,23 @@ class SamplePasses:
 
     def __init__(self) -> None:
         self.useful = self.executed = 0
+        self.known = True  # False after resuming a snapshot that did not count them: the record gets none
 
     def add(self, useful: int, executed: int) -> None:
         self.useful += useful
         self.executed += executed
 
+    def state(self) -> tuple[int, int]:
+        return self.useful, self.executed
+
+    def restore(self, state: tuple[int, int] | None) -> None:
+        """The counts of a snapshot (None: one taken before they were counted, so the run's total is unknown)."""
+        self.known = state is not None
+        self.useful, self.executed = state if state is not None else (0, 0)
+
     def record(self) -> dict[str, int | float] | None:
-        """run.json's `sample_passes`; None before any pass."""
-        if not self.executed:
+        """run.json's `sample_passes`; None before any pass, or when a resumed snapshot did not count them."""
+        if not (self.executed and self.known):
             return None
         return {"useful": self.useful, "executed": self.executed, "useful_share": self.useful / self.executed}
 
