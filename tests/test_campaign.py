@@ -139,7 +139,7 @@ def test_a_record_of_other_settings_or_an_invalid_one_is_not_done(tmp_path: Path
     assert stopped_line(entry, tmp_path) == f"campaign: camp/{entry.name} stopped after its record was filed: done ({entry.record})"
     # the same campaign asked for 2 rounds: that record is not this run
     other = load_campaign(path, tmp_path, SNAKEFILE, ["rounds=2"])[0]
-    assert "a record of other settings: rounds 4 (wanted 2)" in record_problem(other, tmp_path)
+    assert "a record of other settings (record vs plan: rounds: 4 vs 2)" in record_problem(other, tmp_path)
     assert state(other, tmp_path) == "to do"
     # a tampered record is not done either
     run_json = tmp_path / entry.record

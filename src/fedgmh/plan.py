@@ -25,7 +25,7 @@ The sample draw of ExDir, which needs the labels, is checked by the partition jo
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
 import re
@@ -46,6 +46,7 @@ from fedgmh.filing import run_subfolder
 from fedgmh.report.claim_file import read_claims
 from fedgmh.report.labels import format_number
 from fedgmh.report.settings import assign_setting_ids, partition_id
+from fedgmh.runspec import RunSpec
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -148,6 +149,8 @@ class Run:
     alpha: float
     clients: int
     assignment: str
+    train_ratio: float
+    partition_seed: int
     algorithm: str
     rounds: int
     local_epochs: int
@@ -160,15 +163,13 @@ class Run:
     run_dir: str
     owner: bool
 
-    #: the fields that decide a run's numbers (not where it is filed: experiment, variant, setting id, folder)
-    IDENTITY_FIELDS = ("dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "rounds",
-                       "local_epochs", "join_ratio", "batch_size", "lr", "options", "seed")
-
-    @property
-    def identity(self) -> str:
-        """What the run is, as one canonical text: runs with the same text are trained once, and the train
-        rule's params carry it, so editing any of it in the config makes Snakemake train the run again."""
-        return json.dumps({key: getattr(self, key) for key in self.IDENTITY_FIELDS}, sort_keys=True, default=str)
+    @functools.cached_property
+    def spec(self) -> RunSpec:
+        """What the run is, its partition's data unknown (`RunSpec.from_run`): runs with equal specs are
+        trained once, and the train rule's params carry it, so an edit of the config that changes it
+        makes Snakemake train the run again. Where it is filed (experiment, variant, setting id, folder)
+        is not part of it."""
+        return RunSpec.from_run(self)
 
 
 class Plan:
@@ -461,6 +462,8 @@ class Plan:
                         "alpha": setting["alpha"],
                         "clients": int(setting.get("clients", config["clients"])),
                         "assignment": setting.get("assignment", "random"),
+                        "train_ratio": config["train_ratio"],
+                        "partition_seed": config["partition_seed"],
                         "algorithm": algorithm,
                         "rounds": int(setting.get("rounds", config["rounds"])),
                         "local_epochs": int(self._inherited(setting, exp, "local_epochs")[0]),
@@ -472,7 +475,7 @@ class Plan:
 
     def _expand(self) -> list[Run]:
         runs = []  # every (experiment, setting, algorithm, seed), in config order
-        owner: dict[str, str] = {}  # what decides a run's results -> the run directory it is trained in
+        owner: dict[RunSpec, str] = {}  # what decides a run's results -> the run directory it is trained in
         for exp_name, exp in self.config["experiments"].items():
             cells = list(self._cells(exp_name, exp))
             seen = set()
@@ -489,7 +492,7 @@ class Plan:
                 for seed in exp.get("seeds", self.config["seeds"]):
                     own_dir = self.run_dir(exp_name, cell["setting"], cell["algorithm"], seed)
                     run = Run(**cell, seed=int(seed), run_dir=own_dir, owner=True)
-                    run_dir = owner.setdefault(run.identity, own_dir)
+                    run_dir = owner.setdefault(run.spec, own_dir)
                     runs.append(replace(run, run_dir=run_dir, owner=run_dir == own_dir))
         return runs
 
