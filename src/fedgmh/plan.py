@@ -5,7 +5,7 @@ is built once per snakemake call, while the DAG is built, so it imports neither 
 the algorithm classes (names and options come from the algorithm cards, `fedgmh.cards`).
 
 A run is (experiment, setting, algorithm, seed). Its setting id comes from
-`fedgmh.report.assign_setting_ids` (the same function names the columns of the tables):
+`fedgmh.filing.assign_setting_ids` (the same function names the columns of the tables):
 <dataset>_c<C>_a<alpha>, plus _n<N> for a setting whose `clients` differ from the config's and
 _chain for the chain class assignment (the partition's id is this much), plus a suffix per swept dimension (e.g. _e4 for local_epochs 4), plus
 @<variant> for experiments with `variants` (rows of the audit tables: one option set each).
@@ -42,10 +42,8 @@ from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
-from fedgmh.filing import run_subfolder
+from fedgmh.filing import assign_setting_ids, format_number, partition_id, run_subfolder
 from fedgmh.report.claim_file import read_claims
-from fedgmh.report.labels import format_number
-from fedgmh.report.settings import assign_setting_ids, partition_id
 from fedgmh.runspec import RunSpec
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option

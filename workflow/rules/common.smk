@@ -23,8 +23,8 @@ from snakemake.utils import validate
 
 from fedgmh import warm
 from fedgmh.errors import UserError
+from fedgmh.filing import format_number
 from fedgmh.plan import TRAIN_MEM_MB, Plan, schema_problems
-from fedgmh.report.labels import format_number
 
 _SCHEMA = "../schemas/config.schema.yaml"
 try:

@@ -33,7 +33,7 @@ from fedgmh.cards import PRESETS, resolve_options
 from fedgmh.errors import UserError
 from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_BATCH_SIZE, PAPER_CLIENTS, PAPER_LR, PAPER_ROUNDS, PAPER_SEEDS, REFERENCE_DIMS
-from fedgmh.report.settings import DEFAULT_ASSIGNMENT
+from fedgmh.filing import DEFAULT_ASSIGNMENT
 from fedgmh.report.parsing import norm_name
 from fedgmh.runspec import EXECUTION_OPTIONS
 
