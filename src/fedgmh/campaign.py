@@ -36,7 +36,8 @@ from fedgmh.errors import Interrupted, UserError
 from fedgmh.plan import Plan, Run
 from fedgmh.plan_cost import load_plan
 from fedgmh.record import load_record
-from fedgmh.runspec import RunSpec, partition_data
+from fedgmh.partition import load_partition
+from fedgmh.runspec import RunSpec
 
 #: where the campaign keeps its processes' logs and the pid files of the runs it is training
 CAMPAIGN_LOGS = Path("logs") / "campaign"
@@ -153,13 +154,15 @@ def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
         found = RunSpec.from_record(load_record(folder)[0])
     except UserError as err:
         return f"invalid record: {err}"
-    try:
-        data = partition_data(entry.run, Path(base) / entry.partition)
-    except UserError as err:
-        return f"its partition file cannot be read: {err}"
-    if data is None:  # the partition file is not made yet: its data is not compared
-        found = found.without_data()
-    differences = found.difference(RunSpec.from_run(entry.run, data))
+    made, path = None, Path(base) / entry.partition
+    if path.is_file():  # made: its data (the dataset's fingerprint, the partition's digest) is compared too
+        try:
+            partition, meta = load_partition(path)
+        except UserError as err:
+            return f"its partition file cannot be read: {err}"
+        made = {**meta, "digest": partition.digest()}
+    wanted = RunSpec.from_run(entry.run, made)
+    differences = (found if wanted.knows_data else found.without_data()).difference(wanted)
     return f"a record of other settings (record vs plan: {'; '.join(differences)})" if differences else None
 
 

@@ -113,6 +113,7 @@ def _partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
     from fedgmh.io import write_csv
     from fedgmh.report.labels import dataset_name, format_number
+    from fedgmh.runspec import exdir_meta
 
     _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
@@ -125,7 +126,7 @@ def _partition(args: argparse.Namespace) -> None:
         seed=args.seed,
         assignment=args.assignment,
     )
-    meta = partition.exdir_meta(args.dataset, dataset.fingerprint, int(len(dataset.labels)), int(dataset.num_classes), args.clients,
+    meta = exdir_meta(args.dataset, dataset.fingerprint, int(len(dataset.labels)), int(dataset.num_classes), args.clients,
                                 args.classes_per_client, args.alpha, args.train_ratio, args.seed, args.assignment)
     out = Path(args.out)
     partition.check_partition_target(out)  # again: the file may have appeared while we were drawing

@@ -264,16 +264,6 @@ def exdir(
     return Partition(train=train, test=test)
 
 
-def exdir_meta(dataset: str, fingerprint: str | None, num_samples: int, num_classes: int, clients: int, classes_per_client: int,
-               alpha: float, train_ratio: float, seed: int, assignment: str = "random") -> dict:
-    """The meta of an ExDir partition file: what it was made from (a run's spec holds it, fedgmh.runspec)."""
-    meta = {"scheme": "exdir", "dataset": dataset, "dataset_fingerprint": fingerprint, "num_samples": num_samples,
-            "num_classes": num_classes, "num_clients": clients, "classes_per_client": classes_per_client, "alpha": alpha,
-            "train_ratio": train_ratio, "seed": seed}
-    # absent for the default, so existing partition files (and run keys) stay as they were
-    return meta | ({"assignment": assignment} if assignment != "random" else {})
-
-
 def save_partition(path: Path, partition: Partition, meta: dict) -> None:
     """Write the partition file atomically: an .npz of int64 `train_indices` / `train_offsets`,
     `test_indices` / `test_offsets` (client c's samples: indices[offsets[c]:offsets[c + 1]]) and a

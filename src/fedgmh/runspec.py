@@ -19,7 +19,6 @@ import functools
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import fedgmh
@@ -27,7 +26,6 @@ from fedgmh.cards import card, resolve_options
 from fedgmh.config import EngineOptions
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
-from fedgmh.partition import exdir_meta, load_partition
 
 #: the config fields that decide a run's numbers (not paths, device or threads)
 CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
@@ -105,13 +103,16 @@ class RunSpec:
         return cls.from_record(run_identity(config, partition_meta))
 
     @classmethod
-    def from_run(cls, run: Any, data: dict[str, Any] | None = None) -> RunSpec:
-        """The spec of a run of the workflow's plan (`fedgmh.plan.Run`); the partition's `data`
-        fields (DATA_FIELDS) when its file is made (`planned_partition` says which), else None."""
+    def from_run(cls, run: Any, made: dict[str, Any] | None = None) -> RunSpec:
+        """The spec of a run of the workflow's plan (`fedgmh.plan.Run`). Its partition's data fields
+        (DATA_FIELDS) are None, unless `made`, the meta (and digest) of its partition file, says the
+        file was made with the plan's parameters: then they are the file's."""
         algorithm_options, engine = _resolved(run.algorithm, _items(run.options))
+        partition = planned_partition(run)
+        if made is not None and _parameters(made) == _parameters(partition):
+            partition |= {k: made.get(k) for k in DATA_FIELDS}
         record = {"results_version": fedgmh.RESULTS_VERSION, "config": {k: getattr(run, k) for k in CONFIG_KEYS},
-                  "algorithm_options": algorithm_options, "engine_options": engine,
-                  "partition": {**planned_partition(run), **(data or {})}}
+                  "algorithm_options": algorithm_options, "engine_options": engine, "partition": partition}
         return cls.from_record(record)
 
     # ------------------------------------------------------------------ views
@@ -149,6 +150,10 @@ class RunSpec:
         partition = dict(self.partition)
         return (f"{self.algorithm} on {self.dataset} ExDir({partition.get('classes_per_client')}, {partition.get('alpha')}), "
                 f"{self.rounds} rounds, seed {self.seed}")
+
+
+def _parameters(partition_meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in partition_meta.items() if k not in DATA_FIELDS}
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -208,24 +213,21 @@ def run_identity(config: Any, partition_meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def exdir_meta(dataset: str, fingerprint: str | None, num_samples: int, num_classes: int, clients: int, classes_per_client: int,
+               alpha: float, train_ratio: float, seed: int, assignment: str = "random") -> dict[str, Any]:
+    """The meta `fedgmh partition` writes into an ExDir partition file: what it was made from."""
+    meta = {"scheme": "exdir", "dataset": dataset, "dataset_fingerprint": fingerprint, "num_samples": num_samples,
+            "num_classes": num_classes, "num_clients": clients, "classes_per_client": classes_per_client, "alpha": alpha,
+            "train_ratio": train_ratio, "seed": seed}
+    # absent for the default, so existing partition files (and specs) stay as they were
+    return meta | ({"assignment": assignment} if assignment != "random" else {})
+
+
 def planned_partition(run: Any) -> dict[str, Any]:
-    """The meta `fedgmh partition` writes for the plan's run, its data fields (DATA_FIELDS) None."""
+    """The meta of the plan's run's partition file, its data fields (DATA_FIELDS) None."""
     info = DATASETS[run.dataset]
     return {**exdir_meta(run.dataset, None, info.num_samples, info.num_classes, run.clients, run.classes_per_client, run.alpha,
                          run.train_ratio, run.partition_seed, run.assignment), "digest": None}
-
-
-def partition_data(run: Any, partition_file: Any) -> dict[str, Any] | None:
-    """The DATA_FIELDS of the run's partition file, when it exists and was made with the plan's
-    parameters; None otherwise (not made yet, or made with other parameters: the workflow makes it again)."""
-    path = Path(partition_file)
-    if not path.is_file():
-        return None
-    partition, meta = load_partition(path)
-    planned = {k: v for k, v in planned_partition(run).items() if k not in DATA_FIELDS}
-    if any(meta.get(k) != v for k, v in planned.items()) or meta.get("assignment", "random") != run.assignment:
-        return None
-    return {"dataset_fingerprint": meta.get("dataset_fingerprint"), "digest": partition.digest()}
 
 
 # --------------------------------------------------------------------- snapshots
