@@ -83,8 +83,9 @@ class RunSpec:
             # a chain partition says so (its digest differs anyway); ExDir's random draw has no such field
             assignment = partition.get("assignment", "random")
             parts = {k: partition.get(k) for k in PARTITION_KEYS} | ({"assignment": assignment} if assignment != "random" else {})
-            return cls(record.get("results_version"), *(config[k] for k in CONFIG_KEYS), _items(filled["algorithm_options"]),
-                       _items(engine), _items(parts, list(parts)))
+            return cls(results_version=record.get("results_version"), **{k: config[k] for k in CONFIG_KEYS},
+                       algorithm_options=_items(filled["algorithm_options"]), engine_options=_items(engine),
+                       partition=_items(parts, list(parts)))
         except (KeyError, TypeError, AttributeError) as err:
             raise UserError(f"not a run record of fedgmh train (missing {err})") from None
 
@@ -92,8 +93,9 @@ class RunSpec:
     def from_key(cls, key: dict[str, Any]) -> RunSpec:
         """The spec whose `key()` is `key`."""
         try:
-            return cls(key["results_version"], *(key[k] for k in CONFIG_KEYS), _items(key["algorithm_options"]),
-                       _items(key["engine_options"]), _items(key["partition"], list(key["partition"])))
+            return cls(results_version=key["results_version"], **{k: key[k] for k in CONFIG_KEYS},
+                       algorithm_options=_items(key["algorithm_options"]), engine_options=_items(key["engine_options"]),
+                       partition=_items(key["partition"], list(key["partition"])))
         except (KeyError, TypeError, AttributeError) as err:
             raise UserError(f"not a run key (missing {err})") from None
 
@@ -112,7 +114,7 @@ class RunSpec:
         if made is not None and _parameters(made) == _parameters(partition):
             partition |= {k: made.get(k) for k in DATA_FIELDS}
         record = {"results_version": fedgmh.RESULTS_VERSION, "config": {k: getattr(run, k) for k in CONFIG_KEYS},
-                  "algorithm_options": algorithm_options, "engine_options": engine, "partition": partition}
+                  "algorithm_options": dict(algorithm_options), "engine_options": dict(engine), "partition": partition}
         return cls.from_record(record)
 
     # ------------------------------------------------------------------ views
@@ -192,10 +194,10 @@ def with_option_defaults(record: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _resolved(algorithm: str, options: Items) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The resolved options (as dicts) of `--set` pairs; cached: a plan resolves the same ones many times."""
+def _resolved(algorithm: str, options: Items) -> tuple[Items, Items]:
+    """The resolved algorithm and engine options of `--set` pairs; cached: a plan resolves the same ones many times."""
     algorithm_options, engine = resolve_options(algorithm, dict(options))
-    return dataclasses.asdict(algorithm_options), dataclasses.asdict(engine)
+    return _items(dataclasses.asdict(algorithm_options)), _items(dataclasses.asdict(engine))
 
 
 def run_identity(config: Any, partition_meta: dict[str, Any]) -> dict[str, Any]:

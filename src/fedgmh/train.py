@@ -320,7 +320,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     check_read_files(out_dir)
     # 1. what the run is, from its options and partition file alone (run.json records `identity`)
     identity = planned_identity(config)
-    spec = RunSpec.from_record(identity)
+    spec = RunSpec.from_config(config, identity["partition"])
     # 2. finished or stored: nothing more is needed (no device, no data)
     finished = finished_run(out_dir, spec, overwrite)
     if finished is not None:
