@@ -53,21 +53,21 @@ def test_reused_runs_are_counted_and_the_others_estimated_from_records(tiny: Pat
     assert cost.runs == 4 and cost.reused == {"results/tiny/runs": 1, "store": 1}  # the results folder counts first
     assert sorted(run.run_dir for run in cost.to_train) == [f"{RUNS}/fedavg/seed1", f"{RUNS}/fedgmh/seed1"]
     # the same rounds, epochs and join ratio as the records: each run takes its algorithm's record's time
-    assert cost.seconds["CPU"] == pytest.approx(_wall("fedavg") + _wall("fedgmh"))
-    assert cost.unestimated == {"CPU": {}, "GPU": {("mnist", "fedavg"): 1, ("mnist", "fedgmh"): 1}}
+    assert cost.estimate.cpu_seconds == pytest.approx(_wall("fedavg") + _wall("fedgmh"))
+    assert cost.estimate.cpu_nearest == {} and cost.estimate.gpu_missing == ["mnist"]  # no benchmarks/ here
 
     assert main(["plan", "--configfile", "tiny.yaml", "--list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "plan tiny: 4 training runs: 2 reused (1 from results/tiny/runs, 1 from store), 2 to train"
     assert out[1].startswith(f"on a CPU: about {duration(_wall('fedavg') + _wall('fedgmh'))} for 2 run(s)")
-    assert out[2] == "on a GPU: no estimate; no record of fedavg on mnist, fedgmh on mnist for its 2 run(s)"
+    assert out[2] == "on one GPU: no estimate, no rate measured for mnist or a dataset like it (benchmarks/gpu_throughput.csv)"
     assert out[3:] == [f"to train: {RUNS}/fedavg/seed1", f"to train: {RUNS}/fedgmh/seed1"]
 
 
 def test_a_changed_run_is_not_reused_and_its_time_scales_with_its_work(tiny: Path) -> None:
     cost = plan_cost(load_plan(["tiny.yaml"], ["rounds=16", "join_ratio=0.4"]))
     assert cost.reused == {} and len(cost.to_train) == 4
-    assert cost.seconds["CPU"] == pytest.approx(2 * 2 * 2 * (_wall("fedavg") + _wall("fedgmh")))  # 2 seeds, 2x rounds, 2x ratio
+    assert cost.estimate.cpu_seconds == pytest.approx(2 * 2 * 2 * (_wall("fedavg") + _wall("fedgmh")))  # 2 seeds, 2x rounds, 2x ratio
 
 
 def test_bad_config_is_one_line(tiny: Path, capsys) -> None:

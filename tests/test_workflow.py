@@ -52,7 +52,9 @@ def job_counts(output: str) -> dict[str, int]:
     [
         (["clients=abc"], "clients", "is not of type 'integer'"),
         (["device=gpu"], "device", "does not match"),
-        (["bogus_key=1"], "(top level)", "'bogus_key' was unexpected"),
+        (["bogus_key=1"], "bogus_key", "unknown key"),
+        (["local_epoch=1", "seeds=0,1"], "local_epoch", "unknown key (did you mean 'local_epochs'?)"),
+        (["seeds=0,1"], "seeds", "(a list is written in brackets: seeds=[0,1])"),
     ],
 )
 def test_schema_rejects_bad_config_with_readable_message(tmp_path: Path, override: list[str], key: str, words: str) -> None:
@@ -61,6 +63,11 @@ def test_schema_rejects_bad_config_with_readable_message(tmp_path: Path, overrid
     out = result.stdout + result.stderr
     assert "invalid configuration" in out
     assert f"{key}: " in out and words in out, out[-2000:]
+
+
+def test_a_list_in_brackets_on_the_command_line_is_read_as_numbers(tmp_path: Path) -> None:
+    result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(SMOKE), "--config", "seeds=[0,1]", timeout=120)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-2000:]
 
 
 def test_bad_nested_value_and_figure_reference(tmp_path: Path) -> None:

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from fedgmh.campaign import Entry
+from fedgmh.plan_estimate import GPU_RATES, gpu_measurements, slots_end
 
 #: verdicts more runs do not change: decided, or the data are not to be had offline (CIFAR-10)
 SETTLED = ("holds", "does not hold", "data unavailable offline")
 READINGS = {"paper": "claims.csv", "official": "claims_pflib.csv"}
 OFFICIAL_SUFFIX = "_pflib"
-GPU_RATES = Path("benchmarks") / "gpu_throughput.csv"
 
 Cell = tuple[str, str, str, str]  # reading, experiment, setting (without its @variant), algorithm
 
@@ -80,12 +79,9 @@ def cpu_run_seconds(records: Path) -> dict[tuple[str, int], float]:
 def gpu_rates(path: Path = GPU_RATES) -> dict[str, tuple[float, str]]:
     """dataset -> (best rounds per second measured, the device), from the lease measurements."""
     best: dict[str, tuple[float, str]] = {}
-    if path.is_file():
-        with open(path, newline="", encoding="utf-8") as f:
-            for row in csv.DictReader(f):
-                rate = float(row["rounds_per_s"])
-                if math.isfinite(rate) and rate > best.get(row["dataset"], (0.0, ""))[0]:
-                    best[row["dataset"]] = (rate, row["device"])
+    for row in gpu_measurements(path):
+        if row["rounds_per_s"] > best.get(row["dataset"], (0.0, ""))[0]:
+            best[row["dataset"]] = (row["rounds_per_s"], row["device"])
     return best
 
 
@@ -102,10 +98,7 @@ def estimate(entries: list[Entry], cpu_seconds: Mapping[tuple[str, int], float],
     if None in known:
         cpu = "no CPU record to estimate from"
     else:
-        slots = [0.0] * min(jobs, len(entries))
-        for seconds in known:
-            slots[slots.index(min(slots))] += seconds
-        cpu = f"{duration(max(slots))} at --jobs {jobs} on CPU cores"
+        cpu = f"{duration(slots_end(known, jobs))} at --jobs {jobs} on CPU cores"
     measured = [rates.get(e.run.dataset) for e in entries]
     if None in measured:
         return f"{cpu}, no GPU rate measured for {', '.join(sorted({e.run.dataset for e in entries if e.run.dataset not in rates}))}"

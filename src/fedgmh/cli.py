@@ -34,6 +34,7 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from fedgmh.cli_train import ParseStop
 from fedgmh.errors import Interrupted, UserError
 
 
@@ -182,6 +183,10 @@ def _train_dataset(args: argparse.Namespace) -> str:
 
 
 def _cmd_train(args: argparse.Namespace) -> None:
+    if not args.quiet:  # before the imports and the data, which take seconds
+        from fedgmh.cli_train import start_line
+
+        print(start_line(args), flush=True)
     from fedgmh.store import WORKFLOW_LABELS
     from fedgmh.train import run_training
 
@@ -223,6 +228,8 @@ def served_train_problem(argv: list[str]) -> str | None:
     except SystemExit as stop:
         lines = said.getvalue().strip().splitlines()
         return "not a valid train command line" + (f": {lines[-1]}" if stop.code and lines else "")
+    except UserError as err:
+        return f"not a valid train command line: {_one_line(str(err))}"
     if not warm.served(args.device):
         return f"--device {args.device} is not served (cpu only)"
     return None
@@ -246,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     import dataclasses
 
     from fedgmh.cards import algorithm_names
+    from fedgmh.cli_train import OneSeed
     from fedgmh.config import TrainConfig
     from fedgmh.datasets import DATASETS
     from fedgmh.warm import IDLE_TIMEOUT_S
@@ -296,7 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-epochs", type=int, default=defaults["local_epochs"], help="default %(default)s")
     p.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="default %(default)s")
     p.add_argument("--lr", type=float, default=defaults["lr"], help="default %(default)s")
-    p.add_argument("--seed", type=int, default=defaults["seed"], help="default %(default)s")
+    p.add_argument("--seed", action=OneSeed, default=defaults["seed"],
+                   help="the run's seed (default %(default)s); one run, one seed: several seeds are several runs")
+    p.add_argument("--seeds", action=OneSeed, nargs="+", help=argparse.SUPPRESS)  # says how to run several seeds
     p.add_argument("--device", default=defaults["device"], help="cpu, cuda, cuda:N, cuda:auto (a free GPU slot, locked for the run: see --jobs-per-gpu) or auto (CUDA when available; the default)")
     p.add_argument("--jobs-per-gpu", type=int, default=1, metavar="J",
                    help="with --device cuda:auto: slots per GPU, i.e. how many training jobs may share one GPU (default 1); results do not depend on it")
@@ -444,6 +454,9 @@ def main(argv: list[str] | None = None, *, warm: bool = True) -> int:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, --version (0) and usage errors (2, message already printed)
         return stop.code if isinstance(stop.code, int) else 2
+    except ParseStop as err:  # a usage error with advice: one line, no usage dump
+        print(f"{err.prog}: error: {_one_line(str(err))}", file=sys.stderr)
+        return 2
     try:
         if warm and args.command == "train":
             from fedgmh.warm import run_on_server

@@ -14,7 +14,7 @@ def _text(value) -> str:
 def _cmd_options(args: argparse.Namespace) -> None:
     from fedgmh.cards import card
 
-    found = card(args.algorithm)
+    found = card(args.algorithm)  # an unknown name: one line with the closest one
     print(f"{found.name} ({found.display_name}): options of `fedgmh train --algorithm {found.name} --set KEY=VALUE`")
     print("each line: KEY = default (type or choices, range) [official: the value --set preset=official gives it]: what it does")
     for scope, title in (("algorithm", "algorithm options"), ("engine", "engine options (every algorithm)")):
@@ -30,5 +30,5 @@ def _cmd_options(args: argparse.Namespace) -> None:
 def register(sub: argparse._SubParsersAction, algorithms: list[str]) -> None:
     """Add `options` to the `fedgmh` parser."""
     p = sub.add_parser("options", help="list an algorithm's --set options: default, preset=official value, help")
-    p.add_argument("algorithm", choices=algorithms, metavar="ALGORITHM", help="one of: %(choices)s")
+    p.add_argument("algorithm", metavar="ALGORITHM", help=f"one of: {', '.join(algorithms)}")
     p.set_defaults(func=_cmd_options)

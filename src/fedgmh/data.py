@@ -213,8 +213,10 @@ def _load_torchvision(info: DatasetInfo, staging: Path, origin: Path | None) -> 
             detail = " ".join(str(err).split())[:300] or type(err).__name__
             if origin is None:
                 raise UserError(
-                    f"downloading {info.name} with torchvision into {staging} failed ({detail}). Without internet, use "
-                    "`--mirror DIR` (an offline copy laid out like shared/data) or the embedded dataset `digits`"
+                    f"downloading {info.name} with torchvision into {staging} failed. Without internet, give an offline "
+                    f"copy: `fedgmh download {info.name} --root {staging.parent.parent} --mirror DIR`, DIR a folder laid "
+                    f"out like shared/data{_mirror_found()} (in the workflow: --config mirror=DIR), or use the embedded "
+                    f"dataset `digits`. torchvision said: {detail}"
                 ) from err
             raise UserError(
                 f"torchvision could not extract the archives copied from {origin} ({detail}); delete {staging} and run again"
@@ -227,6 +229,16 @@ def _load_torchvision(info: DatasetInfo, staging: Path, origin: Path | None) -> 
         found = f"{sizes[0]} train / {sizes[1]} test"
         raise UserError(f"{staging} holds an incomplete copy of {info.name} ({found}); delete it and run again")
     return tuple(arrays)
+
+
+#: where a checkout finds the offline copy of the datasets, if it has one (relative to the working folder)
+MIRROR_PLACES = ("../shared/data", "shared/data")
+
+
+def _mirror_found() -> str:
+    """', here PATH' for an offline copy at one of MIRROR_PLACES, else ''."""
+    found = next((place for place in MIRROR_PLACES if (Path(place) / "README.md").is_file() or (Path(place) / "MNIST").is_dir()), None)
+    return f", here {found}" if found else ""
 
 
 def _from_mirror(info: DatasetInfo, mirror: Path, staging: Path) -> tuple[tuple[np.ndarray, ...], dict]:

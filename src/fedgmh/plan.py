@@ -41,7 +41,7 @@ from fedgmh import partition
 from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
-from fedgmh.errors import UserError
+from fedgmh.errors import UserError, did_you_mean
 from fedgmh.filing import assign_setting_ids, format_number, partition_id, run_subfolder
 from fedgmh.report.claim_file import read_claims
 from fedgmh.runspec import RunSpec
@@ -73,14 +73,34 @@ class ConfigError(UserError):
 
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
     """One line per key of `config` that the JSON schema rejects, saying which key and why
-    (jsonschema's own text dumps the schema). A `$defs` entry marked `x-enum: registry` (the
-    algorithm names) gets the names of the algorithm cards as its enum."""
+    (jsonschema's own text dumps the schema): every unknown key on a line of its own with the closest
+    known one. A `$defs` entry marked `x-enum: registry` (the algorithm names) gets the names of the
+    algorithm cards as its enum."""
     errors = _schema_errors(config, schema, algorithm_names())
-    problems = [_describe(error) for error in errors]
-    if any(_list_item_as_text(error) for error in errors):
-        problems.append("  hint: snakemake --config reads the items of a list as text (seeds=[0,1,2] gives '0', '1', '2'): "
-                        "put the list in a config file (e.g. a copy of config/smoke.yaml) and give it with --configfile")
-    return problems
+    return [line for error in errors for line in (_unknown_keys(error) or [_describe(error)])]
+
+
+def read_text_items(config: dict[str, Any], schema: dict[str, Any]) -> None:
+    """Turn the text items of lists that the schema wants as numbers or booleans into them, in place:
+    `snakemake --config seeds=[0,1,2]` gives '0', '1', '2'."""
+    for error in _schema_errors(config, schema, algorithm_names()):
+        if _list_item_as_text(error):
+            *where, last = error.absolute_path
+            target = config
+            for step in where:
+                target = target[step]
+            target[last] = yaml.safe_load(error.instance)
+
+
+def _unknown_keys(error: Any) -> list[str]:
+    """'  path.key: unknown key (did you mean ...?)' for each key an `additionalProperties: false` refuses."""
+    if error.validator != "additionalProperties" or error.validator_value is not False or not isinstance(error.instance, dict):
+        return []
+    known = error.schema.get("properties", {})
+    patterns = error.schema.get("patternProperties", {})
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    return [f"  {where + '.' if where else ''}{key}: unknown key{did_you_mean(str(key), known)}"
+            for key in error.instance if key not in known and not any(re.search(p, str(key)) for p in patterns)]
 
 
 def _list_item_as_text(error: Any) -> bool:
@@ -116,6 +136,10 @@ def _describe(error: Any) -> str:
         message = f"{error.instance!r} is not allowed: {error.schema['x-message']}"
     if error.validator == "maxLength":  # without the (long) value itself
         message = f"{len(error.instance)} characters long; at most {error.validator_value}"
+    wanted = error.validator_value if error.validator == "type" else None
+    if (wanted == "array" or isinstance(wanted, list) and "array" in wanted) and where and not isinstance(error.instance, (dict, list)):
+        items = ",".join(part.strip() for part in str(error.instance).split(","))
+        message += f" (a list is written in brackets: {where.rsplit('.', 1)[-1]}=[{items}])"
     return f"  {where or '(top level)'}: {message}"
 
 
@@ -195,6 +219,7 @@ class Plan:
         self.uploads_to_target = config.get("uploads_to_target") or {}
         self._check_experiment_setting("uploads_to_target", self.uploads_to_target)
         self.layer_weights = config.get("layer_weights") or {}
+        self.official_reading = self._official_reading()
         self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
         self.claims = self._find_file("paper_claims", config["paper_claims"], Path(basedir)) if config.get("paper_claims") else None
@@ -397,6 +422,26 @@ class Plan:
             raise ConfigError(f"config: paper_claims: {err}") from None
         return [name for name in self.config["experiments"] if name in wanted]
 
+    def _official_reading(self) -> dict[str, tuple[str, str]]:
+        """Config `official_reading`: paper experiment -> (experiment, variant) of its runs under PFLlib's reading;
+        like `clients_figure`, an experiment the config does not have names none."""
+        reading = {}
+        for paper_experiment, source in (self.config.get("official_reading") or {}).items():
+            experiment, variant = source.split("@", 1)
+            if experiment not in self.config["experiments"]:
+                continue
+            variants = self.config["experiments"][experiment].get("variants") or {}
+            if variant not in variants:
+                raise ConfigError(f"config: official_reading.{paper_experiment} {source!r} is not an experiment's variant; "
+                                  f"experiments with variants: {', '.join(k for k, v in self.config['experiments'].items() if v.get('variants')) or 'none'}")
+            reading[paper_experiment] = (experiment, variant)
+        return reading
+
+    def official_run_dirs(self, paper_experiment: str) -> list[str]:
+        """Run directories of the runs that stand for `paper_experiment` under PFLlib's reading (config `official_reading`)."""
+        experiment, variant = self.official_reading[paper_experiment]
+        return [run.run_dir for run in self.runs if run.experiment == experiment and run.variant == variant]
+
     @staticmethod
     def _find_file(key: str, path: str, basedir: Path) -> str:
         """A file the config names: as given, else (a relative path missing in the working directory) next to the Snakefile."""
@@ -587,16 +632,6 @@ def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, A
         if "default" in spec:
             config.setdefault(key, copy.deepcopy(spec["default"]))
     return config
-
-
-def planned_run_dirs(config_path: Path | str, basedir: Path | str = ".") -> list[str]:
-    """The run folders a config file trains, for scripts outside Snakemake (tools/lease/chunk.sh).
-    Nothing is checked here beyond what `Plan` checks (the workflow reports a config's problems itself)."""
-    import yaml
-
-    config = yaml.safe_load(Path(config_path).read_text())
-    schema = yaml.safe_load((Path(basedir) / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    return sorted(Plan(with_defaults(config, schema), basedir=basedir).train_jobs)
 
 
 def check_finite(value: Any, key: str = "config") -> None:

@@ -5,24 +5,23 @@ A planned run is reused when a record of it exists: a finished run in its own fo
 results/<name>/runs/, or a record anywhere in the config's `stores` (paper_artifacts/ by default) whose
 spec equals the run's in everything a plan knows without the data (`Run.spec`; the dataset's
 fingerprint and the partition's digest are compared by the training job itself). The time of a run
-to train is estimated from the records of its dataset and algorithm, separately for a CPU and a GPU:
-their median wall time per unit of work (rounds x local epochs x join ratio, what a run's time
-grows with), times the run's work. Records of a resumed run (wall time of a part only) are left out.
+to train (of every planned run, when none is left to train) is estimated by fedgmh.plan_estimate: on
+CPU cores from the nearest records' wall times, on one GPU the runs share from the measured rates.
 Nothing here imports torch.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from fedgmh.errors import UserError
-from fedgmh.plan import Plan, Run, schema_problems, with_defaults
+from fedgmh.plan import Plan, Run, read_text_items, schema_problems, with_defaults
+from fedgmh.plan_estimate import GPU_RATES, Estimate, estimate
 from fedgmh.runspec import RunSpec
 from fedgmh.store import StoredRun, scan
 
@@ -71,34 +70,14 @@ def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str 
         config = _merge(config, loaded)
     config = _merge(config, parse_overrides(overrides))
     schema = yaml.safe_load((workflow_dir / SCHEMA).read_text())
+    read_text_items(config, schema)
     with_defaults(config, schema)
     problems = schema_problems(config, schema)
     if problems:
-        raise UserError(f"invalid configuration: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        raise UserError("invalid configuration: " + "; ".join(line.strip() for line in problems) + " (every key: config/README.md)")
     return Plan(config, basedir=workflow_dir)
 
 
-def _work(rounds: float, local_epochs: float, join_ratio: float) -> float:
-    return rounds * local_epochs * join_ratio
-
-
-def device_kind(record: dict[str, Any]) -> str:
-    """CPU or GPU, from a record's `device` ('cpu', 'cuda:0 (NVIDIA H100 ...)')."""
-    return "GPU" if str(record.get("device", "")).startswith("cuda") else "CPU"
-
-
-def rates(records: list[StoredRun]) -> dict[tuple[str, str, str], tuple[float, int]]:
-    """(dataset, algorithm, device kind) -> (median seconds per unit of work, records it comes from)."""
-    found: dict[tuple[str, str, str], list[float]] = {}
-    for stored in records:
-        record, config = stored.record, stored.record.get("config", {})
-        wall = record.get("wall_time_s")
-        if record.get("resumed_from_round") is not None or not isinstance(wall, (int, float)):
-            continue
-        work = _work(config["rounds"], config["local_epochs"], config["join_ratio"])
-        if work > 0:
-            found.setdefault((config["dataset"], config["algorithm"], device_kind(record)), []).append(wall / work)
-    return {group: (statistics.median(values), len(values)) for group, values in found.items()}
 
 
 @dataclass
@@ -108,14 +87,13 @@ class Cost:
     runs: int
     reused: dict[str, int]  # source (a results folder or a store) -> runs it gives
     to_train: list[Run]
-    seconds: dict[str, float] = field(default_factory=dict)  # device kind -> estimated seconds of the runs it can estimate
-    records_used: dict[str, int] = field(default_factory=dict)  # device kind -> records behind the estimate
-    unestimated: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)  # kind -> (dataset, algorithm) -> runs
+    estimate: Estimate | None = None  # of the runs to train; with none to train, of training every run again
 
 
-def plan_cost(plan: Plan) -> Cost:
+def plan_cost(plan: Plan, jobs: int = 1) -> Cost:
     """Which of the plan's training runs are reused (from the finished runs of its results folder
-    first, then from its stores) and the estimated time of the others on a CPU and on a GPU."""
+    first, then from its stores) and the estimated time of the others (of all, when none is left) on
+    CPU cores, `jobs` at a time, and on one GPU they share (fedgmh.plan_estimate)."""
     results = f"{plan.results}/runs"
     found: dict[str, list[StoredRun]] = {source: scan([source])[0] for source in [results, *plan.config["stores"]]}
     finished = {stored.folder.resolve(): stored.spec.without_data() for stored in found[results]}
@@ -135,20 +113,8 @@ def plan_cost(plan: Plan) -> Cost:
         else:
             reused[source] = reused.get(source, 0) + 1
     cost = Cost(len(plan.train_jobs), reused, to_train)
-    known = rates([stored for records in found.values() for stored in records])
-    for kind in DEVICE_KINDS:
-        cost.seconds[kind], cost.records_used[kind], cost.unestimated[kind] = 0.0, 0, {}
-        used: set[tuple[str, str]] = set()
-        for run in to_train:
-            rate = known.get((run.dataset, run.algorithm, kind))
-            if rate is None:
-                group = cost.unestimated[kind]
-                group[(run.dataset, run.algorithm)] = group.get((run.dataset, run.algorithm), 0) + 1
-                continue
-            cost.seconds[kind] += rate[0] * _work(run.rounds, run.local_epochs, run.join_ratio)
-            if (run.dataset, run.algorithm) not in used:
-                used.add((run.dataset, run.algorithm))
-                cost.records_used[kind] += rate[1]
+    records = [stored.record for stored_runs in found.values() for stored in stored_runs]
+    cost.estimate = estimate(to_train or list(plan.train_jobs.values()), records, jobs)
     return cost
 
 
@@ -165,18 +131,34 @@ def cost_lines(plan: Plan, cost: Cost, listed: bool = False) -> list[str]:
     sources = ", ".join(f"{n} from {source}" for source, n in cost.reused.items())
     lines = [f"plan {plan.name}: {cost.runs} training runs: {sum(cost.reused.values())} reused"
              + (f" ({sources})" if sources else "") + f", {len(cost.to_train)} to train"]
-    if not cost.to_train:
+    if cost.estimate is None or not cost.estimate.runs:
         return lines
-    for kind in DEVICE_KINDS:
-        missing = cost.unestimated[kind]
-        estimated = len(cost.to_train) - sum(missing.values())
-        line = f"on a {kind}: " + (f"about {duration(cost.seconds[kind])} for {estimated} run(s), one after the other (from "
-                                   f"{cost.records_used[kind]} records' wall times)" if estimated else "no estimate")
-        if missing:
-            pairs = [f"{algorithm} on {dataset}" for dataset, algorithm in sorted(missing)]
-            shown = pairs if listed or len(pairs) <= SHOWN_PAIRS else pairs[:SHOWN_PAIRS] + [f"{len(pairs) - SHOWN_PAIRS} more (--list)"]
-            line += f"; no record of {', '.join(shown)} for {'the other' if estimated else 'its'} {sum(missing.values())} run(s)"
-        lines.append(line)
+    if not cost.to_train:
+        lines.append(f"nothing to train; training all {cost.runs} again (without the records) would take:")
+    lines += estimate_lines(cost.estimate, listed)
     if listed:
         lines += [f"to train: {run.run_dir}" for run in cost.to_train]
     return lines
+
+
+def _shown(names: list[str], listed: bool) -> str:
+    names = sorted(set(names))
+    return ", ".join(names if listed or len(names) <= SHOWN_PAIRS else names[:SHOWN_PAIRS] + [f"{len(names) - SHOWN_PAIRS} more (--list)"])
+
+
+def estimate_lines(found: Estimate, listed: bool = False) -> list[str]:
+    """The CPU and GPU lines of an estimate."""
+    pace = "one after the other" if found.jobs == 1 else f"{found.jobs} at a time (--jobs {found.jobs})"
+    cpu = (f"on a CPU: about {duration(found.cpu_seconds)} for {found.runs} run(s), {pace}, from {found.cpu_records} "
+           "records' wall times")
+    if found.cpu_nearest:
+        cpu += "; without records of their own, " + "; ".join(f"{len(names)} run(s) ({_shown(names, listed)}) at the rate of {how}"
+                                                           for how, names in found.cpu_nearest.items())
+    if found.gpu_seconds is None:
+        return [cpu, f"on one GPU: no estimate, no rate measured for {', '.join(found.gpu_missing)} or a dataset like it ({GPU_RATES})"]
+    measured = {(used["as"], used["rounds_per_s"], used["runs_at_once"], used["device"]) for used in found.gpu_used.values()}
+    rates = ", ".join(f"{dataset} {rate:g} on an {device} with {runs} at once" for dataset, rate, runs, device in sorted(measured))
+    stand_ins = [f"{dataset} at {used['as']}'s rate" for dataset, used in found.gpu_used.items() if used["as"] != dataset]
+    gpu = (f"on one GPU: about {duration(found.gpu_seconds)} for the {found.runs} run(s) sharing it, at the rounds/s measured "
+           f"({rates}{'; ' + ', '.join(stand_ins) if stand_ins else ''}; {GPU_RATES})")
+    return [cpu, gpu]
