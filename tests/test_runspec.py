@@ -107,7 +107,7 @@ def test_a_record_of_another_results_version_or_partition_is_not_done(digits_roo
 
     config = load("smoke.yaml", data_root=str(digits_root))
     (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # config order decides who trains a shared run
-    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"groups": [{"config": "camp.yaml", "runs": ["table2/digits_c2_a0.5/fedgmh/seed0"]}]}))
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"config": "camp.yaml", "groups": [{"runs": ["table2/digits_c2_a0.5/fedgmh/seed0"]}]}))
     entry = load_campaign(tmp_path / "campaign.yaml", tmp_path, REPO / "Snakefile")[0]
     partition = tmp_path / entry.partition
     partition.parent.mkdir(parents=True)
