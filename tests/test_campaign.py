@@ -143,7 +143,7 @@ def test_a_record_of_other_settings_or_an_invalid_one_is_not_done(tmp_path: Path
     assert record_problem(entry, tmp_path) is None and state(entry, tmp_path) == "done"
     # the same campaign asked for 2 rounds: that record is not this run
     other = load_campaign(path, tmp_path, SNAKEFILE, ["rounds=2"])[0]
-    assert "a record of other settings: rounds 4 (wanted 2)" in record_problem(other, tmp_path)
+    assert "a record of other settings (record vs plan: rounds: 4 vs 2)" in record_problem(other, tmp_path)
     assert state(other, tmp_path) == "to do"
     # a tampered record is not done either
     run_json = tmp_path / entry.record

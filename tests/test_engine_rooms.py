@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import make_federation
 
-from fedgmh import engine, record, store
+from fedgmh import engine, record, runspec, store
 from fedgmh.algorithms import get_algorithm
 from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.engine import Diverged, EngineAlgorithm, LocalResult, train_chosen
@@ -94,7 +94,7 @@ def test_train_chosen_does_the_bookkeeping_once():
 
 
 def test_the_run_record_has_one_owner(tmp_path):
-    assert store.run_key is record.run_key and store.CONFIG_KEYS is record.CONFIG_KEYS
+    assert store.run_key is runspec.run_key and store.CONFIG_KEYS is runspec.CONFIG_KEYS
     config = {"dataset": "digits", "algorithm": "fedavg", "rounds": 1, "join_ratio": 0.5, "local_epochs": 1, "batch_size": 4,
               "lr": 0.1, "seed": 0, "threads": 1, "overrides": {}}
     algo_options, engine_options = resolve_options("fedavg", {})
@@ -109,4 +109,4 @@ def test_the_run_record_has_one_owner(tmp_path):
     read, _ = record.load_record(tmp_path)
     assert read == run and record.check_fields(read) == []
     assert (read["best_test_acc"], read["best_round"], read["final_test_acc"]) == (0.5, 1, 0.5)
-    assert record.run_key(read) == record.run_key(identity)
+    assert runspec.RunSpec.from_record(read) == runspec.RunSpec.from_record(identity)

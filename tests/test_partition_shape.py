@@ -14,7 +14,8 @@ from fedgmh import plan
 from fedgmh.cli import main
 from fedgmh.partition import PartitionError, chain_holders, exdir, load_partition
 from fedgmh.plan import ConfigError, Plan, with_defaults
-from fedgmh.report.settings import assign_setting_ids, partition_id, setting_extra, setting_label
+from fedgmh.filing import assign_setting_ids, partition_id
+from fedgmh.report.settings import setting_extra, setting_label
 from fedgmh.report.tables import column_label
 
 REPO = Path(__file__).resolve().parents[1]

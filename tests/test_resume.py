@@ -91,8 +91,10 @@ def test_a_snapshot_written_before_an_option_existed_resumes_at_its_default_only
 
     def identity(algorithm="fedgmh", **overrides):
         options, engine = resolve_options(algorithm, overrides)
-        return {"config": {"algorithm": algorithm, "lr": 0.01}, "algorithm_options": dataclasses.asdict(options),
-                "engine_options": dataclasses.asdict(engine), "fedgmh": "0.1.0"}
+        config = {"dataset": "digits", "algorithm": algorithm, "rounds": 4, "join_ratio": 0.5, "local_epochs": 1, "batch_size": 2,
+                  "lr": 0.01, "seed": 0, "root": "data", "partition": "p.npz", "device": "cpu", "overrides": {}}
+        return {"config": config, "algorithm_options": dataclasses.asdict(options), "engine_options": dataclasses.asdict(engine),
+                "partition": {"dataset": "digits", "digest": "d"}, "fedgmh": "0.1.0", "results_version": 1}
 
     older = identity()
     del older["engine_options"]["conv"], older["algorithm_options"]["gmh_o_zeroing"]  # options this code added since
@@ -100,7 +102,12 @@ def test_a_snapshot_written_before_an_option_existed_resumes_at_its_default_only
     assert Checkpoint(tmp_path / "ck.pt", every=1, identity=identity()).load() == {"next_round": 3}
     newer = identity()
     newer["algorithm_options"]["gmh_o_zeroing"] = True  # not its default (which needs head_alias=client0 to resolve)
-    for other in (identity(conv="unfold"), newer, identity(beta=0.3), {**identity(), "config": {"algorithm": "fedgmh", "lr": 0.02}}):
+    moved = identity()  # another folder, device and thread count: the same run
+    moved["config"].update(root="/elsewhere", partition="/elsewhere/p.npz", device="cuda:0")
+    assert Checkpoint(tmp_path / "ck.pt", every=1, identity=moved).load() == {"next_round": 3}
+    lr = identity()
+    lr["config"]["lr"] = 0.02
+    for other in (identity(conv="unfold"), newer, identity(beta=0.3), lr, {**identity(), "results_version": 2}):
         with pytest.raises(UserError, match="other settings"):
             Checkpoint(tmp_path / "ck.pt", every=1, identity=other).load()
 

@@ -85,8 +85,8 @@ def test_editing_the_config_retrains_and_going_back_reuses_the_stored_record(tmp
     ("experiment", {"lr": 0.1}), ("experiment", {"options": {"fedprox": {"mu": 0.5}}}),
     ("setting", {"rounds": 5}), ("setting", {"options": {"lr_decay": 1.0}}),
 ])
-def test_every_setting_that_decides_the_numbers_is_in_the_runs_identity(layer: str, edit: dict) -> None:
-    """The train rule's `params.run` (Run.identity) changes with every key that decides a run's numbers,
+def test_every_setting_that_decides_the_numbers_is_in_the_runs_spec(layer: str, edit: dict) -> None:
+    """The train rule's `params.run` (Run.spec) changes with every key that decides a run's numbers,
     wherever in the config it is set, so Snakemake's params trigger retrains the run."""
     base = load("smoke.yaml")
     edited = load("smoke.yaml")
@@ -95,15 +95,15 @@ def test_every_setting_that_decides_the_numbers_is_in_the_runs_identity(layer: s
     target.update(edit)
     before = Plan(base, basedir=REPO).train_job("table2", "digits_c2_a0.5", "fedprox", 0)
     after = Plan(edited, basedir=REPO).train_job("table2", "digits_c2_a0.5", "fedprox", 0)
-    assert before.identity != after.identity
+    assert before.spec != after.spec and before.spec.text != after.spec.text
     assert before.run_dir == after.run_dir  # the same folder: the run there is replaced, not kept
 
 
-def test_where_a_run_is_filed_is_not_its_identity() -> None:
+def test_where_a_run_is_filed_is_not_its_spec() -> None:
     """Renaming the experiment's title or adding an unrelated experiment does not retrain a run."""
     base = load("smoke.yaml")
     edited = load("smoke.yaml")
     edited["experiments"]["table2"]["title"] = "another title"
     edited["experiments"]["extra"] = {"algorithms": ["fedavg"], "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 5}]}
-    assert Plan(base, basedir=REPO).train_job("table2", "digits_c2_a0.5", "fedprox", 0).identity == \
-        Plan(edited, basedir=REPO).train_job("table2", "digits_c2_a0.5", "fedprox", 0).identity
+    assert Plan(base, basedir=REPO).train_job("table2", "digits_c2_a0.5", "fedprox", 0).spec.text == \
+        Plan(edited, basedir=REPO).train_job("table2", "digits_c2_a0.5", "fedprox", 0).spec.text

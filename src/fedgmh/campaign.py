@@ -19,7 +19,6 @@ Snakemake runs with --keep-incomplete, so a run stopped after its record was fil
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import signal
 import subprocess
@@ -33,12 +32,12 @@ from typing import IO
 import yaml
 
 from fedgmh import locks
-from fedgmh.cards import resolve_options
 from fedgmh.errors import Interrupted, UserError
+from fedgmh.partition import load_partition
 from fedgmh.plan import Plan, Run
 from fedgmh.plan_cost import load_plan
 from fedgmh.record import load_record
-from fedgmh.store import EXECUTION_OPTIONS
+from fedgmh.runspec import RunSpec
 
 #: where the campaign keeps its lock and, in the background, its log
 CAMPAIGN_LOGS = Path("logs") / "campaign"
@@ -148,29 +147,25 @@ def running_runs(base: Path | str = ".") -> set[Path]:
 
 def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
     """Why the record at the entry's place in the store is not this run's finished record (None: it
-    is): missing, invalid (record.load_record), or of other settings (config edited, a trial run)."""
+    is): missing, invalid (record.load_record), or of another run (config edited, a trial run): its
+    spec differs from the plan's, the partition's data compared once the partition file is made."""
     folder = Path(base) / entry.record.parent
     if not (folder / "run.json").is_file():
         return "no record"
     try:
-        record, _ = load_record(folder)
+        found = RunSpec.from_record(load_record(folder)[0])
     except UserError as err:
         return f"invalid record: {err}"
-    run = entry.run
-    algorithm_options, engine_options = resolve_options(run.algorithm, dict(run.options))
-    partition, config = record.get("partition", {}), record.get("config", {})
-    wanted = {("config", k): getattr(run, k) for k in ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs",
-                                                       "batch_size", "lr", "seed")}
-    wanted |= {("partition", "classes_per_client"): run.classes_per_client, ("partition", "alpha"): run.alpha,
-               ("partition", "num_clients"): run.clients, ("partition", "seed"): entry.plan.config["partition_seed"],
-               ("partition", "train_ratio"): entry.plan.config["train_ratio"]}
-    wanted |= {("algorithm_options", k): v for k, v in dataclasses.asdict(algorithm_options).items()}
-    wanted |= {("engine_options", k): v for k, v in dataclasses.asdict(engine_options).items() if k not in EXECUTION_OPTIONS}
-    found = {"config": config, "partition": partition, "algorithm_options": record.get("algorithm_options", {}),
-             "engine_options": record.get("engine_options", {})}
-    differences = [f"{k} {found[part][k]!r} (wanted {v!r})" for (part, k), v in wanted.items()
-                   if k in found[part] and found[part][k] != v]
-    return f"a record of other settings: {', '.join(differences)}" if differences else None
+    made, path = None, Path(base) / entry.partition
+    if path.is_file():  # made: its data (the dataset's fingerprint, the partition's digest) is compared too
+        try:
+            partition, meta = load_partition(path)
+        except UserError as err:
+            return f"its partition file cannot be read: {err}"
+        made = {**meta, "digest": partition.digest()}
+    wanted = RunSpec.from_run(entry.run, made)
+    differences = (found if wanted.knows_data else found.without_data()).difference(wanted)
+    return f"a record of other settings (record vs plan: {'; '.join(differences)})" if differences else None
 
 
 def state(entry: Entry, base: Path | str = ".", running: set[Path] | None = None) -> str:

@@ -114,6 +114,7 @@ def _partition(args: argparse.Namespace) -> None:
     from fedgmh import data, partition
     from fedgmh.io import write_csv
     from fedgmh.report.labels import dataset_name, format_number
+    from fedgmh.runspec import exdir_meta
 
     _check_partition_args(args)
     dataset = data.load_labels(args.dataset, Path(args.root))
@@ -126,20 +127,8 @@ def _partition(args: argparse.Namespace) -> None:
         seed=args.seed,
         assignment=args.assignment,
     )
-    meta = {
-        "scheme": "exdir",
-        "dataset": args.dataset,
-        "dataset_fingerprint": dataset.fingerprint,
-        "num_samples": int(len(dataset.labels)),
-        "num_classes": int(dataset.num_classes),
-        "num_clients": args.clients,
-        "classes_per_client": args.classes_per_client,
-        "alpha": args.alpha,
-        "train_ratio": args.train_ratio,
-        "seed": args.seed,
-    }
-    if args.assignment != "random":  # absent for the default, so existing partition files (and run keys) stay as they were
-        meta["assignment"] = args.assignment
+    meta = exdir_meta(args.dataset, dataset.fingerprint, int(len(dataset.labels)), int(dataset.num_classes), args.clients,
+                                args.classes_per_client, args.alpha, args.train_ratio, args.seed, args.assignment)
     out = Path(args.out)
     partition.check_partition_target(out)  # again: the file may have appeared while we were drawing
     partition.save_partition(out, part, meta)

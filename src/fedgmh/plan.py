@@ -5,7 +5,7 @@ is built once per snakemake call, while the DAG is built, so it imports neither 
 the algorithm classes (names and options come from the algorithm cards, `fedgmh.cards`).
 
 A run is (experiment, setting, algorithm, seed). Its setting id comes from
-`fedgmh.report.assign_setting_ids` (the same function names the columns of the tables):
+`fedgmh.filing.assign_setting_ids` (the same function names the columns of the tables):
 <dataset>_c<C>_a<alpha>, plus _n<N> for a setting whose `clients` differ from the config's and
 _chain for the chain class assignment (the partition's id is this much), plus a suffix per swept dimension (e.g. _e4 for local_epochs 4), plus
 @<variant> for experiments with `variants` (rows of the audit tables: one option set each).
@@ -25,7 +25,7 @@ The sample draw of ExDir, which needs the labels, is checked by the partition jo
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
 import re
@@ -42,10 +42,9 @@ from fedgmh.cards import algorithm_names, resolve_options
 from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError, did_you_mean
-from fedgmh.filing import run_subfolder
+from fedgmh.filing import assign_setting_ids, format_number, partition_id, run_subfolder
 from fedgmh.report.claim_file import read_claims
-from fedgmh.report.labels import format_number
-from fedgmh.report.settings import assign_setting_ids, partition_id
+from fedgmh.runspec import RunSpec
 
 #: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
@@ -172,6 +171,8 @@ class Run:
     alpha: float
     clients: int
     assignment: str
+    train_ratio: float
+    partition_seed: int
     algorithm: str
     rounds: int
     local_epochs: int
@@ -184,15 +185,13 @@ class Run:
     run_dir: str
     owner: bool
 
-    #: the fields that decide a run's numbers (not where it is filed: experiment, variant, setting id, folder)
-    IDENTITY_FIELDS = ("dataset", "classes_per_client", "alpha", "clients", "assignment", "algorithm", "rounds",
-                       "local_epochs", "join_ratio", "batch_size", "lr", "options", "seed")
-
-    @property
-    def identity(self) -> str:
-        """What the run is, as one canonical text: runs with the same text are trained once, and the train
-        rule's params carry it, so editing any of it in the config makes Snakemake train the run again."""
-        return json.dumps({key: getattr(self, key) for key in self.IDENTITY_FIELDS}, sort_keys=True, default=str)
+    @functools.cached_property
+    def spec(self) -> RunSpec:
+        """What the run is, its partition's data unknown (`RunSpec.from_run`): runs with equal specs are
+        trained once, and the train rule's params carry it, so an edit of the config that changes it
+        makes Snakemake train the run again. Where it is filed (experiment, variant, setting id, folder)
+        is not part of it."""
+        return RunSpec.from_run(self)
 
 
 class Plan:
@@ -506,6 +505,8 @@ class Plan:
                         "alpha": setting["alpha"],
                         "clients": int(setting.get("clients", config["clients"])),
                         "assignment": setting.get("assignment", "random"),
+                        "train_ratio": config["train_ratio"],
+                        "partition_seed": config["partition_seed"],
                         "algorithm": algorithm,
                         "rounds": int(setting.get("rounds", config["rounds"])),
                         "local_epochs": int(self._inherited(setting, exp, "local_epochs")[0]),
@@ -517,7 +518,7 @@ class Plan:
 
     def _expand(self) -> list[Run]:
         runs = []  # every (experiment, setting, algorithm, seed), in config order
-        owner: dict[str, str] = {}  # what decides a run's results -> the run directory it is trained in
+        owner: dict[RunSpec, str] = {}  # what decides a run's results -> the run directory it is trained in
         for exp_name, exp in self.config["experiments"].items():
             cells = list(self._cells(exp_name, exp))
             seen = set()
@@ -534,7 +535,7 @@ class Plan:
                 for seed in exp.get("seeds", self.config["seeds"]):
                     own_dir = self.run_dir(exp_name, cell["setting"], cell["algorithm"], seed)
                     run = Run(**cell, seed=int(seed), run_dir=own_dir, owner=True)
-                    run_dir = owner.setdefault(run.identity, own_dir)
+                    run_dir = owner.setdefault(run.spec, own_dir)
                     runs.append(replace(run, run_dir=run_dir, owner=run_dir == own_dir))
         return runs
 

@@ -2,8 +2,8 @@
 finished record, which will train, and for about how long.
 
 A planned run is reused when a record of it exists: a finished run in its own folder under
-results/<name>/runs/, or a record anywhere in the config's `stores` (paper_artifacts/ by default) whose run
-key equals the run's in everything a plan knows without the data (`planned_key`; the dataset's
+results/<name>/runs/, or a record anywhere in the config's `stores` (paper_artifacts/ by default) whose
+spec equals the run's in everything a plan knows without the data (`Run.spec`; the dataset's
 fingerprint and the partition's digest are compared by the training job itself). The time of a run
 to train (of every planned run, when none is left to train) is estimated by fedgmh.plan_estimate: on
 CPU cores from the nearest records' wall times, on one GPU the runs share from the measured rates.
@@ -12,7 +12,6 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,19 +19,15 @@ from typing import Any
 
 import yaml
 
-import fedgmh
-from fedgmh.cards import resolve_options
-from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError
 from fedgmh.plan import Plan, Run, read_text_items, schema_problems, with_defaults
 from fedgmh.plan_estimate import GPU_RATES, Estimate, estimate
-from fedgmh.store import CONFIG_KEYS, StoredRun, run_key, scan
+from fedgmh.runspec import RunSpec
+from fedgmh.store import StoredRun, scan
 
 #: the workflow's config when no --configfile is given (the Snakefile's `configfile:`)
 DEFAULT_CONFIG = "config/config.yaml"
 SCHEMA = "workflow/schemas/config.schema.yaml"
-#: the partition fields of a run key that only the data decides
-DATA_FIELDS = ("dataset_fingerprint", "digest")
 DEVICE_KINDS = ("CPU", "GPU")
 #: (algorithm, dataset) pairs without an estimate that a line names before "N more"
 SHOWN_PAIRS = 4
@@ -83,23 +78,6 @@ def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str 
     return Plan(config, basedir=workflow_dir)
 
 
-def _without_data_fields(key: dict[str, Any]) -> dict[str, Any]:
-    return {**key, "partition": {k: v for k, v in key["partition"].items() if k not in DATA_FIELDS}}
-
-
-def planned_key(plan: Plan, run: Run) -> dict[str, Any]:
-    """The run key `fedgmh train` will give the run, without the fields only the data decides."""
-    algorithm_options, engine_options = resolve_options(run.algorithm, dict(run.options))
-    info = DATASETS[run.dataset]
-    partition = {"scheme": "exdir", "dataset": run.dataset, "num_samples": info.num_samples, "num_classes": info.num_classes,
-                 "num_clients": run.clients, "classes_per_client": run.classes_per_client, "alpha": run.alpha,
-                 "train_ratio": plan.config["train_ratio"], "seed": plan.config["partition_seed"]}
-    if run.assignment != "random":
-        partition["assignment"] = run.assignment
-    identity = {"results_version": fedgmh.RESULTS_VERSION, "config": {k: getattr(run, k) for k in CONFIG_KEYS},
-                "algorithm_options": dataclasses.asdict(algorithm_options), "engine_options": dataclasses.asdict(engine_options),
-                "partition": partition}
-    return _without_data_fields(run_key(identity))
 
 
 @dataclass
@@ -118,20 +96,18 @@ def plan_cost(plan: Plan, jobs: int = 1) -> Cost:
     CPU cores, `jobs` at a time, and on one GPU they share (fedgmh.plan_estimate)."""
     results = f"{plan.results}/runs"
     found: dict[str, list[StoredRun]] = {source: scan([source])[0] for source in [results, *plan.config["stores"]]}
-    finished = {stored.folder.resolve(): _without_data_fields(stored.key) for stored in found[results]}
-    # keys compare as values (alpha 5 == 5.0), so stored records are looked up by what names a run, then compared
-    by_name: dict[tuple, list[tuple[dict[str, Any], str]]] = {}
+    finished = {stored.folder.resolve(): stored.spec.without_data() for stored in found[results]}
+    stored_in: dict[RunSpec, str] = {}  # specs compare and hash as values (alpha 5 == 5.0)
     for source in plan.config["stores"]:  # in config order, as the training job searches them
         for stored in found[source]:
-            by_name.setdefault(_name(stored.key), []).append((_without_data_fields(stored.key), source))
+            stored_in.setdefault(stored.spec.without_data(), source)
     reused: dict[str, int] = {}
     to_train = []
     for run in plan.train_jobs.values():
-        key = planned_key(plan, run)
-        if finished.get(Path(run.run_dir).resolve()) == key:  # finished in its own folder: the job does not run
+        if finished.get(Path(run.run_dir).resolve()) == run.spec:  # finished in its own folder: the job does not run
             source = results
         else:
-            source = next((where for stored_key, where in by_name.get(_name(key), []) if stored_key == key), None)
+            source = stored_in.get(run.spec)
         if source is None:
             to_train.append(run)
         else:
@@ -140,10 +116,6 @@ def plan_cost(plan: Plan, jobs: int = 1) -> Cost:
     records = [stored.record for stored_runs in found.values() for stored in stored_runs]
     cost.estimate = estimate(to_train or list(plan.train_jobs.values()), records, jobs)
     return cost
-
-
-def _name(key: dict[str, Any]) -> tuple:
-    return key["algorithm"], key["dataset"], key["seed"], key["rounds"]
 
 
 def duration(seconds: float) -> str:

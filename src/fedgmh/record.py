@@ -2,9 +2,8 @@
 reader of a record applies (the results store, `fedgmh train`'s reuse of a stored or finished
 record, the report's tables), so that an invalid record is reported and never used.
 
-This module owns the record: what run.json holds (`new_record`, written by `write_record`), how it
-is read and checked (`load_record`), and its run key (`run_key`: what decides its numbers, by which
-the results store and `fedgmh train` recognise the same run).
+This module owns the record: what run.json holds (`new_record`, written by `write_record`) and how it
+is read and checked (`load_record`); which run it is, is its `fedgmh.runspec.RunSpec`.
 
 A record is the folder `fedgmh train --out` fills: run.json, metrics.csv and its other tables
 (every other CSV of the folder, `optional_files`). Safe to read (`check_file`): each of them is a
@@ -25,7 +24,6 @@ JSON (NaN and Infinity refused). Consistent (`load_record`, docs/store.md "Valid
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
@@ -37,10 +35,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedgmh.cards import card, resolve_options
+from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_json
+from fedgmh.runspec import with_option_defaults
 
 RECORD_FILES = ("metrics.csv", "run.json")  # run.json last: its presence marks a complete record
 #: the largest file a record may hold; the largest committed one is 29 KB (a 200-round metrics.csv),
@@ -50,13 +49,6 @@ MAX_FILE_BYTES = 16 * 2**20
 RESULT_FIELDS = ("best_test_acc", "best_round", "final_test_acc", "evaluated_rounds")
 #: what every record of a finished `fedgmh train` holds (the report refuses a run.json without them)
 REQUIRED_FIELDS = ("algorithm", "dataset", "seed", "config", "best_test_acc", "best_round", "final_test_acc", "wall_time_s")
-#: engine options that choose how a run is computed, not what: never part of the run key
-EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "eval_batched", "vectorise", "memory_format", "conv"})
-#: the config fields that decide a run's numbers (not paths, device or threads)
-CONFIG_KEYS = ("dataset", "algorithm", "rounds", "join_ratio", "local_epochs", "batch_size", "lr", "seed")
-#: the partition fields of the run key
-PARTITION_KEYS = ("scheme", "dataset", "dataset_fingerprint", "num_samples", "num_classes", "num_clients",
-                  "classes_per_client", "alpha", "train_ratio", "seed", "digest")
 #: loss columns that may read +inf, and the engine option (name, value) that explains it: a masked
 #: label's test sample has probability 0 (eval_prior=mask); with drop_last a client may count no
 #: sample of a class it trains on, and BSM's loss is infinite (docs/baselines.md)
@@ -287,7 +279,7 @@ def _whole(value: Any) -> bool:
 def _option_differences(record: dict[str, Any]) -> list[str]:
     """The `--set` options of config.overrides that resolve (`fedgmh.cards`) to other values than the
     record's algorithm_options or engine_options say; none when they cannot be resolved with this code
-    (an option since renamed: the run key compares the resolved ones)."""
+    (an option since renamed: a RunSpec compares the resolved ones)."""
     config = record.get("config")
     overrides = config.get("overrides") if isinstance(config, dict) else None
     if not isinstance(overrides, dict) or not overrides:
@@ -352,68 +344,6 @@ def load_record(folder: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     return record, metrics
 
 
-# --- the run key ---------------------------------------------------------------------------------
-
-
-def _option_defaults(options_class: type) -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(options_class) if f.default is not dataclasses.MISSING}
-
-
-def with_option_defaults(record: dict[str, Any]) -> dict[str, Any]:
-    """The record (or run identity) with every option it predates added at its default: a record
-    written before an option existed ran as the option's default runs. (The dataclass default:
-    an option a preset or variant sets otherwise counts as a difference, the safe side.)"""
-    algorithm_options = {**_option_defaults(card(record["config"]["algorithm"]).options), **record["algorithm_options"]}
-    return {**record, "algorithm_options": algorithm_options,
-            "engine_options": {**_option_defaults(EngineOptions), **record["engine_options"]}}
-
-
-def run_key(record: dict[str, Any]) -> dict[str, Any]:
-    """The results-deciding part of a run record (or of the identity of a run about to start)."""
-    try:
-        config = record["config"]
-        filled = with_option_defaults(record)
-        algorithm_options, engine_options = filled["algorithm_options"], filled["engine_options"]
-        partition = record["partition"]
-        return {
-            "results_version": record.get("results_version"),
-            **{k: config[k] for k in CONFIG_KEYS},
-            "algorithm_options": dict(sorted(algorithm_options.items())),
-            "engine_options": {k: v for k, v in sorted(engine_options.items()) if k not in EXECUTION_OPTIONS},
-            "partition": {k: partition.get(k) for k in PARTITION_KEYS}
-            # a chain partition says so (its digest differs anyway); ExDir's random draw has no such key, as before
-            | ({"assignment": partition["assignment"]} if partition.get("assignment", "random") != "random" else {}),
-        }
-    except (KeyError, TypeError, AttributeError) as err:
-        raise UserError(f"not a run record of fedgmh train (missing {err})") from None
-
-
-def key_digest(key: dict[str, Any]) -> str:
-    """A short, stable name for a run key (sha256 of its canonical JSON)."""
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def identity_text(identity: dict[str, Any] | str) -> str:
-    """A run identity as the canonical JSON text a checkpoint stores."""
-    return identity if isinstance(identity, str) else json.dumps(identity, sort_keys=True, default=str)
-
-
-def same_run_identity(stored: dict[str, Any] | str, identity: dict[str, Any] | str) -> bool:
-    """Whether a snapshot's identity is `identity`, compared without what does not decide a run's numbers:
-    of its config only `CONFIG_KEYS` (not the data's and the partition's paths, which may name the same
-    files otherwise, nor device or threads), options added since the snapshot counting at their
-    defaults (`with_option_defaults`, so that a new option does not orphan the snapshots of runs under
-    way). Stricter than `run_key`: every engine option and partition field counts."""
-    if identity_text(stored) == identity_text(identity):
-        return True
-    try:
-        filled = [with_option_defaults(json.loads(identity_text(x))) for x in (stored, identity)]
-        deciding = [{**run, "config": {k: run["config"][k] for k in CONFIG_KEYS if k in run["config"]}} for run in filled]
-    except (ValueError, KeyError, TypeError, AttributeError, UserError):  # not a run's identity: only equal text matches
-        return False
-    return identity_text(deciding[0]) == identity_text(deciding[1])
-
-
 # --- writing -------------------------------------------------------------------------------------
 
 
@@ -422,7 +352,7 @@ def new_record(config: dict[str, Any], identity: dict[str, Any], metrics: pd.Dat
     """run.json of a finished run: what it ran (its whole `config`; from its `identity` the resolved
     options and the partition),
     its results (`results_of` its metrics), `facts` about how it ran (wall time, device, versions...,
-    never part of the run key) and the `workflow` labels, when it has any."""
+    never part of its RunSpec) and the `workflow` labels, when it has any."""
     return {
         "algorithm": config["algorithm"],
         "dataset": config["dataset"],

@@ -7,16 +7,11 @@ records without them stay valid, and one is added to a stored record of the same
 (merge, put). Every record read is validated first (fedgmh.record: regular files, strict JSON,
 results that agree with the metrics); an invalid one is reported and never used. A
 *store* is any folder of records, at any depth (by default the workflow searches `paper_artifacts/`,
-where every config's records are committed). A record's *run key* is everything that decides its
-numbers: the results version of the code, dataset and its fingerprint, the partition (parameters
-and the digest of its index arrays), algorithm and resolved options, rounds, join ratio, local
-epochs, batch size, learning rate (with its decay, an engine option) and seed. Left out, because
-they change how a run is computed but not what it computes: device, threads, host, file paths and
-the execution-only engine options of `EXECUTION_OPTIONS`.
-
-A record is reused only when its run key equals the run's exactly. Options added to the code after
-a record was written are compared at their default (adding an option whose default reproduces the
-old behaviour needs no new results version); any change to the numbers a run produces bumps
+where every config's records are committed). A record's *run key* is its run's spec
+(`fedgmh.runspec.RunSpec`, docs/store.md "Run identity") as JSON: a record is reused only when its
+spec equals the run's exactly. Options added to the code after a record was written are compared at
+their default (adding an option whose default reproduces the old behaviour needs no new results
+version); any change to the numbers a run produces bumps
 `fedgmh.RESULTS_VERSION`, after which no older record is reused. Two records of one run are
 identical, differ at float level (not a conflict) or differ for real (a conflict: fedgmh.difference).
 `put` and `merge` never rewrite a stored record's results and hold the store's lock (`locked`).
@@ -37,9 +32,8 @@ from fedgmh.difference import DIFFERENT, FLOAT_LEVEL, Difference, compare
 from fedgmh.errors import UserError
 from fedgmh.filing import run_subfolder
 from fedgmh.io import atomic_path, write_json
-from fedgmh.record import (  # noqa: F401 - the run key, re-exported: store.run_key is what reuse compares
-    CONFIG_KEYS, EXECUTION_OPTIONS, PARTITION_KEYS, RECORD_FILES, key_digest, load_record, optional_files, read_bytes,
-    read_json, run_key, with_option_defaults)
+from fedgmh.record import RECORD_FILES, load_record, optional_files, read_bytes, read_json
+from fedgmh.runspec import CONFIG_KEYS, RunSpec, run_key, with_option_defaults  # noqa: F401 - store.run_key: the key reuse compares
 
 #: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
 #: ...`); never part of the run key
@@ -54,43 +48,27 @@ class StoreConflict(UserError):
     """Two records of the same run disagree: the store needs a person to decide which one is right."""
 
 
-def describe_key(key: dict[str, Any]) -> str:
-    return f"{key['algorithm']} on {key['dataset']} ExDir({key['partition']['classes_per_client']}, {key['partition']['alpha']}), " \
-           f"{key['rounds']} rounds, seed {key['seed']}"
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: value}
-
-
-def key_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """'field: a vs b' for every field where two run keys differ."""
-    fa, fb = _flat(a), _flat(b)
-    return [f"{k}: {fa.get(k)!r} vs {fb.get(k)!r}" for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
-
-
 @dataclass
 class StoredRun:
-    """One record of a store (validated: fedgmh.record)."""
+    """One record of a store (validated: fedgmh.record) and its run's spec."""
 
     folder: Path
     record: dict[str, Any]
-    key: dict[str, Any]
+    spec: RunSpec
+
+    @property
+    def key(self) -> dict[str, Any]:
+        return self.spec.key()
 
     @property
     def digest(self) -> str:
-        return key_digest(self.key)
+        return self.spec.digest
 
     def compare(self, other: "StoredRun") -> Difference:
         """How this record's results differ from those of another record of the same run
         (fedgmh.difference: identical, float-level or different)."""
-        if self.key != other.key:
-            return Difference(DIFFERENT, "; ".join(key_differences(self.key, other.key)))
+        if self.spec != other.spec:
+            return Difference(DIFFERENT, "; ".join(self.spec.difference(other.spec)))
         return compare((self.folder, self.record), (other.folder, other.record))
 
     def same_results(self, other: "StoredRun") -> bool:
@@ -102,10 +80,10 @@ class StoredRun:
         return sorted(set(optional_files(other.folder)) - set(optional_files(self.folder)))
 
 
-def _key_of(folder: Path, record: dict[str, Any]) -> dict[str, Any]:
-    """The run key of `folder`'s run.json `record`; UserError naming the file otherwise."""
+def _spec_of(folder: Path, record: dict[str, Any]) -> RunSpec:
+    """The spec of `folder`'s run.json `record`; UserError naming the file otherwise."""
     try:
-        return run_key(record)
+        return RunSpec.from_record(record)
     except UserError as err:
         raise UserError(f"{folder / 'run.json'}: {err}") from None
 
@@ -114,7 +92,7 @@ def read_record(folder: Path | str) -> StoredRun:
     """The record in `folder`, validated (fedgmh.record.load_record); UserError naming the file otherwise."""
     folder = Path(folder)
     record, _ = load_record(folder)
-    return StoredRun(folder, record, _key_of(folder, record))
+    return StoredRun(folder, record, _spec_of(folder, record))
 
 
 def _record_folders(stores: Iterable[Path | str]) -> Iterator[Path]:
@@ -132,11 +110,11 @@ def _record_folders(stores: Iterable[Path | str]) -> Iterator[Path]:
                 yield path.parent
 
 
-def read_key(folder: Path | str) -> dict[str, Any]:
-    """The run key of the record in `folder` from its run.json alone (no table read or checked);
+def read_spec(folder: Path | str) -> RunSpec:
+    """The spec of the record in `folder` from its run.json alone (no table read or checked);
     UserError naming the file otherwise."""
     folder = Path(folder)
-    return _key_of(folder, read_json(folder / "run.json"))
+    return _spec_of(folder, read_json(folder / "run.json"))
 
 
 def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
@@ -151,14 +129,14 @@ def scan(stores: Iterable[Path | str]) -> tuple[list[StoredRun], list[str]]:
     return runs, problems
 
 
-def scan_keys(stores: Iterable[Path | str]) -> tuple[list[tuple[Path, dict[str, Any]]], list[str]]:
-    """The run key of every record below the store folders from its run.json alone, as (folder,
-    key) in `scan`'s order, and a line for each run.json that gives none: `find`'s cheap first pass,
+def scan_specs(stores: Iterable[Path | str]) -> tuple[list[tuple[Path, RunSpec]], list[str]]:
+    """The spec of every record below the store folders from its run.json alone, as (folder, spec)
+    in `scan`'s order, and a line for each run.json that gives none: `find`'s cheap first pass,
     which leaves reading and checking the tables to the records of the run it looks for."""
     keyed, problems = [], []
     for folder in _record_folders(stores):
         try:
-            keyed.append((folder, read_key(folder)))
+            keyed.append((folder, read_spec(folder)))
         except UserError as err:
             problems.append(str(err))
     return keyed, problems
@@ -167,11 +145,11 @@ def scan_keys(stores: Iterable[Path | str]) -> tuple[list[tuple[Path, dict[str, 
 def review(runs: list[StoredRun]) -> tuple[list[list[StoredRun]], list[str]]:
     """Groups of records with the same run key that conflict (two of them differ for real), and a
     line for every other pair of records of one run that differ at float level."""
-    by_key: dict[str, list[StoredRun]] = {}
+    by_spec: dict[RunSpec, list[StoredRun]] = {}
     for run in runs:
-        by_key.setdefault(run.digest, []).append(run)
+        by_spec.setdefault(run.spec, []).append(run)
     groups, notes = [], []
-    for group in by_key.values():
+    for group in by_spec.values():
         pairs = [(a, b, a.compare(b)) for a, b in itertools.combinations(group, 2)]
         if any(difference.kind == DIFFERENT for _, _, difference in pairs):
             groups.append(group)
@@ -188,7 +166,7 @@ def conflicts(runs: list[StoredRun]) -> list[list[StoredRun]]:
 def conflict_message(group: list[StoredRun]) -> str:
     folders = ", ".join(str(run.folder) for run in group)
     first = next((d for a, b in itertools.combinations(group, 2) if (d := a.compare(b)).kind == DIFFERENT), None)
-    return (f"{len(group)} records of the same run ({describe_key(group[0].key)}) have different results"
+    return (f"{len(group)} records of the same run ({group[0].spec.describe()}) have different results"
             f"{f' ({first.detail})' if first else ''}: {folders}; "
             "keep the one you trust and move the others out of the store (`fedgmh store check` lists every such case)")
 
@@ -197,17 +175,18 @@ def conflict_message(group: list[StoredRun]) -> str:
 INVALID_NOTE = "record not used, invalid: "
 
 
-def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun | None, list[str]]:
-    """The record of the run with this key, and notes: the run's invalid records and the run.json
+def find(stores: Iterable[Path | str], spec: RunSpec | dict[str, Any]) -> tuple[StoredRun | None, list[str]]:
+    """The record of the run with this spec (or run key), and notes: the run's invalid records and the run.json
     files that give no key (never used), the rule that chose among several equal records (the first
     by store order, then by path), and records of the same run that were not used because their
     keys differ (the differing fields). Only the run's own records are read whole and checked (the
     others give their key from run.json; `fedgmh store check` checks every record). Raises
     StoreConflict when two records of the run differ for real."""
-    keyed, problems = scan_keys(stores)
+    spec = spec if isinstance(spec, RunSpec) else RunSpec.from_key(spec)
+    keyed, problems = scan_specs(stores)
     matches = []  # scan's order: store order, then path
     for folder, found in keyed:
-        if found == key:
+        if found == spec:
             try:
                 matches.append(read_record(folder))
             except UserError as err:
@@ -221,8 +200,8 @@ def find(stores: Iterable[Path | str], key: dict[str, Any]) -> tuple[StoredRun |
                      f"not used: {others}")
     if not matches:
         for folder, found in keyed:
-            if found != key and all(found[k] == key[k] for k in ("algorithm", "dataset", "seed")):
-                notes.append(f"record {folder} not reused: " + "; ".join(key_differences(found, key)))
+            if (found.algorithm, found.dataset, found.seed) == (spec.algorithm, spec.dataset, spec.seed):
+                notes.append(f"record {folder} not reused: " + "; ".join(found.difference(spec)))
     return (matches[0] if matches else None), notes
 
 
@@ -290,7 +269,7 @@ def put(source: Path | str, destination: Path | str, beside_other_run: bool = Fa
     new = read_record(source)
     destination = Path(destination)
     with locked(destination.parent):  # the lock a merge takes to write a record there
-        if beside_other_run and os.path.lexists(destination / "run.json") and read_record(destination).key != new.key:
+        if beside_other_run and os.path.lexists(destination / "run.json") and read_record(destination).spec != new.spec:
             destination = destination.with_name(f"{destination.name}-{new.digest[:8]}")
             where = f" in {destination} (beside the record of another run)"
         else:
@@ -299,8 +278,8 @@ def put(source: Path | str, destination: Path | str, beside_other_run: bool = Fa
             copy_record(new.folder, destination)
             return "added" + where
         old = read_record(destination)
-        if old.key != new.key:
-            raise StoreConflict(f"{destination} holds the record of another run ({'; '.join(key_differences(old.key, new.key))}); "
+        if old.spec != new.spec:
+            raise StoreConflict(f"{destination} holds the record of another run ({'; '.join(old.spec.difference(new.spec))}); "
                                 "move it elsewhere (e.g. another store folder) before writing this one")
         difference = old.compare(new)
         if difference.kind == DIFFERENT:
@@ -331,7 +310,7 @@ def _same_run_at(target: Path, run: StoredRun) -> StoredRun | None:
     """The valid record of `run`'s run in `target`, if there is one."""
     with contextlib.suppress(UserError):
         there = read_record(target)
-        if there.digest == run.digest:
+        if there.spec == run.spec:
             return there
     return None
 
@@ -392,19 +371,19 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
     outcome: dict[str, list[str]] = {"added": [], "present": [], "conflict": [], "invalid": [], "refused": []}
     with locked(into):
         present, _ = scan([into])
-        by_digest: dict[str, StoredRun] = {}
+        by_spec: dict[RunSpec, StoredRun] = {}
         for run in present:
-            by_digest.setdefault(run.digest, run)
+            by_spec.setdefault(run.spec, run)
         for source in sources:
             runs, problems = scan([source])
             outcome["invalid"] += problems
             for run in runs:
-                existing = by_digest.get(run.digest)
+                existing = by_spec.get(run.spec)
                 if existing is None:
                     relative = _destination(run, source)
                     target = relative if isinstance(relative, str) else _add(run, into / relative, into)
                     if isinstance(target, StoredRun):  # `put` filed the run there since the store was read
-                        existing = by_digest[run.digest] = target
+                        existing = by_spec[run.spec] = target
                 if existing is not None:
                     difference = existing.compare(run)
                     if difference.kind == DIFFERENT:
@@ -415,6 +394,6 @@ def merge(sources: Iterable[Path | str], into: Path | str) -> dict[str, list[str
                 if isinstance(target, str):
                     outcome["refused"].append(target)
                     continue
-                by_digest[run.digest] = StoredRun(target, run.record, run.key)
+                by_spec[run.spec] = StoredRun(target, run.record, run.spec)
                 outcome["added"].append(f"{run.folder} -> {target}")
     return outcome

@@ -34,10 +34,11 @@ from fedgmh.engine import Checkpoint, Federation, run_rounds
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_json
 from fedgmh.machine import machine_facts
-from fedgmh.record import load_record, new_record, read_json, run_key, write_record
+from fedgmh.record import load_record, new_record, read_json, write_record
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN, use_unfold_convolutions
 from fedgmh.partition import load_partition
+from fedgmh.runspec import RunSpec, run_identity
 
 
 DEVICES = "cpu, cuda, cuda:N, cuda:auto or auto"  # what --device takes
@@ -123,17 +124,17 @@ def label_record(out_dir: Path, record: dict, workflow: dict[str, str] | None) -
     return record
 
 
-def reuse_stored_record(identity: dict, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
-    """Copy the stored record of the run `identity` describes to `out_dir`; None when none exists."""
-    found, notes = store.find(stores, run_key(identity))
+def reuse_stored_record(spec: RunSpec, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
+    """Copy the stored record of the run `spec` to `out_dir`; None when none exists."""
+    found, notes = store.find(stores, spec)
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     say = warn if progress else (lambda line: None)
     for line in notes:  # an invalid record is a warning: said also when quiet
-        (warn if line.startswith(store.INVALID_NOTE) else say)(f"[{identity['config']['algorithm']}] {line}")
+        (warn if line.startswith(store.INVALID_NOTE) else say)(f"[{spec.algorithm}] {line}")
     if found is None:
         return None
     store.copy_record(found.folder, out_dir)
-    say(f"[{identity['config']['algorithm']}] reused the record in {found.folder} (trained on {found.record.get('device')}, "
+    say(f"[{spec.algorithm}] reused the record in {found.folder} (trained on {found.record.get('device')}, "
         f"{found.record.get('started_utc')}); no training")
     return found.record
 
@@ -151,10 +152,10 @@ def check_read_files(out_dir: Path) -> None:
             raise UserError(f"{path} is not a regular file (a FIFO, a folder or a device); move it away or choose another --out")
 
 
-def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
-    """The record of the finished run in `out_dir` (its run.json) when it is this very run, by the
-    results store's notion of "the same run" (`record.run_key`: settings that decide the numbers,
-    not device, threads or paths); None when there is none, it is incomplete, or `overwrite`.
+def finished_run(out_dir: Path, spec: RunSpec, overwrite: bool) -> dict | None:
+    """The record of the finished run in `out_dir` (its run.json) when it is the run `spec` (settings
+    that decide the numbers, not device, threads or paths); None when there is none, it is
+    incomplete, or `overwrite`.
     A finished run of other settings, or an invalid record (fedgmh.record), is refused (UserError
     naming what differs, or why) unless `overwrite`."""
     path = out_dir / "run.json"
@@ -162,10 +163,10 @@ def finished_run(out_dir: Path, identity: dict, overwrite: bool) -> dict | None:
         return None
     advice = "choose another --out, or add --overwrite to replace it"
     try:
-        key = run_key(read_json(path))
+        there = RunSpec.from_record(read_json(path))
     except UserError as err:
         raise UserError(f"{out_dir} holds a run record that cannot be read ({err}); {advice}") from None
-    differences = store.key_differences(key, run_key(identity))
+    differences = there.difference(spec)
     if differences:
         raise UserError(f"{out_dir} holds a finished run of other settings (there vs here: {'; '.join(differences)}); {advice}")
     if not (out_dir / "metrics.csv").is_file():
@@ -286,27 +287,13 @@ def algorithm_tables(algorithm) -> dict[str, pd.DataFrame]:
     return {f"{name}.csv": table for name, table in tables.items()}
 
 
-def run_identity(config: TrainConfig, algo_options, engine: EngineOptions, partition_meta: dict) -> dict:
-    """What a run is (the store's `run_key` of it decides reuse; checkpoints are checked against it):
-    its settings, resolved options and partition (its parameters and the digest of its index arrays)."""
-    return {
-        "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "threads"},
-        "algorithm_options": dataclasses.asdict(algo_options),
-        "engine_options": dataclasses.asdict(engine),
-        "partition": partition_meta,
-        "fedgmh": fedgmh.__version__,
-        "results_version": fedgmh.RESULTS_VERSION,
-    }
-
-
 def planned_identity(config: TrainConfig) -> dict:
-    """`run_identity` of the run `config` describes, from its partition file, without loading the data
-    or building the model (the partition file's meta holds the dataset's fingerprint)."""
-    algo_options, engine = resolve_options(config.algorithm, config.overrides)
+    """`runspec.run_identity` of the run `config` describes, from its partition file, without loading the
+    data or building the model (the partition file's meta holds the dataset's fingerprint)."""
     partition, meta = load_partition(Path(config.partition))
     if meta.get("dataset") not in (None, config.dataset):
         raise UserError(f"partition {config.partition} was made for dataset {meta['dataset']!r}, not {config.dataset!r}")
-    return run_identity(config, algo_options, engine, {**meta, "digest": partition.digest()})
+    return run_identity(config, {**meta, "digest": partition.digest()})
 
 
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
@@ -331,10 +318,11 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     out_dir = Path(out_dir)
     check_writable_folder(out_dir)  # now, not when the run ends
     check_read_files(out_dir)
-    # 1. what the run is, from its options and partition file alone
+    # 1. what the run is, from its options and partition file alone (run.json records `identity`)
     identity = planned_identity(config)
+    spec = RunSpec.from_config(config, identity["partition"])
     # 2. finished or stored: nothing more is needed (no device, no data)
-    finished = finished_run(out_dir, identity, overwrite)
+    finished = finished_run(out_dir, spec, overwrite)
     if finished is not None:
         print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
               "(--overwrite trains it again)", file=sys.stderr, flush=True)
@@ -346,7 +334,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
               file=sys.stderr, flush=True)
     clear_record(out_dir)  # what is left of another run's record must not join this run's
     if stores:
-        reused = reuse_stored_record(identity, stores, out_dir, progress)
+        reused = reuse_stored_record(spec, stores, out_dir, progress)
         if reused is not None:
             return label_record(out_dir, reused, workflow)
     for name in ("*.csv", "run.json", "checkpoint.pt"):  # a killed earlier attempt's temporaries (of every table)

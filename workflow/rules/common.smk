@@ -24,8 +24,8 @@ from snakemake.utils import validate
 from fedgmh import warm
 from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
+from fedgmh.filing import format_number
 from fedgmh.plan import TRAIN_MEM_MB, Plan, read_text_items, schema_problems
-from fedgmh.report.labels import format_number
 
 _SCHEMA = "../schemas/config.schema.yaml"
 with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:

@@ -2,9 +2,9 @@
 # arguments the plan gives (fedgmh.plan; runs shared by several experiments are trained once). Its
 # record, run.json, says which config, experiment, setting and variant it belongs to.
 #
-# Editing the config retrains: `params.run` is the run's identity (Plan's Run.identity: every setting
-# that decides its numbers), a function of the wildcards only, so Snakemake's params trigger sees it
-# (it ignores params derived from input, such as `arguments`). The job then replaces the folder's
+# Editing the config retrains: `params.run` is the run's spec (Plan's Run.spec, fedgmh.runspec: every
+# setting that decides its numbers), a function of the wildcards only, so Snakemake's params trigger
+# sees it (it ignores params derived from input, such as `arguments`). The job then replaces the folder's
 # run (`--overwrite`: its tables and a snapshot of other settings go; a snapshot of these settings
 # is resumed) unless a store holds this run's record, which is reused.
 #
@@ -32,7 +32,7 @@ rule train:
         mem_mb=TRAIN_MEM_MB,
         runtime=lambda wildcards: PLAN.train_runtime(train_job(wildcards)),
     params:
-        run=lambda wildcards: train_job(wildcards).identity,
+        run=lambda wildcards: train_job(wildcards).spec.text,
         arguments=lambda wildcards, input, threads: PLAN.train_arguments(train_job(wildcards), input.partition, threads),
         store_folder=lambda wildcards: PLAN.record_destination(train_job(wildcards)),
     shell:

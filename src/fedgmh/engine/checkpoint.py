@@ -12,7 +12,7 @@ import torch
 
 from fedgmh.engine.federation import Federation
 from fedgmh.errors import UserError
-from fedgmh.record import identity_text, same_run_identity
+from fedgmh.runspec import identity_text, same_snapshot_run
 
 _PACKED = "__fedgmh_packed__"  # marks a value that `pack` turned into tensors and plain values
 
@@ -92,8 +92,9 @@ class Checkpoint:
     """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
 
     A snapshot holds the algorithm's state, every RNG state and the metrics so far; resuming
-    from it gives exactly the metrics of an uninterrupted run. `identity` describes the run; a
-    snapshot of another run is refused rather than silently mixed in.
+    from it gives exactly the metrics of an uninterrupted run. `identity` describes the run (run.json's
+    identity fields, `runspec.run_identity`); a snapshot of another run (`runspec.same_snapshot_run`)
+    is refused rather than silently mixed in.
 
     A snapshot holds only tensors and plain values (`pack`) and is read with
     `torch.load(weights_only=True)`: a file that would run code when loaded (a crafted pickle) is
@@ -144,7 +145,7 @@ class Checkpoint:
             raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
         if not isinstance(snapshot, dict) or "identity" not in snapshot:
             raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
-        if not same_run_identity(snapshot["identity"], self.identity):  # checked before anything is used
+        if not same_snapshot_run(snapshot["identity"], self.identity):  # checked before anything is used
             raise UserError(f"checkpoint {self.path} belongs to a run with other settings; delete it to start afresh")
         try:
             unpacked = unpack({k: v for k, v in snapshot.items() if k not in ("identity", "rows_digest")})
@@ -164,7 +165,7 @@ class Checkpoint:
             snapshot = self._read()
         except Exception:  # noqa: BLE001 - unreadable: not known to be another run's
             return False
-        return isinstance(snapshot, dict) and "identity" in snapshot and not same_run_identity(snapshot["identity"], self.identity)
+        return isinstance(snapshot, dict) and "identity" in snapshot and not same_snapshot_run(snapshot["identity"], self.identity)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """Run directories -> tidy results, paper-style tables, figures, and the comparison with the paper.
 
 The names below are imported from their modules on first use, so that a module of this package
-(e.g. `settings`, which the workflow's plan uses) imports without pandas.
+imports without pandas where it needs none.
 
 Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import order (no circle):
 
@@ -10,8 +10,8 @@ Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import or
   (algorithm names and order: the algorithm cards, `fedgmh.cards`).
 - `paper`: the paper's protocol and its numbers (the reference CSV).
 - `latex`: the one LaTeX writer of every table (pandas `Styler.to_latex`, one symbol map).
-- `settings`: setting ids (`<dataset>_c<C>_a<alpha>` + swept dimensions + `@<variant>`), shared
-  with the workflow, which names its run folders with them.
+- `settings`: what a setting id (`fedgmh.filing`: `<dataset>_c<C>_a<alpha>` + swept dimensions +
+  `@<variant>`, shared with the workflow, which names its run folders with them) says in headers.
 - `runs`: `aggregate_runs` -> one tidy row per run (`results.csv`) and the per-round curves in
   long format (`curves.csv`).
 - `summary`: `summarize` -> one cell per (setting, method): mean ± std over seeds of the best,
@@ -48,7 +48,7 @@ EXPORTS = {
     "fedgmh.report.parsing": ("parse_options",),
     "fedgmh.report.to_target": ("rounds_to_target", "write_rounds_to_target"),
     "fedgmh.report.runs": ("aggregate_runs", "load_run", "read_curves", "read_results", "write_aggregate"),
-    "fedgmh.report.settings": ("assign_setting_ids", "setting_id", "sweep_dimensions"),
+    "fedgmh.filing": ("assign_setting_ids", "setting_id", "sweep_dimensions"),
     "fedgmh.report.summary": ("ACCURACIES", "summarize"),
     "fedgmh.report.tables": ("make_table", "write_table"),
 }

@@ -3,9 +3,7 @@ number formatting (no pandas needed; algorithm names and order are on the algori
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from fedgmh.filing import SWEEP_SUFFIXES, format_number  # noqa: F401 - the reports' numbers read as the folders' do
 
 DATASET_NAMES: dict[str, str] = {
     "mnist": "MNIST",
@@ -25,13 +23,8 @@ REPORTED_OPTIONS = ("beta", "eta_h", "preset")
 
 # Dimensions (besides dataset, C, alpha) that an experiment may sweep: results.csv column ->
 # (suffix in setting ids, label in table headers; the LaTeX writer translates the symbols).
-SWEEP_DIMS: dict[str, tuple[str, str]] = {
-    "local_epochs": ("e", "E"),
-    "join_ratio": ("j", "ρ"),
-    "rounds": ("r", "R"),
-    "batch_size": ("b", "B"),
-    "lr": ("lr", "η"),
-}
+SWEEP_LABELS = {"local_epochs": "E", "join_ratio": "ρ", "rounds": "R", "batch_size": "B", "lr": "η"}
+SWEEP_DIMS: dict[str, tuple[str, str]] = {dim: (suffix, SWEEP_LABELS[dim]) for dim, suffix in SWEEP_SUFFIXES.items()}
 OPTION_LABELS: dict[str, str] = {"beta": "β", "eta_h": "η_h", "mu": "μ"}
 
 BASE_COLUMNS = [
@@ -46,19 +39,6 @@ ADAPTATION_COLUMNS = ["before_adaptation", "adaptation_budget"]
 #: results columns of a run whose evaluated models are adapted copies (its adaptation.csv): the pooled accuracy
 #: of the shared model itself at the final evaluation, and the adaptation's budget in words
 ADAPTATION_COLUMNS = ["before_adaptation", "adaptation_budget"]
-
-
-def format_number(value: Any) -> str:
-    """Shortest faithful text for a number: 0.5 -> '0.5', 5 -> '5', 5.0 -> '5', 1e-3 -> '0.001'."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        if float(value).is_integer():
-            return str(int(value))
-        return f"{float(value):.10g}"
-    return str(value)
 
 
 def dataset_name(dataset: str) -> str:

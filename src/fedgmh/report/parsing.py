@@ -54,13 +54,6 @@ def parse_options(raw: Any) -> dict[str, Any]:
     raise UserError(f"options must be a mapping or a list of key=value strings, got {raw!r}")
 
 
-def freeze(value: Any) -> Any:
-    """A whole float as int, so 5.0 and 5 count as one value."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 def sort_value(value: Any) -> tuple:
     """Sort key for mixed values: numbers by size, then text, missing values last."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

@@ -13,7 +13,7 @@ training defaults) and, for the options, from resolving the algorithm's defaults
 "paper" (the paper's text: every default) or "official" (PFLlib / the official code, as the
 paper's authors ran it: what `--set preset=official` sets). Our runs' options are resolved the same
 way from the `--set` values they were trained with. Not part of the protocol: the options that
-choose how a run is computed, not what (the store's EXECUTION_OPTIONS), tf32 (float precision on a
+choose how a run is computed, not what (fedgmh.runspec.EXECUTION_OPTIONS), tf32 (float precision on a
 GPU, which the paper does not fix) and the label `preset` itself (what it sets is compared).
 Options a table sweeps (Table 6's beta) are matched with the reference row, not compared here.
 """
@@ -33,9 +33,9 @@ from fedgmh.cards import PRESETS, resolve_options
 from fedgmh.errors import UserError
 from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_BATCH_SIZE, PAPER_CLIENTS, PAPER_LR, PAPER_ROUNDS, PAPER_SEEDS, REFERENCE_DIMS
-from fedgmh.report.settings import DEFAULT_ASSIGNMENT
+from fedgmh.filing import DEFAULT_ASSIGNMENT
 from fedgmh.report.parsing import norm_name
-from fedgmh.store import EXECUTION_OPTIONS
+from fedgmh.runspec import EXECUTION_OPTIONS
 
 #: the readings of the paper's protocol (`--set preset=` values), in words
 READINGS: dict[str, str] = {

@@ -25,7 +25,7 @@ from fedgmh.report.checks import check_aggregate
 from fedgmh.report.labels import (
     ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS,
 )
-from fedgmh.report.settings import assign_setting_ids
+from fedgmh.filing import assign_setting_ids
 from fedgmh.report.parsing import jsonable, parse_options
 
 LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds

@@ -20,8 +20,9 @@ from fedgmh.errors import UserError
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import DATASET_ORDER, STD_DDOF, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_SEEDS
-from fedgmh.report.settings import assignment_of, base_setting, dim_value, sweep_dimensions, variant_of
-from fedgmh.report.parsing import freeze, order_key
+from fedgmh.filing import assignment_of, dim_value, freeze, sweep_dimensions, variant_of
+from fedgmh.report.settings import base_setting
+from fedgmh.report.parsing import order_key
 
 #: accuracy of a run -> (results.csv column, words for captions)
 ACCURACIES: dict[str, tuple[str, str]] = {

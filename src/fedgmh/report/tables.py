@@ -22,7 +22,8 @@ from fedgmh.report.latex import latex_table
 from fedgmh.report.labels import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_SEEDS, read_reference
 from fedgmh.report.runs import read_results
-from fedgmh.report.settings import assignment_of, setting_label
+from fedgmh.filing import assignment_of
+from fedgmh.report.settings import setting_label
 from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, cell_text, summarize, with_adaptation
 from fedgmh.report.parsing import order_key, parse_scalar, sort_value
 
