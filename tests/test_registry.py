@@ -12,8 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_federation
-from test_plan import load as load_config
+from conftest import load_config, make_federation
 
 import fedgmh.algorithms
 import fedgmh.cards
