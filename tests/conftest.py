@@ -5,10 +5,12 @@ snakemake calls."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -246,3 +248,22 @@ def job_counts(output: str) -> dict[str, int]:
         elif counts and not line.strip():
             break
     return counts
+
+
+# ----------------------------------------------------------------------------- small utilities
+
+
+def wait_for(condition, timeout_s: float) -> None:
+    """Poll CONDITION until it holds; fail after TIMEOUT_S seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def load_script(path: Path):
+    """The script at PATH (e.g. one of tools/) as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -10,12 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import Digits, train_args
+from conftest import Digits, train_args, wait_for
 from test_cards import BLOCKER
 from test_warm_security import MALFORMED, _answers, _answers_until, _connect, _env, _framed, _request, _stdio
 
@@ -38,19 +37,12 @@ def _start_server(logs: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
     return server, path, log
 
 
-def _wait_for(condition, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A server (socket path, log file) shared by the module's tests."""
     process, path, log = _start_server(tmp_path_factory.mktemp("warm"))
     try:
-        _wait_for(lambda: os.path.exists(path) or process.poll() is not None)
+        wait_for(lambda: os.path.exists(path) or process.poll() is not None, 120)
         assert process.poll() is None, log.read_text()
         yield path, log
     finally:
@@ -130,7 +122,7 @@ def _child_of(log: Path, marker: str) -> int:
     def line():
         return next((ln for ln in log.read_text().splitlines() if marker in ln), None)
 
-    _wait_for(lambda: line() is not None)
+    wait_for(lambda: line() is not None, 120)
     return int(line().split(":", 1)[0])
 
 
@@ -155,11 +147,11 @@ def test_a_killed_client_leaves_no_training_behind(server, run_args, tmp_path, s
     with open(output, "w") as handle:
         client = _client(argv, path, stdout=handle, stderr=subprocess.STDOUT)
     child = _child_of(log, str(out))
-    _wait_for(lambda: "round 1/100000" in output.read_text() or client.poll() is not None)  # training, its handlers set
+    wait_for(lambda: "round 1/100000" in output.read_text() or client.poll() is not None, 120)  # training, its handlers set
     assert client.poll() is None and not _exited(child)
     client.send_signal(signum)
     client.wait(120)
-    _wait_for(lambda: _exited(child), 120)
+    wait_for(lambda: _exited(child), 120)
     assert f"{child}: exit status 143" in log.read_text()  # stopped by SIGTERM, as a fresh process is: a snapshot, then 143
     if signum == signal.SIGTERM:
         assert client.returncode == 143 and "fedgmh train:" in output.read_text().splitlines()[-1]
@@ -176,7 +168,7 @@ def test_the_server_exits_when_idle_or_orphaned_and_removes_its_folder(tmp_path)
     try:
         assert idle.wait(120) == 0, idle_log.read_text()
         assert "listening" in idle_log.read_text() and not os.path.exists(os.path.dirname(idle_path))
-        _wait_for(lambda: os.path.exists(orphan_path))
+        wait_for(lambda: os.path.exists(orphan_path), 120)
         assert orphan.poll() is None
         parent.kill()
         parent.wait()
