@@ -1,6 +1,6 @@
 """Shared fixtures and helpers: the offline data mirror (tests skip when it is absent), tiny
-federations, the embedded digits set with a partition, `fedgmh train` arguments, configs and
-snakemake calls."""
+federations, the embedded digits set with a partition, `fedgmh train` arguments, configs, snakemake
+calls, polling and loading a script."""
 
 from __future__ import annotations
 
