@@ -126,12 +126,7 @@ def float64():
 @pytest.fixture
 def digits_partition(digits_root, tmp_path):
     """An ExDir(2, 0.5) partition of the embedded digits over 6 clients."""
-    from fedgmh.cli import main
-
-    out = tmp_path / "part.npz"
-    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
-                 "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
-    return out
+    return partition_digits(digits_root, tmp_path / "part.npz", clients=6, classes_per_client=2)
 
 
 
@@ -164,16 +159,23 @@ class Digits(NamedTuple):
     partition: Path
 
 
+def partition_digits(data: Path, out: Path, *, clients: int, classes_per_client: int) -> Path:
+    """OUT: an ExDir(CLASSES_PER_CLIENT, 0.5) partition over CLIENTS clients of the digits in DATA."""
+    from fedgmh.cli import main
+
+    assert main(["partition", "--dataset", "digits", "--root", str(data), "--clients", str(clients),
+                 "--classes-per-client", str(classes_per_client), "--alpha", "0.5", "--out", str(out)]) == 0
+    return out
+
+
 def prepare_digits(root: Path, *, clients: int = 4, classes_per_client: int = 3) -> Digits:
     """The embedded digits in ROOT/data and an ExDir(CLASSES_PER_CLIENT, 0.5) partition of them over
     CLIENTS clients in ROOT/part.npz."""
     from fedgmh import data
-    from fedgmh.cli import main
 
     data.download("digits", root / "data")
-    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", str(clients),
-                 "--classes-per-client", str(classes_per_client), "--alpha", "0.5", "--out", str(root / "part.npz")]) == 0
-    return Digits(root / "data", root / "part.npz")
+    return Digits(root / "data", partition_digits(root / "data", root / "part.npz", clients=clients,
+                                                  classes_per_client=classes_per_client))
 
 
 def train_args(digits: Digits, out: Path, *extra: str, algorithm: str = "fedavg", rounds: int = 1, **options: Any) -> list[str]:
