@@ -11,7 +11,7 @@
 
 from snakemake.utils import min_version
 
-min_version("8.0")
+min_version("9.17")  # the train rule's priority is a function
 
 
 # The default config applies only when no --configfile is given: Snakemake would otherwise MERGE

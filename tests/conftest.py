@@ -225,7 +225,8 @@ def tiny_config(name: str, algorithms: list[str], title: str | None = None, **ch
     table.update(algorithms=algorithms, settings=[{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}])
     config = yaml.safe_load(SMOKE.read_text())
     config.update(name=name, figures={}, reference_tables=None, experiments={"table2": table}, **changes)
-    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs"):
+    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs",
+                "official_reading"):
         config.pop(key, None)
     return config
 

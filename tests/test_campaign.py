@@ -1,10 +1,10 @@
-"""The campaign: its priority list is checked against the configs, and `run_campaign` trains a tiny
-config's runs two at a time, the cut-off one first, resumed from its snapshot to the numbers of an
-uninterrupted run, each record put into the store."""
+"""The campaign: its priority list is checked against its config, and `run_campaign` trains a tiny
+config's runs in one Snakemake call, the cut-off one first and the others in the campaign's order
+(the train rule's priority), resumed from its snapshot to the numbers of an uninterrupted run, each
+record put into the store."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -18,15 +18,8 @@ import pytest
 import yaml
 from conftest import SNAKEFILE, stopping_after_a_snapshot, tiny_config
 
-from fedgmh.campaign import (
-    CAMPAIGN_LOGS,
-    load_campaign,
-    next_runs,
-    run_campaign,
-    snakemake_command,
-    state,
-    stopped_line,
-)
+from fedgmh import locks
+from fedgmh.campaign import CAMPAIGN_LOGS, load_campaign, next_runs, run_campaign, snakemake_command, state
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 
@@ -38,13 +31,14 @@ def test_the_committed_campaign_names_runs_of_its_configs() -> None:
     names = [entry.name for entry in entries]
     assert names[:3] == ["table2/cifar100_c5_a0.5/fedgmh/seed0", "table2/cifar100_c5_a0.5/fedper/seed0",
                          "table2/cifar100_c5_a0.5/fedamp/seed0"]
+    assert {entry.config for entry in entries} == {"config/config.yaml"}  # one config: one Snakemake call
     assert {entry.plan.name for entry in entries} == {"paper"}  # one tree of records: paper_artifacts/paper/runs
     assert all(str(entry.record).startswith("paper_artifacts/paper/runs/") for entry in entries)
 
 
-def write(tmp_path: Path, groups: list) -> Path:
+def write(tmp_path: Path, groups: list, config: str = "camp.yaml") -> Path:
     path = tmp_path / "campaign.yaml"
-    path.write_text(yaml.safe_dump({"groups": groups}))
+    path.write_text(yaml.safe_dump({"config": config, "groups": groups}))
     return path
 
 
@@ -61,37 +55,48 @@ def camp_config(tmp_path: Path) -> str:
     (["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedavg/seed0"], "listed twice"),
 ])
 def test_a_bad_entry_is_refused_in_one_line(tmp_path: Path, runs: list, words: str) -> None:
-    path = write(tmp_path, [{"config": camp_config(tmp_path), "runs": runs}])
+    path = write(tmp_path, [{"runs": runs}], camp_config(tmp_path))
     with pytest.raises(UserError, match=words):
         load_campaign(path, tmp_path, SNAKEFILE)
-    with pytest.raises(UserError, match="`config`, `runs`"):
-        load_campaign(write(tmp_path, [{"runs": runs}]), tmp_path, SNAKEFILE)
+    with pytest.raises(UserError, match="must have `runs` and optionally `title`"):
+        load_campaign(write(tmp_path, [{"config": "camp.yaml", "runs": runs}]), tmp_path, SNAKEFILE)
+    (tmp_path / "campaign.yaml").write_text(yaml.safe_dump({"groups": [{"runs": runs}]}))
+    with pytest.raises(UserError, match="a `config` file and a non-empty list `groups`"):
+        load_campaign(tmp_path / "campaign.yaml", tmp_path, SNAKEFILE)
 
 
-def test_the_campaign_trains_cut_off_runs_first_and_resumes_them_exactly(tmp_path: Path, monkeypatch) -> None:
+def _train_jobs_started(output: str) -> list[str]:
+    """algorithm/seedN of each training job, in the order Snakemake started them (its job lines)."""
+    return [line.split("algorithm=")[1].replace(", seed=", "/seed").strip()
+            for line in output.splitlines() if "wildcards: experiment=table2" in line]
+
+
+def test_the_campaign_trains_cut_off_runs_first_then_in_its_order_and_resumes_them_exactly(tmp_path: Path, monkeypatch,
+                                                                                            capfd) -> None:
     monkeypatch.chdir(tmp_path)  # the workflow's relative paths (data/, results/) are the campaign's folder's
     config = camp_config(tmp_path)
-    runs = ["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedper/seed0", "table2/digits_c2_a0.5/fedavg/seed1"]
-    path = write(tmp_path, [{"title": "tiny", "config": config, "runs": runs}])
+    runs = ["table2/digits_c2_a0.5/fedper/seed0", "table2/digits_c2_a0.5/fedavg/seed1", "table2/digits_c2_a0.5/fedavg/seed0"]
+    path = write(tmp_path, [{"title": "tiny", "runs": runs}], config)
     entries = load_campaign(path, tmp_path, SNAKEFILE)
     assert [state(entry, tmp_path) for entry in entries] == ["to do"] * 3
 
-    # the last entry was cut off after its snapshot of round 1 (as a killed session leaves it)
-    from fedgmh.campaign import prepare
-
-    prepare(entries, [], SNAKEFILE, tmp_path, say=lambda line: None)
-    cut = entries[2]
+    # the second entry was cut off after its snapshot of round 1 (as a killed session leaves it)
+    cut = entries[1]
+    subprocess.run(snakemake_command([cut.partition], config, [], 1, SNAKEFILE, tmp_path), check=True, capture_output=True)
     words = cut.plan.train_arguments(cut.run, cut.partition, 1)
     with stopping_after_a_snapshot():
         assert main(["train", *words, "--quiet"]) != 0
     assert state(cut, tmp_path) == "cut off"
-    assert next_runs(entries, tmp_path) == [entries[2], entries[0], entries[1]]
+    assert next_runs(entries, tmp_path) == [entries[1], entries[0], entries[2]]
+    capfd.readouterr()
 
     lines: list[str] = []
-    outcome = run_campaign(entries, 2, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append)
-    assert outcome["failed"] == [] and sorted(outcome["finished"]) == sorted(runs)
-    started = [line for line in lines if " starts " in line or " resumes " in line]
-    assert "fedavg/seed1 resumes from its snapshot" in started[0] and len(started) == 3
+    outcome = run_campaign(path, entries, 1, [], SNAKEFILE, tmp_path, say=lines.append)
+    assert outcome == {"finished": [runs[1], runs[0], runs[2]], "left": []}
+    assert "fedavg/seed1 resumes from its snapshot" in lines[0] and "fedper/seed0 starts" in lines[1]
+    # one job at a time: Snakemake started the cut-off run first, then the others in the campaign's order
+    # (fedper before fedavg, which Snakemake left to itself need not keep)
+    assert _train_jobs_started(capfd.readouterr().err) == ["fedavg/seed1", "fedper/seed0", "fedavg/seed0"]
     assert [state(entry, tmp_path) for entry in entries] == ["done"] * 3
 
     # the resumed run's record: resumed, and the numbers of an uninterrupted run of the same settings
@@ -105,13 +110,13 @@ def test_the_campaign_trains_cut_off_runs_first_and_resumes_them_exactly(tmp_pat
 
     # nothing left: a second call trains nothing
     lines.clear()
-    assert run_campaign(entries, 2, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append) == {"finished": [], "failed": []}
+    assert run_campaign(path, entries, 2, [], SNAKEFILE, tmp_path, say=lines.append) == {"finished": [], "left": []}
     assert lines == ["campaign: nothing to train (every run is done or running)"]
 
 
 def test_status_lists_every_run(tmp_path: Path, capsys) -> None:
     config = camp_config(tmp_path)
-    path = write(tmp_path, [{"title": "tiny", "config": config, "runs": ["table2/digits_c2_a0.5/fedper/seed1"]}])
+    path = write(tmp_path, [{"title": "tiny", "runs": ["table2/digits_c2_a0.5/fedper/seed1"]}], config)
     assert main(["campaign", "status", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE)]) == 0
     out = capsys.readouterr().out
     assert "# tiny (camp.yaml)" in out and "table2/digits_c2_a0.5/fedper/seed1" in out and "0 done, 0 running, 0 cut off, 1 to do" in out
@@ -123,14 +128,12 @@ def test_a_record_of_other_settings_or_an_invalid_one_is_not_done(tmp_path: Path
     from fedgmh.campaign import record_problem
 
     config = camp_config(tmp_path)
-    path = write(tmp_path, [{"config": config, "runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
+    path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}], config)
     entry = load_campaign(path, tmp_path, SNAKEFILE)[0]
     assert record_problem(entry, tmp_path) == "no record"
     lines: list[str] = []
-    assert run_campaign([entry], 1, [], SNAKEFILE, tmp_path, poll_s=0.5, say=lines.append)["finished"] == [entry.name]
+    assert run_campaign(path, [entry], 1, [], SNAKEFILE, tmp_path, say=lines.append)["finished"] == [entry.name]
     assert record_problem(entry, tmp_path) is None and state(entry, tmp_path) == "done"
-    # stopped once its record is filed (a SIGTERM near its end): done, not "starts it again"
-    assert stopped_line(entry, tmp_path) == f"campaign: camp/{entry.name} stopped after its record was filed: done ({entry.record})"
     # the same campaign asked for 2 rounds: that record is not this run
     other = load_campaign(path, tmp_path, SNAKEFILE, ["rounds=2"])[0]
     assert "a record of other settings: rounds 4 (wanted 2)" in record_problem(other, tmp_path)
@@ -149,7 +152,7 @@ def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path)
     config = yaml.safe_load((tmp_path / camp_config(tmp_path)).read_text())
     config.update(rounds=400)  # long enough to be stopped mid-run
     (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
-    path = write(tmp_path, [{"config": "camp.yaml", "runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
+    path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
     entry = load_campaign(path, tmp_path, SNAKEFILE)[0]
     command = [sys.executable, "-m", "fedgmh.cli", "campaign", "run", "--file", str(path), "--directory", str(tmp_path),
                "--snakefile", str(SNAKEFILE), "--jobs", "1"]
@@ -162,41 +165,38 @@ def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path)
     assert second.returncode == 2 and "a campaign is already running" in second.stderr
     campaign.send_signal(signal.SIGTERM)
     out, _ = campaign.communicate(timeout=300)
-    assert "stopped; the next `campaign run` resumes it from its snapshot" in out, out
-    # `kill PID`, as the campaign says to stop it: exit 143 and one line, not "0 finished, 0 failed" and 0
-    assert campaign.returncode == 143 and "fedgmh campaign: campaign stopped by SIGTERM (0 finished, 0 failed)" in out, out
+    assert f"camp/{entry.name} not finished (log {entry.log}); the next `campaign run` resumes it from its snapshot" in out, out
+    # `kill PID`, as the campaign says to stop it: exit 143 and one line, not "0 finished" and 0
+    assert campaign.returncode == 143 and "fedgmh campaign: campaign stopped by SIGTERM (0 finished, 1 left)" in out, out
     assert snapshot.exists() and not (tmp_path / entry.run.run_dir / "run.json").exists()
     assert state(entry, tmp_path) == "cut off"
 
 
 def one_entry(tmp_path: Path):
-    path = write(tmp_path, [{"config": camp_config(tmp_path), "runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
+    path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}], camp_config(tmp_path))
     return path, load_campaign(path, tmp_path, SNAKEFILE)[0]
 
 
-def test_a_pid_file_is_trusted_only_for_a_live_process_training_its_run(tmp_path: Path) -> None:
-    """A pid file of 1, -1 or 0, of a process that is no campaign's run, or of one that has ended, made
-    the run "running" (and `campaign run` said "nothing to train")."""
+def test_a_run_is_running_only_while_a_live_train_process_of_this_folder_trains_it(tmp_path: Path) -> None:
+    """Running: a live process whose command line is `... train ... --out RUN_DIR`, RUN_DIR read from
+    its working folder; not one that trains the same relative folder of another checkout, nor one that has ended."""
     _, entry = one_entry(tmp_path)
-    pid_file = tmp_path / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid"
-    pid_file.parent.mkdir(parents=True)
-    for pid in ("1", "-1", "0", str(os.getpid()), "junk"):
-        pid_file.write_text(pid)
-        assert state(entry, tmp_path) == "to do", pid
-    # a process whose command line is a campaign's Snakemake run of this entry in this folder (of any version of the code)
-    sleep = [sys.executable, "-c", "import time; time.sleep(60)", "-m", "snakemake", entry.target, "--directory"]
-    run, elsewhere = (subprocess.Popen([*sleep, str(folder)]) for folder in (tmp_path, tmp_path / "other"))
+    assert state(entry, tmp_path) == "to do"
+    train = [sys.executable, "-c", "import time; time.sleep(60)", "train", "--out", entry.run.run_dir]
+    (tmp_path / "other").mkdir()
+    run, elsewhere = (subprocess.Popen(train, cwd=folder) for folder in (tmp_path, tmp_path / "other"))
     try:
-        pid_file.write_text(str(run.pid))
+        deadline = time.time() + 30
+        while state(entry, tmp_path) != "running" and time.time() < deadline:
+            time.sleep(0.1)
         assert state(entry, tmp_path) == "running"
-        pid_file.write_text(str(elsewhere.pid))
-        assert state(entry, tmp_path) == "to do"
+        run.kill()
+        run.wait()
+        assert state(entry, tmp_path) == "to do"  # the other checkout's process trains its own folder
     finally:
         for process in (run, elsewhere):
             process.kill()
             process.wait()
-    pid_file.write_text(str(run.pid))
-    assert state(entry, tmp_path) == "to do"
 
 
 def test_a_second_background_campaign_is_refused_with_a_non_zero_exit(tmp_path: Path, capsys) -> None:
@@ -214,9 +214,11 @@ def test_a_second_background_campaign_is_refused_with_a_non_zero_exit(tmp_path: 
         os.killpg(pid, signal.SIGTERM)
         os.waitpid(pid, 0)
     # a campaign in the foreground holds the same lock
-    with open(tmp_path / CAMPAIGN_LOGS / "campaign.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert main(command) == 2 and "already running" in capsys.readouterr().err
+    fd = locks.hold(tmp_path / CAMPAIGN_LOGS / "campaign.lock", wait=False)
+    try:
+        assert fd is not None and main(command) == 2 and "already running" in capsys.readouterr().err
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize(("option", "words"), [(["--max-runs", "-2"], "--max-runs -2: at least 1"),
@@ -250,7 +252,7 @@ def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> No
     rule = 'rule run:\n    output:\n        "out/run.json",\n    shell:\n        "echo {{}} > {output}; sleep 60"\n'
     (tmp_path / "Snakefile").write_text(rule)
     (tmp_path / "c.yaml").write_text("{}\n")
-    command = snakemake_command(["out/run.json"], "c.yaml", [], 1, tmp_path / "Snakefile", tmp_path, True)
+    command = snakemake_command(["out/run.json"], "c.yaml", [], 1, tmp_path / "Snakefile", tmp_path)
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 120
     while not (tmp_path / "out" / "run.json").exists() and time.time() < deadline and process.poll() is None:

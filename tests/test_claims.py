@@ -514,14 +514,18 @@ def test_the_reference_file_covers_the_papers_claims() -> None:
 def test_the_cost_claims_are_judged_from_the_computed_costs(tmp_path: Path) -> None:
     """Exact where the paper prints a figure: 200.39 KB up with 100 labels holds; "about 2004 KB" down
     does not on CIFAR-100, the only dataset with 100 labels (20039.06 KB: 2004 is 100 heads of the
-    10-class model); FedGMH's traffic is below FedAvg's, FedPer's and FedRep's on the 10-class models.
-    Judged on `fedgmh costs`' table (the reports never import torch); without it, not run."""
+    10-class model); FedGMH's traffic is below FedAvg's, FedPer's and FedRep's on the 10-class models;
+    its extra computation is not half a local epoch. Judged on `fedgmh costs`' table (the reports never import torch); without it, not run."""
     from fedgmh.costs import KB, Sizes, cost_table
 
     cost_claims = [claim for claim in read_claims(CLAIMS) if claim.test == "cost"]
     frame, parts = evaluate_claims(cost_claims, Runs(None, None, costs=cost_table()))
     verdicts = frame.set_index("id")["verdict"].to_dict()
-    assert verdicts == {"c-upload-100-labels": HOLDS, "c-download-100-heads": FAILS, "c-traffic-below-model": HOLDS}
+    assert verdicts == {"c-upload-100-labels": HOLDS, "c-download-100-heads": FAILS, "c-traffic-below-model": HOLDS,
+                        "c-compute-half-epoch": FAILS}
+    # section 2.3.3: one forward of phi is about a third of an epoch's forward and backward, not a half
+    compute = parts["c-compute-half-epoch"]
+    assert len(compute) == 3 and all(0.3 < part.estimate < 0.4 and "local epochs" in part.evidence for part in compute)
     down = parts["c-download-100-heads"][0]
     assert down.estimate == pytest.approx(100 * Sizes.for_dataset("cifar100").head / KB) and "20039.06 KB, paper 2004 KB" in down.evidence
     assert "|S_m| = 100" in down.evidence
@@ -727,3 +731,10 @@ def test_a_target_accuracy_is_a_percentage(tmp_path: Path) -> None:
     for target in (math.nan, math.inf, 0, 170):
         with pytest.raises(UserError, match=r"is not a percentage in \(0, 100\]"):
             rounds_to_target(pd.read_csv(curves_csv), "table2", SETTING, [70, target])
+
+
+def test_a_cost_claim_compares_one_unit() -> None:
+    """`below` between KB and local epochs is refused where the claims file is read."""
+    with pytest.raises(UserError, match="compares KB with another unit"):
+        read_claims_from({"claims": [{"id": "c", "where": "2.3", "claim": "Less.", "test": "cost", "datasets": ["mnist"],
+                                      "below": {"fedgmh.up": ["fedgmh.compute"]}}]})

@@ -48,7 +48,11 @@ def test_the_100_label_figures_on_the_cifar100_model():
     assert round(100 * (sizes.prototype + sizes.label) / KB, 2) == 200.39  # d_f = 512 on every dataset
     assert round(100 * sizes.head / KB, 2) == 20039.06  # ten times the paper's "about 2004 KB"
     figures = costs.paper_figures(["cifar10", "cifar100"]).set_index(["dataset", "quantity"])
-    assert figures.xs("cifar10")["matches_paper"].dropna().all()  # every figure, at its printed precision
+    # every byte figure at its printed precision; the computation (section 2.3.3) is a third of an epoch, not a half
+    assert figures.xs("cifar10")["matches_paper"].dropna().drop("prototype_forward_per_epoch").all()
+    assert not figures.loc[("cifar10", "prototype_forward_per_epoch"), "matches_paper"]
+    forward = figures.xs("prototype_forward_per_epoch", level="quantity")["analytic"]
+    assert ((0.3 < forward) & (forward < 0.4)).all()
     assert not figures.loc[("cifar100", "download_100_heads"), "matches_paper"]
 
 

@@ -287,3 +287,40 @@ def test_official_runs_train_the_same_whichever_rounds_are_evaluated(name):
     assert every_state.keys() == last_state.keys() and torch.equal(every_draws, last_draws)
     for k, v in every_state.items():
         assert torch.equal(last_state[k], v), k
+
+
+@pytest.mark.parametrize("local_epochs", [1, 3])
+def test_extra_computation_is_one_body_forward_over_an_epoch(monkeypatch, local_epochs):
+    """Section 2.3.3: beyond its local training a FedGMH client runs the feature extractor forward once
+    over one epoch's samples (its prototypes); counted in FLOPs, that is C_phi / C_omega of an epoch,
+    the figure `fedgmh costs` reports (prototype_forward_per_epoch) for the claim c-compute-half-epoch."""
+    from torch.func import functional_call
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import fedgmh.algorithms.fedgmh as gmh
+
+    algo = build(drop_last=False)
+    algo.fed.local_epochs = local_epochs
+    original, counted = gmh.class_means, {}
+
+    def counting(fed, params, idx):
+        with FlopCounterMode(display=False) as inner:
+            means = original(fed, params, idx)
+        counted.update(flops=inner.get_total_flops(), samples=len(idx))
+        return means
+
+    monkeypatch.setattr(gmh, "class_means", counting)
+    with FlopCounterMode(display=False) as total:
+        algo.train_client(0, 2)
+    fed = algo.fed
+    samples = len(fed.train_idx[2])
+    one = fed.images[fed.train_idx[2][:1]]
+    with FlopCounterMode(display=False) as forward:
+        fed.features(algo.params[2], one)
+    params = {k: v.detach().requires_grad_() for k, v in algo.params[2].items()}
+    with FlopCounterMode(display=False) as step:
+        F.cross_entropy(functional_call(fed.model, params, (one,)), fed.labels[fed.train_idx[2][:1]]).backward()
+    assert counted["samples"] == samples and counted["flops"] == samples * forward.get_total_flops()
+    training = total.get_total_flops() - counted["flops"]
+    assert training == local_epochs * samples * step.get_total_flops()
+    assert counted["flops"] / training == pytest.approx(forward.get_total_flops() / step.get_total_flops() / local_epochs)

@@ -27,7 +27,8 @@ def _checkout(tmp_path: Path) -> Path:
         (shutil.copytree if source.is_dir() else shutil.copy)(source, root / name)
     (root / "profiles").symlink_to("workflow/profiles")
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())  # four runs of 6 rounds
-    config.update(name="lease", rounds=6, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None)
+    config.update(name="lease", rounds=6, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None,
+                  official_reading={})
     config["experiments"] = {"table2": {**config["experiments"]["table2"], "algorithms": ["fedavg", "fedgmh"], "seeds": [0, 1]}}
     (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
     return root
@@ -97,9 +98,9 @@ def _first_trained(log: str, count: int) -> list[str]:
 
 @pytest.mark.slow
 def test_a_call_starts_the_runs_with_a_checkpoint_first(tmp_path: Path) -> None:
-    """Runs cut off by the last call go before any fresh run. Their checkpoints here are not
-    loadable, so those two jobs stop with an error, which is all the check needs: which jobs
-    started first."""
+    """Runs cut off by the last call go before any fresh run (the train rule's priority). Their
+    checkpoints here are not loadable, so those two jobs stop with an error, which is all the check
+    needs: which jobs started first. A checkpoint of another config of the same name is no target."""
     root = _checkout(tmp_path)
     config = yaml.safe_load((root / "config" / "lease.yaml").read_text())
     config["experiments"]["table2"]["seeds"] = [0, 1, 2, 3]
@@ -111,7 +112,6 @@ def test_a_call_starts_the_runs_with_a_checkpoint_first(tmp_path: Path) -> None:
         folder.mkdir(parents=True)  # the last: another config's run (same name), which this one cannot build
         (folder / "checkpoint.pt").write_bytes(b"cut off by the last call")
     said = _chunk(root, tmp_path / "out", 240, jobs=1)
-    assert "resuming first: 2 runs with a checkpoint" in said
     log = (tmp_path / "out" / "snakemake.log").read_text()
     assert sorted(_first_trained(log, 2)) == sorted(cut_off), log
     assert len(_first_trained(log, 8)) == 8  # and then every other run
@@ -149,7 +149,6 @@ def test_a_run_cut_at_the_budget_finishes_its_round_and_the_next_call_resumes_fr
     last_played = max(int(r) for r in re.findall(r"\[fedavg\] round (\d+)/", log))
     assert int(stopped.group(1)) == last_played  # the round the signal came in was finished, and no other begun
     second = _chunk(root, tmp_path / "out2", 70, jobs=1)
-    assert "resuming first: 1 runs with a checkpoint" in second, second
     resumed = _train_logs(tmp_path / "out2")["fedavg/seed0"]
     assert f"at round {last_played + 1}\n" in resumed, resumed
 
@@ -166,8 +165,9 @@ def _direct(root: Path, out: Path, *args: str, **env: str) -> str:
 @pytest.mark.slow
 def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_back(tmp_path: Path) -> None:
     """prepare_direct.sh here, then direct.sh there (a tree with no results, data or logs, as the
-    machine receives it): the runs' commands from the workflow's dry run, their partitions drawn
-    here, the runs trained several at a time after the call that started them, their records back."""
+    machine receives it): the runs' commands from the plan (`fedgmh plan --commands`), their
+    partitions drawn here, the runs trained several at a time after the call that started them,
+    their records back."""
     root = _checkout(tmp_path)
     config = yaml.safe_load((root / "config" / "lease.yaml").read_text())
     (root / "config" / "lease.yaml").write_text(yaml.safe_dump({**config, "data_root": "my data"}))  # the config's, with a space
@@ -194,7 +194,7 @@ def test_direct_trains_prepared_runs_without_snakemake_and_sends_their_records_b
         record = yaml.safe_load((tmp_path / "back" / run.removeprefix("results/") / "run.json").read_text())
         assert record["config"]["rounds"] == 6 and record["config"]["seed"] == int(run[-1])
     # a later call prepared for other runs on the same machine counts and shows only its own runs
-    commands = root / ".lease" / "direct" / "meta" / "commands.txt"
+    commands = root / ".lease" / "direct" / "meta" / "runs.tsv"
     commands.write_text(commands.read_text().splitlines(keepends=True)[1])
     said = _direct(root, tmp_path / "out", "collect", "0", LEASE_KEEP=str(keep))
     assert "finished runs: 1 of 1" in said and said.count("/train/") == 1, said
@@ -213,7 +213,7 @@ def test_direct_joins_the_data_parts_only_when_every_part_is_there_and_intact(tm
     parts = {"part-00": whole[:4000], "part-01": whole[4000:]}
     (meta / "parts").write_text("2\n")
     (meta / "parts.sha256").write_text("".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in parts.items()))
-    (meta / "commands.txt").write_text("")
+    (meta / "runs.tsv").write_text("")
     (meta / "datasets").write_text("")
     (meta / "partitions").mkdir()
     keep = tmp_path / "keep"
@@ -240,7 +240,33 @@ def test_direct_puts_the_data_where_the_config_says(tmp_path: Path) -> None:
     shutil.copytree(REPO / "tools" / "lease", root / "tools" / "lease")
     meta = root / ".lease" / "direct" / "meta"
     (meta / "partitions").mkdir(parents=True)
-    for name, text in (("parts", "0\n"), ("commands.txt", ""), ("datasets", "digits\n"), ("data_root", "my data\n")):
+    for name, text in (("parts", "0\n"), ("runs.tsv", ""), ("datasets", "digits\n"), ("data_root", "my data\n")):
         (meta / name).write_text(text)
     _direct(root, tmp_path / "out", "start", "1", "0", LEASE_KEEP=str(tmp_path / "keep"))
     assert (root / "my data" / "digits.npz").is_file() and not (root / "data").exists()
+
+
+def test_the_plans_commands_are_the_train_jobs_word_for_word(tmp_path: Path) -> None:
+    """What prepare_direct.sh hands direct.sh (`fedgmh plan --commands`) is the command the workflow's
+    train job runs (its dry run prints it), with the run's folder, log, partition and dataset beside it."""
+    root = _checkout(tmp_path)
+    (root / "config" / "lease.yaml").write_text(yaml.safe_dump({**yaml.safe_load((root / "config" / "lease.yaml").read_text()),
+                                                                "data_root": "my data"}))
+    runs = ["results/lease/runs/table2/digits_c2_a0.5/fedgmh/seed1", "results/lease/runs/table2/digits_c2_a0.5/fedavg/seed0/"]
+    settings = ["--configfile", "config/lease.yaml", "--config", "device=cpu", "jobs_per_gpu=3"]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    planned = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", *runs], cwd=root,
+                             capture_output=True, text=True, env=env)
+    assert planned.returncode == 0, planned.stderr
+    rows = [line.split("\t") for line in planned.stdout.splitlines()]
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *(f"{run.rstrip('/')}/run.json" for run in runs), *settings,
+                          "--cores", "1"], cwd=root, capture_output=True, text=True, env=env)
+    printed = [line.removeprefix("Shell command: ") for line in (dry.stdout + dry.stderr).splitlines()
+               if line.removeprefix("Shell command: ").startswith("fedgmh train ")]
+    assert sorted(row[4] for row in rows) == sorted(printed) and len(printed) == 2, dry.stdout + dry.stderr
+    assert rows[0][:4] == [runs[0], "logs/lease/train/table2/digits_c2_a0.5/fedgmh/seed1.log",
+                           "results/lease/partitions/digits_c2_a0.5.npz", "digits"]
+    assert "--root 'my data'" in rows[0][4] and rows[0][4].endswith(" > logs/lease/train/table2/digits_c2_a0.5/fedgmh/seed1.log 2>&1")
+    other = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", "results/lease/runs/table9/x/fedavg/seed0"],
+                           cwd=root, capture_output=True, text=True, env=env)
+    assert other.returncode == 2 and "is not a run that config 'lease' trains" in other.stderr

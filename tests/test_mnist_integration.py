@@ -1,8 +1,8 @@
 """Real MNIST from the offline mirror: personalised algorithms beat FedAvg on ExDir(2, 0.5) (Table 2).
 
 Small (10 clients, half of them per round, 3 rounds of 1 local epoch), but still a few minutes
-on 2 CPU cores, so it is marked slow: `python -m pytest -m slow`. A longer run (20 clients,
-20 rounds) is reported in docs/results.md.
+on 2 CPU cores, so it is marked slow: `python -m pytest -m slow`. The full-protocol results:
+docs/results.md.
 """
 
 from __future__ import annotations

@@ -81,14 +81,6 @@ def test_checkpoint_every_reaches_the_jobs_only_when_set() -> None:
     assert any("checkpoint_every" in problem for problem in plan.schema_problems(bad, SCHEMA))
 
 
-def test_planned_run_dirs_are_the_workflows_runs_of_a_config_file() -> None:
-    """What tools/lease/chunk.sh asks before it gives cut-off runs priority: the same folders the workflow trains."""
-    dirs = plan.planned_run_dirs(REPO / "config" / "table2_full.yaml", basedir=REPO)
-    assert dirs == sorted(Plan(load("table2_full.yaml"), basedir=REPO).train_jobs) and len(dirs) == 240
-    assert "results/paper/runs/table2/mnist_c2_a0.5/fedgmh/seed4" in dirs
-    assert "results/paper/runs/table4/cifar100_c5_a0.5_j1/fedavg/seed0" not in dirs  # config.yaml's, same name `paper`
-
-
 def test_a_sweep_of_batch_size_or_lr_names_its_settings() -> None:
     config = load("smoke.yaml")
     config["experiments"] = {"sweep": {"algorithms": ["fedavg"], "lr": 0.1, "settings": [
@@ -243,3 +235,21 @@ def test_the_plan_imports_no_torch() -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def test_official_reading_names_the_runs_of_a_variant() -> None:
+    """`official_reading` maps a paper experiment to the runs of another experiment's variant; a
+    variant that does not exist is a config error naming the experiments that have variants."""
+    paper = Plan(load("config.yaml"), basedir=REPO)
+    assert sorted(paper.official_reading) == ["table2", "table5"]
+    dirs = paper.official_run_dirs("table2")
+    official = [run for run in paper.runs if run.experiment == "table2_pflib" and run.variant == "official"]
+    assert dirs == [run.run_dir for run in official] and all("@official/" in d for d in dirs)
+    assert all(run.options.get("preset") == "official" for run in official)
+    assert not set(dirs) & set(paper.experiment_run_dirs("table2"))
+    with pytest.raises(ConfigError, match=r"official_reading.table2 'table2_pflib@pflib' is not an experiment's variant.*table2_pflib"):
+        Plan(load("config.yaml", official_reading={"table2": "table2_pflib@pflib"}), basedir=REPO)
+    with pytest.raises(ConfigError, match="official_reading.table2 'table2@official'"):
+        Plan(load("config.yaml", official_reading={"table2": "table2@official"}), basedir=REPO)
+    # an experiment the config does not have names no runs (a config trimmed to some experiments)
+    assert Plan(load("config.yaml", official_reading={"table2": "table9@official"}), basedir=REPO).official_reading == {}

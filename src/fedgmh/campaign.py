@@ -1,26 +1,25 @@
-"""A campaign: a committed priority list of full-protocol runs and the loop that trains the next ones.
+"""A campaign: a committed priority list of full-protocol runs, trained by one Snakemake call.
 
-Each entry names one run of a workflow config (`experiment/setting/algorithm/seedN`, checked against
-the config's plan). An entry is *done* when its record is in the store (paper_artifacts/<name>/runs/,
-where the workflow's train job puts it), *running* while a campaign process trains it,
-*cut off* when its run folder holds a snapshot (resumed before anything new is started), and *to do*
-otherwise. `run_campaign` keeps `jobs` runs going, each one Snakemake process that trains the run
-and stores its record; the workflow itself decides reuse and resumption, the campaign only chooses
-what to ask for next. Nothing here imports torch.
+The campaign file names one workflow config and groups of its runs (`experiment/setting/algorithm/seedN`,
+each checked against the config's plan). An entry is *done* when its record is in the store
+(paper_artifacts/<name>/runs/, where the workflow's train job puts it), *running* while a live
+`fedgmh train` process of this checkout trains its folder, *cut off* when its run folder holds a
+snapshot, and *to do* otherwise. `run_campaign` hands the runs still to train, as targets, to one
+Snakemake call (`--cores jobs`, `--keep-going`, `--rerun-incomplete`) with `--config campaign=FILE`:
+the train rule's priority then starts runs with a snapshot first and the others in the campaign's
+order (workflow/rules/common.smk). The workflow decides reuse and resumption; nothing here imports torch.
 
-What the campaign trusts: a run is running only while a live process of this checkout trains it
-(`training_process`: a pid file alone is no proof, its process may have ended and its number been
-reused); one campaign per folder holds its lock (`campaign_lock`), which `run --background` hands to
-the process it starts; a stop (SIGTERM, Ctrl-C) ends the campaign with a non-zero status, and keeps a
-finished run's outputs (Snakemake runs with --keep-incomplete: every file fedgmh writes is complete or
-absent, so nothing half-written is kept).
+Locks: the campaign's own (`campaign_lock`, fedgmh.locks: one campaign per folder, refused at once,
+also in the background, where `run --background` hands it to the process it starts) and Snakemake's
+(no other Snakemake call makes the same runs meanwhile). A stop (SIGTERM, Ctrl-C) reaches Snakemake
+and its jobs: each run snapshots at the end of its round and stops, to be resumed by the next call;
+Snakemake runs with --keep-incomplete, so a run stopped after its record was filed keeps it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import os
 import signal
 import subprocess
@@ -33,6 +32,7 @@ from typing import IO
 
 import yaml
 
+from fedgmh import locks
 from fedgmh.cards import resolve_options
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.plan import Plan, Run
@@ -40,8 +40,10 @@ from fedgmh.plan_cost import load_plan
 from fedgmh.record import load_record
 from fedgmh.store import EXECUTION_OPTIONS
 
-#: where the campaign keeps its processes' logs and the pid files of the runs it is training
+#: where the campaign keeps its lock and, in the background, its log
 CAMPAIGN_LOGS = Path("logs") / "campaign"
+#: a run's snapshot in its folder (`fedgmh train --checkpoint-every`)
+SNAPSHOT = "checkpoint.pt"
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Entry:
 
     @property
     def snapshot(self) -> Path:
-        return Path(self.run.run_dir) / "checkpoint.pt"
+        return Path(self.run.run_dir) / SNAPSHOT
 
     @property
     def target(self) -> str:
@@ -75,73 +77,73 @@ class Entry:
         return f"{self.plan.results}/partitions/{self.run.partition}.npz"
 
     @property
-    def slug(self) -> str:
-        return f"{self.plan.name}--{self.name.replace('/', '--')}"
+    def log(self) -> Path:
+        """The training job's log (the train rule's `log:`)."""
+        return Path(self.plan.logs) / "train" / f"{self.name}.log"
 
 
-def _plan(config_path: str, base: Path, workflow_dir: Path, overrides: list[str]) -> Plan:
-    """The config's plan as the workflow builds it (`load_plan`: a mapping, valid against the schema)."""
-    if not (base / config_path).is_file():
-        raise UserError(f"campaign: config {config_path} not found in {base}")
-    return load_plan([config_path], overrides, base, workflow_dir)
+def read_campaign(path: Path | str) -> tuple[str, list[tuple[str, list[str]]]]:
+    """The campaign file's config and its groups' (title, run names), in order, checked for shape only."""
+    try:
+        spec = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"campaign file {path} cannot be read: {err}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("config"), str) or not isinstance(spec.get("groups"), list) \
+            or not spec["groups"]:
+        raise UserError(f"campaign file {path}: expected a mapping with a `config` file and a non-empty list `groups`")
+    groups = []
+    for index, group in enumerate(spec["groups"]):
+        where = f"campaign file {path}: groups[{index}]"
+        if not isinstance(group, dict) or set(group) - {"title", "runs"} or "runs" not in group:
+            raise UserError(f"{where} must have `runs` and optionally `title`")
+        if not isinstance(group["runs"], list) or not all(isinstance(run, str) for run in group["runs"]):
+            raise UserError(f"{where}.runs must be a list of experiment/setting/algorithm/seedN")
+        groups.append((str(group.get("title", f"group {index + 1}")), group["runs"]))
+    return spec["config"], groups
+
+
+def run_order(path: Path | str | None) -> list[str]:
+    """The campaign's run names in priority order (none without a file): the workflow's train priority."""
+    return [name for _, names in read_campaign(path)[1] for name in names] if path else []
 
 
 def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | str = "Snakefile",
                   overrides: list[str] = ()) -> list[Entry]:
-    """The campaign file's entries in priority order, each checked against its config's plan (config
-    paths are relative to `base`, the folder the workflow runs in), with the `--config` overrides the
-    runs will get applied: an override that changes a run (rounds, lr, ...) changes what counts as done."""
-    base, path, workflow_dir = Path(base), Path(path), Path(snakefile).resolve().parent
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise UserError(f"campaign file {path} cannot be read: {err}") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("groups"), list) or not spec["groups"]:
-        raise UserError(f"campaign file {path}: expected a mapping with a non-empty list `groups`")
-    plans: dict[str, Plan] = {}
+    """The campaign file's entries in priority order, each checked against its config's plan (the
+    config path is relative to `base`, the folder the workflow runs in), with the `--config` overrides
+    the runs will get applied: an override that changes a run (rounds, lr, ...) changes what counts as done."""
+    base, workflow_dir = Path(base), Path(snakefile).resolve().parent
+    config, groups = read_campaign(path)
+    if not (base / config).is_file():
+        raise UserError(f"campaign: config {config} not found in {base}")
+    plan = load_plan([config], list(overrides), base, workflow_dir)
     entries, seen = [], set()
-    for index, group in enumerate(spec["groups"]):
-        where = f"campaign file {path}: groups[{index}]"
-        if not isinstance(group, dict) or set(group) - {"title", "config", "runs"} or not {"config", "runs"} <= set(group):
-            raise UserError(f"{where} must have `config`, `runs` and optionally `title`")
-        if not isinstance(group["runs"], list) or not all(isinstance(run, str) for run in group["runs"]):
-            raise UserError(f"{where}.runs must be a list of experiment/setting/algorithm/seedN")
-        config = str(group["config"])
-        if config not in plans:
-            plans[config] = _plan(config, base, workflow_dir, list(overrides))
-        plan = plans[config]
-        for name in group["runs"]:
+    for index, (title, names) in enumerate(groups):
+        for name in names:
             parts = name.split("/")
             if len(parts) != 4 or not parts[3].startswith("seed"):
-                raise UserError(f"{where}: {name!r} is not experiment/setting/algorithm/seedN")
+                raise UserError(f"campaign file {path}: groups[{index}]: {name!r} is not experiment/setting/algorithm/seedN")
             run = plan.train_job(parts[0], parts[1], parts[2], parts[3][4:])  # ConfigError (a UserError) if not a run
-            if (plan.name, run.run_dir) in seen:
-                raise UserError(f"{where}: {name} is listed twice")
-            seen.add((plan.name, run.run_dir))
-            entries.append(Entry(str(group.get("title", config)), config, run, plan))
+            if run.run_dir in seen:
+                raise UserError(f"campaign file {path}: groups[{index}]: {name} is listed twice")
+            seen.add(run.run_dir)
+            entries.append(Entry(title, config, run, plan))
     return entries
 
 
-def training_process(pid: int, entry: Entry, base: Path) -> bool:
-    """Whether process `pid` is the Snakemake process of a campaign (of this code or an earlier one)
-    training `entry` in the folder `base`: its command line (Linux's /proc) names the run's target and
-    `--directory base`. Any other process, one that has ended, or a pid of 1 or less is not."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if pid > 1 else []
-    except OSError:
-        return False
-    folders = [argv[i + 1] for i, word in enumerate(argv[:-1]) if word == "--directory"]
-    return "snakemake" in argv and entry.target in argv and any(Path(folder).resolve() == base.resolve() for folder in folders)
-
-
-def _running_pid(entry: Entry, base: Path) -> int | None:
-    """The pid of the process training `entry`, from its pid file, when that process is one (`training_process`)."""
-    pid_file = base / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid"
-    try:
-        pid = int(pid_file.read_text())
-    except (OSError, ValueError):
-        return None
-    return pid if training_process(pid, entry, base) else None
+def running_runs(base: Path | str = ".") -> set[Path]:
+    """The run folders that live `fedgmh train` processes train (Linux's /proc: a process whose
+    command line holds `train` and `--out FOLDER`, FOLDER taken from its working folder), whoever
+    started them: a campaign, a plain `snakemake`, a person."""
+    found = set()
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if "train" in argv and "--out" in argv[:-1]:
+                found.add((Path(os.readlink(process / "cwd")) / argv[argv.index("--out") + 1]).resolve())
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+    return found
 
 
 def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
@@ -171,12 +173,12 @@ def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
     return f"a record of other settings: {', '.join(differences)}" if differences else None
 
 
-def state(entry: Entry, base: Path | str = ".") -> str:
-    """done | running | cut off | to do."""
+def state(entry: Entry, base: Path | str = ".", running: set[Path] | None = None) -> str:
+    """done | running | cut off | to do (`running`: running_runs(base), when known)."""
     base = Path(base)
     if record_problem(entry, base) is None:
         return "done"
-    if _running_pid(entry, base) is not None:
+    if (base / entry.run.run_dir).resolve() in (running_runs(base) if running is None else running):
         return "running"
     return "cut off" if (base / entry.snapshot).is_file() else "to do"
 
@@ -184,42 +186,19 @@ def state(entry: Entry, base: Path | str = ".") -> str:
 def next_runs(entries: list[Entry], base: Path | str = ".") -> list[Entry]:
     """The entries still to train, in the order the campaign takes them: cut-off runs first (their
     snapshots hold hours of work), then the rest in priority order."""
-    states = {entry.slug: state(entry, base) for entry in entries}
-    return [e for e in entries if states[e.slug] == "cut off"] + [e for e in entries if states[e.slug] == "to do"]
+    running = running_runs(base)
+    states = {entry.name: state(entry, base, running) for entry in entries}
+    return [e for e in entries if states[e.name] == "cut off"] + [e for e in entries if states[e.name] == "to do"]
 
 
 def snakemake_command(targets: list[str], config: str, overrides: list[str], cores: int, snakefile: Path,
-                      base: Path, nolock: bool) -> list[str]:
-    # --keep-incomplete: a job stopped after its run finished (its record filed) keeps the run's outputs
-    command = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(snakefile), "--directory", str(base),
-               "--cores", str(cores), "--configfile", str(base / config), "--rerun-incomplete", "--keep-incomplete"]
-    if nolock:  # several processes, each making its own run's outputs (the shared inputs are made beforehand)
-        command.append("--nolock")
-    return command + (["--config", *overrides] if overrides else [])
-
-
-def _environment() -> dict[str, str]:
-    """The rules call `fedgmh`: the one of this interpreter's environment."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def prepare(entries: list[Entry], overrides: list[str], snakefile: Path, base: Path, say: Callable[[str], None]) -> None:
-    """Download the data and make the partitions of `entries` (one Snakemake call per config), so the
-    runs' own processes find their shared inputs made and never write them at the same time."""
-    by_config: dict[str, list[str]] = {}
-    for entry in entries:
-        by_config.setdefault(entry.config, []).append(entry.partition)
-    for config, partitions in by_config.items():
-        log = base / CAMPAIGN_LOGS / "prepare.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        say(f"campaign: data and partitions of {config} (log: {log})")
-        with open(log, "a") as out:
-            done = subprocess.run(snakemake_command(sorted(set(partitions)), config, overrides, 1, snakefile, base, False),
-                                  stdout=out, stderr=subprocess.STDOUT, env=_environment(), cwd=base)
-        if done.returncode != 0:
-            raise UserError(f"campaign: preparing the data of {config} failed (see {log})")
+                      base: Path) -> list[str]:
+    """One Snakemake call making `targets`, at most `cores` jobs at once. --keep-incomplete: a job
+    stopped after its run finished (its record filed) keeps the run's outputs (every file fedgmh
+    writes is complete or absent, so nothing half-written is kept)."""
+    return [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(snakefile), "--directory", str(base),
+            "--cores", str(cores), "--configfile", str(base / config), "--keep-going", "--rerun-incomplete",
+            "--keep-incomplete", *(["--config", *overrides] if overrides else [])]
 
 
 def check_limits(jobs: int, max_runs: int | None) -> None:
@@ -231,106 +210,76 @@ def check_limits(jobs: int, max_runs: int | None) -> None:
 
 
 def campaign_lock(base: Path | str, inherited: int | None = None) -> IO[str]:
-    """The lock of the folder's one campaign, held (an exclusive flock on logs/campaign/campaign.lock,
-    the file every campaign takes): a second campaign would start the same runs (each Snakemake runs
-    with --nolock), two trainers in one run folder. `inherited`: the descriptor of that file handed
+    """The lock of the folder's one campaign, held (fedgmh.locks on logs/campaign/campaign.lock): a
+    second campaign would ask for the same runs. `inherited`: the descriptor of that file handed
     down by `run --background`, whose lock this process holds already."""
     path = Path(base) / CAMPAIGN_LOGS / "campaign.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = inherited if inherited is not None else os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-    lock = os.fdopen(fd, "a+")
-    if inherited is not None and os.fstat(lock.fileno()).st_ino != os.stat(path).st_ino:
-        lock.close()
-        raise UserError(f"descriptor {inherited} is not {path}")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
+    if inherited is not None:
+        if os.fstat(inherited).st_ino != os.stat(path).st_ino:
+            raise UserError(f"descriptor {inherited} is not {path}")
+        return os.fdopen(inherited, "a+")
+    fd = locks.hold(path, wait=False)
+    if fd is None:
         raise UserError(f"a campaign is already running in {Path(base).resolve()} (it holds {path}); "
-                        "`fedgmh campaign status` shows its runs") from None
-    return lock
+                        "`fedgmh campaign status` shows its runs")
+    return os.fdopen(fd, "a+")
 
 
-def run_campaign(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path | str, base: Path | str = ".",
-                 max_runs: int | None = None, poll_s: float = 5.0, say: Callable[[str], None] = print,
+def run_campaign(file: Path | str, entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path | str,
+                 base: Path | str = ".", max_runs: int | None = None, say: Callable[[str], None] = print,
                  lock_fd: int | None = None) -> dict[str, list[str]]:
-    """Train the campaign's next runs, `jobs` at a time, until none is left (or `max_runs` were
-    started); each run is one Snakemake process (its log under logs/campaign/). SIGTERM or Ctrl-C
-    stops the runs in progress (they snapshot at the end of their round) and raises `Interrupted`.
-    `lock_fd`: the campaign's lock, held already (`campaign_lock`)."""
+    """Train the campaign's runs still to do (the first `max_runs` of them) in one Snakemake call,
+    `jobs` at a time (its output goes to this process's). SIGTERM or Ctrl-C stops Snakemake and its
+    runs (they snapshot at the end of their round) and raises `Interrupted`. `lock_fd`: the
+    campaign's lock, held already (`campaign_lock`). Returns the runs finished and those not."""
     check_limits(jobs, max_runs)
     base, snakefile = Path(base).resolve(), Path(snakefile).resolve()
-    (base / CAMPAIGN_LOGS / "running").mkdir(parents=True, exist_ok=True)
     with campaign_lock(base, lock_fd):
-        return _run(entries, jobs, overrides, snakefile, base, max_runs, poll_s, say)
+        queue = next_runs(entries, base)[:max_runs]
+        if not queue:
+            say("campaign: nothing to train (every run is done or running)")
+            return {"finished": [], "left": []}
+        for entry in queue:
+            how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
+            say(f"campaign: {entry.plan.name}/{entry.name} {how} when its turn comes (log {entry.log})")
+        say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
+        command = snakemake_command([entry.target for entry in queue], entries[0].config,
+                                    [f"campaign={Path(file).resolve()}", *overrides], jobs, snakefile, base)
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")  # the rules' `fedgmh`
+        started = time.time()
+        process = subprocess.Popen(command, cwd=base, env=env, start_new_session=True)  # its group: a stop reaches the runs
+        stop = {"signal": None}
+
+        def on_signal(signum, frame):
+            stop["signal"] = signum
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)  # Snakemake alone would wait for its jobs to finish
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            status = process.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    outcome: dict[str, list[str]] = {"finished": [], "left": []}
+    for entry in queue:
+        done = record_problem(entry, base) is None
+        outcome["finished" if done else "left"].append(entry.name)
+        if not done and (base / entry.log).is_file() and (base / entry.log).stat().st_mtime >= started:  # it started
+            say(stopped_line(entry, base))
+    if stop["signal"] is not None:
+        raise Interrupted(stop["signal"], f"campaign stopped by {signal.Signals(stop['signal']).name} "
+                          f"({len(outcome['finished'])} finished, {len(outcome['left'])} left); "
+                          "`fedgmh campaign run` goes on from where it stopped")
+    if status != 0:
+        raise UserError(f"snakemake exited with {status}: {len(outcome['finished'])} run(s) finished, "
+                        f"{len(outcome['left'])} not (their logs are named above)")
+    return outcome
 
 
 def stopped_line(entry: Entry, base: Path) -> str:
-    """What became of a run whose process the campaign stopped."""
-    if record_problem(entry, base) is None:
-        return f"campaign: {entry.plan.name}/{entry.name} stopped after its record was filed: done ({entry.record})"
+    """What became of a run that started but has no record in the store."""
     resumes = (base / entry.snapshot).is_file()
-    return (f"campaign: {entry.plan.name}/{entry.name} stopped; the next `campaign run` "
+    return (f"campaign: {entry.plan.name}/{entry.name} not finished (log {entry.log}); the next `campaign run` "
             + ("resumes it from its snapshot" if resumes else "starts it again (no snapshot yet)"))
-
-
-def _run(entries: list[Entry], jobs: int, overrides: list[str], snakefile: Path, base: Path, max_runs: int | None,
-         poll_s: float, say: Callable[[str], None]) -> dict[str, list[str]]:
-    queue = next_runs(entries, base)[:max_runs]
-    outcome: dict[str, list[str]] = {"finished": [], "failed": []}
-    if not queue:
-        say("campaign: nothing to train (every run is done or running)")
-        return outcome
-    prepare(queue, overrides, snakefile, base, say)
-    running: dict[str, tuple[Entry, subprocess.Popen]] = {}
-    stop = {"signal": None}
-
-    def on_signal(signum, frame):
-        stop["signal"] = signum
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while (queue or running) and stop["signal"] is None:
-            while queue and len(running) < jobs:
-                entry = queue.pop(0)
-                if state(entry, base) in ("done", "running"):  # since the queue was made (e.g. by hand)
-                    continue
-                how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
-                log = base / CAMPAIGN_LOGS / f"{entry.slug}.log"
-                with open(log, "w") as out:
-                    process = subprocess.Popen(snakemake_command([entry.target], entry.config, overrides, 1, snakefile, base, True),
-                                               stdout=out, stderr=subprocess.STDOUT, env=_environment(), cwd=base,
-                                               start_new_session=True)  # its own group: a stop reaches `fedgmh train`
-                (base / CAMPAIGN_LOGS / "running" / f"{entry.slug}.pid").write_text(str(process.pid))
-                running[entry.slug] = (entry, process)
-                say(f"campaign: {entry.plan.name}/{entry.name} {how} (pid {process.pid}, log {log})")
-            time.sleep(poll_s)
-            for slug, (entry, process) in list(running.items()):
-                if process.poll() is None:
-                    continue
-                del running[slug]
-                (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
-                if process.returncode == 0:  # trained (or reused) and stored by the workflow's train job
-                    outcome["finished"].append(entry.name)
-                    where = entry.record if record_problem(entry, base) is None else \
-                        f"beside {entry.record} (which holds a record of other settings)"
-                    say(f"campaign: {entry.plan.name}/{entry.name} finished; its record: {where}")
-                else:
-                    outcome["failed"].append(entry.name)
-                    say(f"campaign: {entry.plan.name}/{entry.name} failed (exit {process.returncode}; "
-                        f"log {base / CAMPAIGN_LOGS / (slug + '.log')})")
-    finally:
-        for slug, (entry, process) in running.items():  # asked to stop: the runs snapshot at the end of their round
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)  # Snakemake alone would wait for its job to finish
-        for slug, (entry, process) in running.items():
-            process.wait()
-            (base / CAMPAIGN_LOGS / "running" / f"{slug}.pid").unlink(missing_ok=True)
-            say(stopped_line(entry, base))
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if stop["signal"] is not None:
-        raise Interrupted(stop["signal"], f"campaign stopped by {signal.Signals(stop['signal']).name} "
-                          f"({len(outcome['finished'])} finished, {len(outcome['failed'])} failed); "
-                          "`fedgmh campaign run` goes on from where it stopped")
-    return outcome

@@ -19,7 +19,7 @@ def _entries(args: argparse.Namespace):
 
 def _cmd_status(args: argparse.Namespace) -> None:
     from fedgmh import campaign_outlook as outlook
-    from fedgmh.campaign import record_problem, state
+    from fedgmh.campaign import record_problem, running_runs, state
     from fedgmh.report.claim_file import read_claims
 
     entries = _entries(args)
@@ -32,12 +32,12 @@ def _cmd_status(args: argparse.Namespace) -> None:
     for entry in entries:
         groups.setdefault(entry.group, []).append(entry)
     counts: dict[str, int] = {}
-    index, remaining = 0, []
+    index, remaining, running = 0, [], running_runs(base)
     for group, members in groups.items():
         lines, left = [], []
         for entry in members:
             index += 1
-            now = state(entry, args.directory)
+            now = state(entry, args.directory, running)
             counts[now] = counts.get(now, 0) + 1
             left += [entry] if now in ("to do", "cut off") else []
             problem = record_problem(entry, args.directory) if now != "done" else None
@@ -71,25 +71,22 @@ def _background(args: argparse.Namespace) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> None:
     from fedgmh.campaign import check_limits, run_campaign
-    from fedgmh.errors import UserError
 
     entries = _entries(args)  # checked before anything starts, also with --background
     check_limits(args.jobs, args.max_runs)
     if args.background:
         _background(args)
         return
-    outcome = run_campaign(entries, args.jobs, args.config, args.snakefile, args.directory, max_runs=args.max_runs,
+    outcome = run_campaign(args.file, entries, args.jobs, args.config, args.snakefile, args.directory, max_runs=args.max_runs,
                            say=lambda line: print(line, flush=True), lock_fd=args.lock_fd)
-    print(f"campaign: {len(outcome['finished'])} finished, {len(outcome['failed'])} failed")
-    if outcome["failed"]:
-        raise UserError("some runs failed (their logs are named above)")
+    print(f"campaign: {len(outcome['finished'])} finished, {len(outcome['left'])} not", flush=True)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("campaign", help="the full-protocol campaign: which runs are done, and train the next ones")
     verbs = p.add_subparsers(dest="verb", required=True)
     for name, func, text in (("status", _cmd_status, "each run of the campaign: done, running, cut off (a snapshot) or to do"),
-                             ("run", _cmd_run, "train the next runs (cut-off ones first), --jobs at a time, until none is left")):
+                             ("run", _cmd_run, "train the runs still to do (cut-off ones first) in one Snakemake call, --jobs at a time")):
         v = verbs.add_parser(name, help=text)
         v.add_argument("--file", default=DEFAULT_FILE, help=f"the campaign's priority list (default {DEFAULT_FILE})")
         v.add_argument("--directory", default=".", help="the repository root: where results/ and paper_artifacts/ are (default .)")
@@ -101,6 +98,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         v.add_argument("--jobs", type=int, default=2, help="runs at once (default 2: one per core of a 2-core CPU)"
                        + ("; status: the CPU time estimates assume as many" if name == "status" else ""))
         if name == "run":
-            v.add_argument("--max-runs", type=int, default=None, help="start at most this many runs, then stop when they end")
+            v.add_argument("--max-runs", type=int, default=None, help="train only the first this many runs still to do")
             v.add_argument("--background", action="store_true", help="detach and return at once; progress goes to logs/campaign/campaign.log")
             v.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # the lock `--background` hands down

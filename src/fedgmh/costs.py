@@ -27,7 +27,7 @@ from fedgmh.record import load_record
 KB = 1024
 PSI_DTYPE = torch.bool  # the mask psi over the head, one byte per entry (NumPy / torch bool)
 
-__all__ = ["Exchange", "Sizes", "algorithm_costs", "cost_table", "exchange", "measured_costs", "paper_figures", "round_traffic"]
+__all__ = ["Exchange", "Flops", "Sizes", "algorithm_costs", "cost_table", "exchange", "measured_costs", "paper_figures", "round_traffic"]
 
 
 def _element_size(dtype: torch.dtype) -> int:
@@ -138,12 +138,44 @@ PAPER_FIGURES = (
     ("download_100_heads", "2004", "KB", "FedGMH download with |S_m| = 100: 100 heads of THIS model"),
     ("storage_100_heads_pct", "58.54", "%", "extra storage of 100 heads (+ psi) relative to the model"),
     ("second_extractor_pct", "99.42", "%", "extra storage of a second feature extractor relative to the model"),
+    ("prototype_forward_per_epoch", "0.5", "local epochs",
+     "FedGMH's extra computation a round, one forward of phi over an epoch's samples (its prototypes), per local epoch "
+     "(forward + backward of the model); FLOPs of convolutions and matrix products"),
 )
 
 
+@dataclass(frozen=True)
+class Flops:
+    """FLOPs per sample of the model a run on a dataset trains (convolutions and matrix products, as
+    torch.utils.flop_counter counts them; the rest is a few percent at most)."""
 
-def _figures(sizes: Sizes) -> dict[str, float]:
+    body_forward: int  # C_phi: the feature extractor's forward pass (a prototype's feature)
+    train_step: int  # C_omega: forward and backward of the whole model with the cross-entropy loss
+
+    @classmethod
+    def for_dataset(cls, name: str, batch: int = 4) -> Flops:
+        """Counted on the meta device (shapes only, no weights drawn)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        from fedgmh import data
+        from fedgmh.model import FedAvgCNN
+
+        info = data.get_info(name)
+        with torch.device("meta"):
+            model = FedAvgCNN(info.channels, info.num_classes, info.height)
+            images = torch.empty(batch, info.channels, info.height, info.height)
+            labels = torch.zeros(batch, dtype=torch.long)
+        with FlopCounterMode(display=False) as forward:
+            model.body(images)
+        with FlopCounterMode(display=False) as step:
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+        return cls(forward.get_total_flops() // batch, step.get_total_flops() // batch)
+
+
+
+def _figures(sizes: Sizes, flops: Flops) -> dict[str, float]:
     return {
+        "prototype_forward_per_epoch": flops.body_forward / flops.train_step,
         "model": sizes.model / KB,
         "feature_extractor": sizes.body / KB,
         "head": sizes.head / KB,
@@ -166,8 +198,7 @@ def paper_figures(datasets: Sequence[str] = DEFAULT_DATASETS) -> pd.DataFrame:
     """Section 2.3's quantities computed for each dataset's model, next to the paper's figure."""
     rows = []
     for dataset in datasets:
-        sizes = Sizes.for_dataset(dataset)
-        values = _figures(sizes)
+        values = _figures(Sizes.for_dataset(dataset), Flops.for_dataset(dataset))
         for quantity, paper, unit, note in PAPER_FIGURES:
             rows.append({"kind": "model", "dataset": dataset, "algorithm": "", "preset": "", "quantity": quantity, "unit": unit,
                          "paper": float(paper) if paper else math.nan, "analytic": values[quantity], "measured": math.nan,

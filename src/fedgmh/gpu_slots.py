@@ -2,7 +2,7 @@
 
 `snakemake ... --resources gpu=K` lets at most K training jobs run at once, but Snakemake does not
 say WHICH GPU a job should use. `fedgmh train --device cuda:auto --jobs-per-gpu J` asks this module:
-every GPU has J slots, one lock file each, and the job takes an exclusive OS lock (`fcntl.flock`)
+every GPU has J slots, one lock file each, and the job takes an exclusive OS lock (fedgmh.locks)
 on one free slot of the GPU with the fewest jobs (lowest index on a tie), with non-blocking locks.
 The lock is held for the whole run. Because it is a kernel lock on an open file (not the existence
 of a file), it is released when the process ends in any way, killed included, so a crashed job never
@@ -34,7 +34,6 @@ assigned by the scheduler: it is used without any locking.
 from __future__ import annotations
 
 import atexit
-import fcntl
 import getpass
 import os
 import re
@@ -45,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
+from fedgmh import locks
 from fedgmh.errors import UserError
 
 #: the `--device` value that takes a free GPU slot
@@ -121,18 +121,9 @@ def _no_release() -> None:
 def _try_lock(path: Path) -> int | None:
     """An open descriptor holding the exclusive lock on `path`, or None when another process holds it."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as err:
-        raise UserError(f"cannot open the GPU lock file {path}: {err} (set FEDGMH_GPU_LOCK_DIR)") from err
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except OSError as err:
-        os.close(fd)
-        raise UserError(f"cannot lock {path}: {err}; put FEDGMH_GPU_LOCK_DIR on a local file system") from err
-    return fd
+        return locks.hold(path, wait=False)
+    except UserError as err:
+        raise UserError(f"{err}; set FEDGMH_GPU_LOCK_DIR to a folder on a local file system") from None
 
 
 def _take_best_slot(paths: dict[tuple[int, int], Path], jobs_per_gpu: int) -> tuple[int, int, int] | None:

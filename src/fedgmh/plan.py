@@ -196,6 +196,7 @@ class Plan:
         self.uploads_to_target = config.get("uploads_to_target") or {}
         self._check_experiment_setting("uploads_to_target", self.uploads_to_target)
         self.layer_weights = config.get("layer_weights") or {}
+        self.official_reading = self._official_reading()
         self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
         self.claims = self._find_file("paper_claims", config["paper_claims"], Path(basedir)) if config.get("paper_claims") else None
@@ -398,6 +399,26 @@ class Plan:
             raise ConfigError(f"config: paper_claims: {err}") from None
         return [name for name in self.config["experiments"] if name in wanted]
 
+    def _official_reading(self) -> dict[str, tuple[str, str]]:
+        """Config `official_reading`: paper experiment -> (experiment, variant) of its runs under PFLlib's reading;
+        like `clients_figure`, an experiment the config does not have names none."""
+        reading = {}
+        for paper_experiment, source in (self.config.get("official_reading") or {}).items():
+            experiment, variant = source.split("@", 1)
+            if experiment not in self.config["experiments"]:
+                continue
+            variants = self.config["experiments"][experiment].get("variants") or {}
+            if variant not in variants:
+                raise ConfigError(f"config: official_reading.{paper_experiment} {source!r} is not an experiment's variant; "
+                                  f"experiments with variants: {', '.join(k for k, v in self.config['experiments'].items() if v.get('variants')) or 'none'}")
+            reading[paper_experiment] = (experiment, variant)
+        return reading
+
+    def official_run_dirs(self, paper_experiment: str) -> list[str]:
+        """Run directories of the runs that stand for `paper_experiment` under PFLlib's reading (config `official_reading`)."""
+        experiment, variant = self.official_reading[paper_experiment]
+        return [run.run_dir for run in self.runs if run.experiment == experiment and run.variant == variant]
+
     @staticmethod
     def _find_file(key: str, path: str, basedir: Path) -> str:
         """A file the config names: as given, else (a relative path missing in the working directory) next to the Snakefile."""
@@ -586,16 +607,6 @@ def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, A
         if "default" in spec:
             config.setdefault(key, copy.deepcopy(spec["default"]))
     return config
-
-
-def planned_run_dirs(config_path: Path | str, basedir: Path | str = ".") -> list[str]:
-    """The run folders a config file trains, for scripts outside Snakemake (tools/lease/chunk.sh).
-    Nothing is checked here beyond what `Plan` checks (the workflow reports a config's problems itself)."""
-    import yaml
-
-    config = yaml.safe_load(Path(config_path).read_text())
-    schema = yaml.safe_load((Path(basedir) / "workflow" / "schemas" / "config.schema.yaml").read_text())
-    return sorted(Plan(with_defaults(config, schema), basedir=basedir).train_jobs)
 
 
 def check_finite(value: Any, key: str = "config") -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from fedgmh import locks
 from fedgmh.difference import DIFFERENT, FLOAT_LEVEL, Difference, compare
 from fedgmh.errors import UserError
 from fedgmh.filing import run_subfolder
@@ -39,11 +40,6 @@ from fedgmh.io import atomic_path, write_json
 from fedgmh.record import (  # noqa: F401 - the run key, re-exported: store.run_key is what reuse compares
     CONFIG_KEYS, EXECUTION_OPTIONS, PARTITION_KEYS, RECORD_FILES, key_digest, load_record, optional_files, read_bytes,
     read_json, run_key, with_option_defaults)
-
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks; concurrent writers are the user's to avoid
-    fcntl = None
 
 #: what run.json's `workflow` may hold: where the workflow files the run (`fedgmh train --config-name
 #: ...`); never part of the run key
@@ -250,15 +246,13 @@ LOCK_NAME = ".fedgmh-store.lock"
 
 @contextlib.contextmanager
 def locked(folder: Path | str) -> Iterator[None]:
-    """Hold the lock of the store folder `folder`, waiting while another process holds it: an
-    exclusive fcntl.flock on its LOCK_NAME file, created for the purpose and removed on release (a
+    """Hold the lock of the store folder `folder`, waiting while another process holds it: the
+    lock (fedgmh.locks) of its LOCK_NAME file, created for the purpose and removed on release (a
     waiter that then finds the file gone or replaced takes the new one), so no lock file stays."""
     path = Path(folder) / LOCK_NAME
     while True:
         path.parent.mkdir(parents=True, exist_ok=True)  # an OSError here is one line by cli.error_line
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        fd = locks.hold(path)
         try:
             current = os.stat(path, follow_symlinks=False).st_ino
         except FileNotFoundError:

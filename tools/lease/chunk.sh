@@ -44,26 +44,17 @@ fi
 # 3. train until the budget is nearly spent: SIGTERM then makes every job finish the round it is
 #    playing, snapshot it and stop (a round takes seconds here, well inside the 30 s before
 #    SIGKILL; Snakemake itself waits for its jobs on SIGTERM); runs whose data is not here yet fail and are
-#    tried next call. Runs with a checkpoint go first (--prioritize): left to itself Snakemake picks
-#    other jobs, and the work a cut-off run did would wait, or be lost with the machine
+#    tried next call. Runs with a checkpoint start first (the train rule's priority): their work
+#    would otherwise wait, or be lost with the machine
 snakemake all_runs --configfile "$config" --unlock >/dev/null 2>&1
 name=$(python3 -c "import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))['name'])" "$config")
 finished() { find "results/$name/runs" -name run.json 2>/dev/null | wc -l; }
 before=$(finished)
-# only runs this config trains: a checkpoint of another config of the same name (config.yaml and
-# table2_full.yaml are both `paper`) would be a target Snakemake cannot build, and stop the call
-planned=$(python3 -c "import sys; from fedgmh.plan import planned_run_dirs; print(*planned_run_dirs(sys.argv[1]), sep='\n')" "$config" 2>/dev/null)
-resumable=()
-while read -r snapshot; do
-    grep -qxF "${snapshot%/checkpoint.pt}" <<< "$planned" && resumable+=("${snapshot%checkpoint.pt}run.json")
-done < <(find "results/$name/runs" -name checkpoint.pt 2>/dev/null | sort)
-prioritize=()
-[ ${#resumable[@]} -gt 0 ] && prioritize=(--prioritize "${resumable[@]}") && echo "resuming first: ${#resumable[@]} runs with a checkpoint"
 left=$((budget - (SECONDS - start) - 45))
 echo "training for at most ${left}s: snakemake all_runs --configfile $config --resources gpu=$jobs, jobs_per_gpu=$jobs"
 t0=$SECONDS
 timeout -s TERM -k 30 "$left" snakemake all_runs --cores $((jobs + 2)) --configfile "$config" --resources gpu="$jobs" \
-    --config jobs_per_gpu="$jobs" mirror="$keep/mirror" --rerun-incomplete --keep-going "${prioritize[@]}" > "$out/snakemake.log" 2>&1
+    --config jobs_per_gpu="$jobs" mirror="$keep/mirror" --rerun-incomplete --keep-going > "$out/snakemake.log" 2>&1
 status=$?
 trained=$((SECONDS - t0))
 echo "trained for ${trained}s: $(( $(finished) - before )) runs finished in this call, $(finished) in all"

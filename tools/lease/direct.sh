@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# On a GPU machine without snakemake, in the repository root: chosen runs' `fedgmh train` commands,
-# several at a time, from what `prepare_direct.sh` put in .lease/direct/ (tools/lease/README.md,
+# On a GPU machine without snakemake, in the repository root: chosen runs' `fedgmh train` commands
+# (the plan's, `fedgmh plan --commands`), several at a time, from what `prepare_direct.sh` put in .lease/direct/ (tools/lease/README.md,
 # "Without snakemake"). The data come in parts, one call each; what a call brings is kept in
 # /tmp/lease-direct, which lasts as long as the machine.
 #
@@ -18,12 +18,11 @@ for part in .lease/direct/part-*; do [ -f "$part" ] && cp "$part" "$keep/parts/"
 
 progress() {  # this call's runs only (an earlier call's runs may still be on the machine)
     local finished=0 log out
-    grep -o ' > [^ ]*\.log' "$meta/commands.txt" | cut -c4- | sort | while read -r log; do
+    cut -f2 "$meta/runs.tsv" | sort | while read -r log; do
         [ -f "$log" ] && printf '%s: %s\n' "$log" "$(tr '\r' '\n' < "$log" | grep -v '^$' | tail -n 1)"
     done
-    while read -r out; do [ -f "$out/run.json" ] && finished=$((finished + 1)); done \
-        < <(grep -o -- '--out [^ ]*' "$meta/commands.txt" | cut -d' ' -f2)
-    echo "finished runs: $finished of $(wc -l < "$meta/commands.txt")"
+    while read -r out; do [ -f "$out/run.json" ] && finished=$((finished + 1)); done < <(cut -f1 "$meta/runs.tsv")
+    echo "finished runs: $finished of $(wc -l < "$meta/runs.tsv")"
 }
 
 case ${1:-} in
@@ -46,12 +45,12 @@ start)
         else fedgmh download "$dataset" --root "$root" --mirror "$keep/mirror" || exit 1; fi
     done < "$meta/datasets"
     cp -r "$meta/partitions/." .
-    grep -o ' > [^ ]*\.log' "$meta/commands.txt" | cut -c4- | xargs -r -n1 dirname | sort -u | xargs -r mkdir -p
+    cut -f2 "$meta/runs.tsv" | while read -r log; do mkdir -p "$(dirname "$log")"; done
     if [ "${LEASE_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
         nvidia-cuda-mps-control -d && echo "MPS daemon started"
     fi
     # a new session, so that the runs outlive this call (the machine keeps them while it is held)
-    setsid nohup bash -c "xargs -d '\n' -P $jobs -n 1 bash -c < '$meta/commands.txt'; echo 'every run has ended'" \
+    setsid nohup bash -c "cut -f5 '$meta/runs.tsv' | xargs -d '\n' -P $jobs -n 1 bash -c; echo 'every run has ended'" \
         > "$keep/queue.log" 2>&1 < /dev/null &
     sleep "$look"; progress ;;
 collect)

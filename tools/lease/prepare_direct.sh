@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Here, before a short GPU lease: chosen runs, ready for tools/lease/direct.sh on a machine without
 # snakemake (tools/lease/README.md, "Without snakemake"), in .lease/direct/ (ignored by git):
-#   meta/commands.txt   the runs' `fedgmh train` commands, as the workflow's train jobs run them
-#                       (from a dry run with device cuda, which a job runs as a free GPU slot, and jobs_per_gpu J)
+#   meta/runs.tsv       one line per run, tab-separated: run folder, log, partition, dataset and the
+#                       `fedgmh train` command as the workflow's train job runs it, from the plan
+#                       (`fedgmh plan --commands`; device cuda, which a job runs as a free GPU slot, and jobs_per_gpu J)
 #   meta/partitions/    their partition files, drawn here (the same files a job there would draw)
 #   meta/datasets       the datasets to take from the mirror there (`fedgmh download --mirror`)
 #   meta/data_root      the config's data_root, where they go there (the runs' `--root`)
@@ -19,23 +20,17 @@ set -euo pipefail
 mirror=$1; config=$2; shift 2
 [ -f Snakefile ] && [ -d workflow ] || { echo "run this from the repository root" >&2; exit 1; }
 command -v snakemake >/dev/null || { echo "snakemake not found: install the project as the README says" >&2; exit 1; }
-targets=()
-for run in "$@"; do targets+=("${run%/}/run.json"); done
 meta=.lease/direct/meta
 rm -rf .lease/direct && mkdir -p "$meta/partitions"
 
-settings=(--configfile "$config" --config mirror="$mirror" device="${DEVICE:-cuda}" jobs_per_gpu="${JOBS_PER_GPU:-8}")
-snakemake -n -p "${targets[@]}" "${settings[@]}" --cores 1 > .lease/direct/dryrun.log 2>&1 \
-    || { tail -n 20 .lease/direct/dryrun.log >&2; exit 1; }
-sed -n 's/^\(Shell command: \)\{0,1\}\(fedgmh train .*\)$/\2/p' .lease/direct/dryrun.log > "$meta/commands.txt"
-[ "$(wc -l < "$meta/commands.txt")" -eq $# ] \
-    || { echo "expected $# training commands, the dry run gave $(wc -l < "$meta/commands.txt") (a run already done, or not a run of $config?)" >&2; exit 1; }
+fedgmh plan --configfile "$config" --config mirror="$mirror" device="${DEVICE:-cuda}" jobs_per_gpu="${JOBS_PER_GPU:-8}" \
+    --commands "$@" > "$meta/runs.tsv" || exit 1
 # the partitions, drawn here by the workflow's own rule
-mapfile -t partitions < <(grep -o -- '--partition [^ ]*' "$meta/commands.txt" | cut -d' ' -f2 | sort -u)
+mapfile -t partitions < <(cut -f3 "$meta/runs.tsv" | sort -u)
 snakemake "${partitions[@]}" --configfile "$config" --config mirror="$mirror" device=cpu --cores 1 --quiet > .lease/direct/partitions.log 2>&1 || { tail -n 20 .lease/direct/partitions.log >&2; exit 1; }
 for partition in "${partitions[@]}"; do mkdir -p "$meta/partitions/$(dirname "$partition")" && cp "$partition" "$meta/partitions/$partition"; done
 # the mirror's files of each dataset (digits is embedded in the code)
-grep -o -- '--dataset [^ ]*' "$meta/commands.txt" | cut -d' ' -f2 | sort -u > "$meta/datasets"
+cut -f4 "$meta/runs.tsv" | sort -u > "$meta/datasets"
 python3 -c "import sys; from fedgmh.plan_cost import load_plan; print(load_plan([sys.argv[1]], []).data)" "$config" > "$meta/data_root"
 files=()
 while read -r dataset; do
@@ -52,5 +47,5 @@ if [ ${#files[@]} -gt 0 ]; then
 else
     echo 0 > "$meta/parts"
 fi
-echo "$(wc -l < "$meta/commands.txt") runs, $(cat "$meta/parts") data part(s), partitions: ${partitions[*]}"
+echo "$(wc -l < "$meta/runs.tsv") runs, $(cat "$meta/parts") data part(s), partitions: ${partitions[*]}"
 du -sh "$meta" .lease/direct/part-* 2>/dev/null || true

@@ -22,6 +22,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from fedgmh import warm
+from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
 from fedgmh.plan import TRAIN_MEM_MB, Plan, schema_problems
 from fedgmh.report.labels import format_number
@@ -90,6 +91,19 @@ def train_job(wildcards):
         return PLAN.train_job(wildcards.experiment, wildcards.setting, wildcards.algorithm, wildcards.seed)
     except UserError as err:
         raise WorkflowError(str(err)) from None
+
+
+# config campaign (`fedgmh campaign run` sets it): its runs' folders, each with its rank (the first run ranks highest)
+CAMPAIGN_RANKS = {f"{RESULTS}/runs/{name}": rank for rank, name in enumerate(reversed(run_order(config["campaign"])), 1)}
+
+
+def train_priority(wildcards):
+    """Which training jobs Snakemake starts first when it can start only some: a run with a snapshot
+    (cut off earlier: its hours of work go on instead of waiting, or being lost with a leased machine),
+    then a campaign's runs in the campaign's order, then the rest."""
+    run_dir = PLAN.run_dir(wildcards.experiment, wildcards.setting, wildcards.algorithm, wildcards.seed)
+    cut_off = os.path.exists(f"{run_dir}/{SNAPSHOT}")
+    return CAMPAIGN_RANKS.get(run_dir, 0) + (len(CAMPAIGN_RANKS) + 1 if cut_off else 0)
 
 
 def partition_job(wildcards):

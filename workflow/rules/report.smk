@@ -15,6 +15,7 @@ ROUNDS_TO_TARGET = PLAN.rounds_to_target
 UPLOADS_TO_TARGET = PLAN.uploads_to_target
 LAYER_WEIGHTS = PLAN.layer_weights
 CLAIMS = PLAN.claims
+OFFICIAL = sorted(PLAN.official_reading)  # paper experiments with runs under PFLlib's reading
 
 
 rule aggregate:
@@ -36,6 +37,26 @@ rule aggregate:
     shell:
         "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} {params.labels:q}"
         " --out {output.results:q} --curves {output.curves:q} > {log:q} 2>&1"
+
+
+rule aggregate_official:
+    """The runs of PFLlib's reading of a paper experiment (config `official_reading`), filed under the
+    paper experiment's name, their accuracies over the rounds the official code evaluates."""
+    input:
+        records=lambda wildcards: [f"{d}/run.json" for d in PLAN.official_run_dirs(wildcards.experiment)],
+        metrics=lambda wildcards: [f"{d}/metrics.csv" for d in PLAN.official_run_dirs(wildcards.experiment)],
+    output:
+        results=f"{RESULTS}/aggregate_official/{{experiment}}.results.csv",
+        curves=f"{RESULTS}/aggregate_official/{{experiment}}.curves.csv",
+    log:
+        f"{LOGS}/report/aggregate_official_{{experiment}}.log",
+    localrule: True
+    params:
+        run_dirs=lambda wildcards: PLAN.official_run_dirs(wildcards.experiment),
+        clients=["--clients", str(config["clients"])] if PLAN.own_clients else [],
+    shell:
+        "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} --preset-evaluation"
+        " {params.clients:q} --out {output.results:q} --curves {output.curves:q} > {log:q} 2>&1"
 
 
 rule table:
@@ -300,6 +321,8 @@ rule claims:
         results=expand(rules.aggregate.output.results, experiment=PLAN.claim_experiments),
         curves=expand(rules.aggregate.output.curves, experiment=PLAN.claim_experiments),
         costs=f"{ARTIFACTS}/costs.csv",
+        official_results=expand(rules.aggregate_official.output.results, experiment=OFFICIAL),
+        official_curves=expand(rules.aggregate_official.output.curves, experiment=OFFICIAL),
     output:
         md=report(
             f"{ARTIFACTS}/claims.md",
@@ -313,13 +336,29 @@ rule claims:
             category="The paper's claims",
             labels={"file": "claims.csv"},
         ),
+        official_csv=(
+            report(
+                f"{ARTIFACTS}/claims_pflib.csv",
+                caption="../report/claims.rst",
+                category="The paper's claims",
+                labels={"file": "claims_pflib.csv"},
+            )
+            if OFFICIAL
+            else []
+        ),
     log:
         f"{LOGS}/report/claims.log",
     localrule: True
     params:
         title=f"The paper's claims on the runs of config {NAME}",
+        official=lambda wildcards, input, output: (
+            ["--official-results", *input.official_results, "--official-curves", *input.official_curves]
+            + ["--official-csv", output.official_csv]
+            if OFFICIAL
+            else []
+        ),
     shell:
-        "fedgmh claims --claims {input.claims:q} --results {input.results:q} --curves {input.curves:q}"
+        "fedgmh claims --claims {input.claims:q} --results {input.results:q} --curves {input.curves:q} {params.official:q}"
         " --costs {input.costs:q} --title {params.title:q} --out {output.md:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 

@@ -25,6 +25,7 @@ rule train:
         stored=touch(f"{RESULTS}/stored/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.done"),
     log:
         f"{LOGS}/train/{{experiment}}/{{setting}}/{{algorithm}}/seed{{seed}}.log",
+    priority: train_priority
     threads: config["threads_per_job"]
     resources:
         **PLAN.gpu_resources,

@@ -38,8 +38,10 @@ RELATIVE = ("relative_fluctuation",)  # the measures that need a `reference`
 EXPECT = ("above", "below")
 DEFAULT_LAST = 20  # evaluated rounds that make "the end of a curve" (convergence)
 CELL = re.compile(r"(?P<experiment>[a-z][a-z0-9_]*)/(?P<setting>[^/\s]+)")
-#: a cost: what one participating client uploads or downloads per round with an algorithm ('fedgmh.up')
-QUANTITY = re.compile(r"(?P<algorithm>[a-z][a-z0-9_]*)\.(?P<way>up|down)")
+#: a cost: what one participating client uploads or downloads per round with an algorithm ('fedgmh.up', KB),
+#: or FedGMH's extra computation a round in local epochs ('fedgmh.compute': one forward of phi over an epoch)
+QUANTITY = re.compile(r"(?P<algorithm>[a-z][a-z0-9_]*)\.(?P<way>up|down|compute)")
+UNITS = {"up": "KB", "down": "KB", "compute": "local epochs"}
 ID = re.compile(r"[a-z0-9][a-z0-9.-]*")
 
 
@@ -196,15 +198,15 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
 def _cost(where: str, spec: dict[str, Any]) -> None:
     """A cost claim: `datasets`, the datasets whose model it is computed for (each client holding all
     its classes, the worst case, as `fedgmh costs` computes them); then `paper` (quantity -> the
-    paper's figure in KB, kept as printed: its precision is the rule's) or `below` (quantity -> the
-    quantities it is below)."""
+    paper's figure (KB; local epochs for `.compute`), kept as printed: its precision is the rule's) or
+    `below` (quantity -> the quantities it is below)."""
     if not (isinstance(spec["datasets"], list) and spec["datasets"] and all(isinstance(d, str) and d for d in spec["datasets"])):
         raise _fail(where, "datasets must be a non-empty list of dataset names")
     if ("paper" in spec) == ("below" in spec):
         raise _fail(where, "a cost claim has exactly one of: paper {quantity: KB}; below {quantity: [quantities]}")
     if "paper" in spec:
         if not (isinstance(spec["paper"], dict) and spec["paper"]):
-            raise _fail(where, "paper must map quantities ('fedgmh.up') to the paper's figures in KB")
+            raise _fail(where, "paper must map quantities ('fedgmh.up') to the paper's figures (KB; local epochs for .compute)")
         for quantity, value in spec["paper"].items():
             _number(where, value, f"paper.{quantity}", positive=True)
         spec["paper"] = {_quantity(where, quantity): str(value) for quantity, value in spec["paper"].items()}
@@ -213,11 +215,15 @@ def _cost(where: str, spec: dict[str, Any]) -> None:
             raise _fail(where, "below must map quantities ('fedgmh.up') to lists of the quantities they are below")
         spec["below"] = {_quantity(where, q): [_quantity(where, o) for o in _names(where, others, f"below.{q}")]
                          for q, others in spec["below"].items()}
+        unit = lambda quantity: UNITS[QUANTITY.fullmatch(quantity)["way"]]  # noqa: E731
+        for q, others in spec["below"].items():
+            if any(unit(o) != unit(q) for o in others):
+                raise _fail(where, f"below.{q}: compares {unit(q)} with another unit")
 
 
 def _quantity(where: str, value: Any) -> str:
     if not (isinstance(value, str) and QUANTITY.fullmatch(value)):
-        raise _fail(where, f"{value!r} is not a cost '<algorithm>.up' or '<algorithm>.down'")
+        raise _fail(where, f"{value!r} is not a cost '<algorithm>.up', '<algorithm>.down' or '<algorithm>.compute'")
     return value
 
 

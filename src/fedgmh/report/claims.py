@@ -422,16 +422,17 @@ def at_printed_precision(printed: str, value: float) -> bool:
     return abs(value - float(printed)) <= 0.5 * 10.0**-decimals + 1e-9
 
 
-def cost_value(label: str, value: float, printed: str) -> Part:
+def cost_value(label: str, value: float, printed: str, unit: str = "KB") -> Part:
     """Claim: the computed cost is the paper's figure. Holds when it is, at the paper's printed precision."""
     verdict = HOLDS if at_printed_precision(printed, value) else FAILS
-    return Part(label, verdict, f"computed {value:.2f} KB, paper {printed} KB", "computed cost (KB)", value, reference=float(printed))
+    return Part(label, verdict, f"computed {value:.2f} {unit}, paper {printed} {unit}", f"computed cost ({unit})", value,
+                reference=float(printed))
 
 
-def cost_below(label: str, value: float, other: float) -> Part:
+def cost_below(label: str, value: float, other: float, unit: str = "KB") -> Part:
     """Claim: one computed cost is below another."""
     verdict = HOLDS if value < other else FAILS
-    return Part(label, verdict, f"computed {value:.2f} KB against {other:.2f} KB", "computed cost (KB)", value, reference=other)
+    return Part(label, verdict, f"computed {value:.2f} {unit} against {other:.2f} {unit}", f"computed cost ({unit})", value, reference=other)
 
 
 # ----------------------------------------------------------------------------- a claim from its parts

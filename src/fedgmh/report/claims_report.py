@@ -25,7 +25,7 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import QUANTITY, Claim, Need, reference_need, rounds_algorithms, split_cell
+from fedgmh.report.claim_file import QUANTITY, UNITS, Claim, Need, reference_need, rounds_algorithms, split_cell
 from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import SWEEP_DIMS, format_number
@@ -103,6 +103,10 @@ class Runs:
         if self.costs is None:
             return None
         match = QUANTITY.fullmatch(quantity)
+        if match["way"] == "compute":  # one forward of phi over an epoch's samples: the model's figure
+            rows = self.costs[(self.costs["kind"] == "model") & (self.costs["dataset"] == dataset)
+                              & (self.costs["quantity"] == "prototype_forward_per_epoch")]
+            return (float(rows["analytic"].iloc[0]), "") if not rows.empty else None
         way = "up_per_participant" if match["way"] == "up" else "down_per_participant"
         rows = self.costs[(self.costs["kind"] == "algorithm") & (self.costs["dataset"] == dataset) & (self.costs["preset"] == "paper")
                           & (self.costs["algorithm"] == match["algorithm"]) & (self.costs["quantity"] == way)]
@@ -296,13 +300,14 @@ def _cost(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
         pairs = [(quantity, printed, None) for quantity, printed in spec.get("paper", {}).items()]
         pairs += [(quantity, None, other) for quantity, others in spec.get("below", {}).items() for other in others]
         for quantity, printed, other in pairs:
-            label = f"{quantity} ({dataset}) " + (f"is {printed} KB" if printed else f"< {other}")
+            unit = UNITS[QUANTITY.fullmatch(quantity)["way"]]
+            label = f"{quantity} ({dataset}) " + (f"is {printed} {unit}" if printed else f"< {other}")
             value, base = runs.cost(quantity, dataset), runs.cost(other, dataset) if other else None
             if value is None or other and base is None:
                 comparisons.append(_decided(kinds.Part(label, kinds.NOT_RUN, f"no computed cost of {dataset} (fedgmh claims --costs)")))
                 continue
             labels = f"; |S_m| = {value[1]}" if value[1] else ""
-            part = kinds.cost_value(label, value[0], printed) if printed else kinds.cost_below(label, value[0], base[0])
+            part = kinds.cost_value(label, value[0], printed, unit) if printed else kinds.cost_below(label, value[0], base[0], unit)
             comparisons.append(_decided(dataclasses.replace(part, evidence=part.evidence + labels)))
     return comparisons
 

@@ -1,0 +1,38 @@
+"""The one file lock every part of fedgmh takes: a store while records go in (store.locked), a GPU
+slot for a training run's life (gpu_slots), the folder's one campaign (campaign.campaign_lock).
+
+`hold(path)` opens `path` (created if absent) and takes an exclusive lock on it with `filelock`'s
+`lock_descriptor`: fcntl.flock on Unix, LockFileEx on Windows. The lock belongs to the open file,
+not to a name on disk: it goes when the descriptor is closed or its process ends in any way (killed
+included), so no stale lock outlives its holder, and a descriptor handed to a child process
+(`subprocess.Popen(pass_fds=...)`) keeps it held there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from filelock import lock_descriptor
+
+from fedgmh.errors import UserError
+
+
+def hold(path: Path | str, wait: bool = True) -> int | None:
+    """An open descriptor of `path` that holds its exclusive lock, waiting while another holds it
+    (`wait`), or None at once when another holds it (`wait=False`). Close the descriptor to release."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as err:
+        raise UserError(f"cannot open the lock file {path}: {err}") from err
+    try:
+        if lock_descriptor(fd, blocking=wait):
+            return fd
+    except OSError as err:
+        os.close(fd)
+        raise UserError(f"cannot lock {path}: {err} (a lock needs a local file system)") from err
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None

@@ -1,0 +1,191 @@
+"""The documentation against the code: the counts the docs state are the ones the plan and the
+registry give, docs/artifacts.md lists exactly the workflow's outputs, and every relative link
+resolves. A doc number that goes stale fails here (docs/testing.md)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import unicodedata
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from fedgmh.cards import algorithm_names
+from fedgmh.plan_cost import load_plan
+
+REPO = Path(__file__).resolve().parents[1]
+#: the shipped configs whose runs the docs count (campaign.yaml is a list of targets, not a config)
+CONFIGS = ("config.yaml", "mini.yaml", "smoke.yaml", "table2_full.yaml", "table2_mnist.yaml")
+
+
+def doc_files() -> list[Path]:
+    """README.md, docs/*.md, BENCHMARKS.md and every other tracked README."""
+    try:
+        tracked = subprocess.run(["git", "ls-files", "*README*"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        tracked = [str(path.relative_to(REPO)) for path in REPO.rglob("README.md") if ".venv" not in path.parts]
+    files = {REPO / "README.md", REPO / "BENCHMARKS.md", *(REPO / "docs").glob("*.md"), *(REPO / name for name in tracked)}
+    return sorted(path for path in files if path.suffix == ".md" and path.is_file())
+
+
+@cache
+def planned_runs(config: str) -> int:
+    """How many runs `fedgmh plan --configfile config/<config>` trains or reuses."""
+    return len(load_plan([f"config/{config}"], [], REPO).train_jobs)
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def table_rows(text: str, first_header: str) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the markdown table whose first column is headed `first_header`."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_header:
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                rows.append([cell.strip() for cell in row.strip().strip("|").split("|")])
+            return cells, rows
+    raise AssertionError(f"no table headed {first_header!r}")
+
+
+def test_config_readme_counts_the_runs_the_plan_counts() -> None:
+    """config/README.md's table is the one place that states each config's number of runs."""
+    header, rows = table_rows((REPO / "config" / "README.md").read_text(), "file")
+    column = next(i for i, name in enumerate(header) if name.startswith("runs"))
+    seen = {}
+    for row in rows:
+        config = re.search(r"`([\w.]+\.yaml)`", row[0]).group(1)
+        seen[config] = number(re.match(r"[\d,]+", row[column]).group(0))
+    assert set(seen) == set(CONFIGS), "config/README.md's table lists every shipped config once"
+    for config, count in seen.items():
+        assert count == planned_runs(config), f"config/README.md: {config} plans {planned_runs(config)} runs, not {count}"
+
+
+def test_every_training_run_count_in_the_docs_is_a_planned_one() -> None:
+    """"N training runs" (a config's total) anywhere in the docs is one that `fedgmh plan` gives."""
+    counts = {planned_runs(config) for config in CONFIGS}
+    for path in doc_files():
+        for match in re.finditer(r"(?<![\w.-])(\d[\d,]*)\s+training\s+runs\b", path.read_text()):
+            assert number(match.group(1)) in counts, f"{path.relative_to(REPO)}: '{match.group(0)}' is no config's plan ({sorted(counts)})"
+
+
+def test_the_readme_counts_the_registered_algorithms() -> None:
+    """The README's "FedGMH, its 3 ablations, ... (23 algorithms)": the parts add up to the whole,
+    and the whole is the registry's."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    match = re.search(r"FedGMH, its (\d+) ablations, the paper's (\d+) baselines, (\d+) controls and (\d+) methods of "
+                      r"related papers \((\d+) algorithms", text)
+    assert match, "the README names the algorithms' parts and their total"
+    *parts, total = (int(group) for group in match.groups())
+    assert 1 + sum(parts) == total == len(algorithm_names())
+
+
+def rule_outputs() -> set[str]:
+    """The workflow's outputs under paper_artifacts/<name>/, as the rules spell them, without the records."""
+    found = set()
+    for path in (REPO / "workflow" / "rules").glob("*.smk"):
+        found |= set(re.findall(r'f"\{ARTIFACTS\}/([^"]+)"', path.read_text()))
+    return {name.replace("{{", "{").replace("}}", "}") for name in found}
+
+
+def test_artifacts_md_lists_exactly_the_workflow_outputs() -> None:
+    header, rows = table_rows((REPO / "docs" / "artifacts.md").read_text(), "file")
+    listed = {name for row in rows for name in re.findall(r"`([^`]+)`", row[0])}
+    outputs = rule_outputs()
+    assert outputs, "the rules' outputs were found"
+    assert listed == outputs, (f"docs/artifacts.md misses {sorted(outputs - listed)}, "
+                               f"lists {sorted(listed - outputs)} that no rule writes")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading."""
+    text = "".join(ch for ch in heading.strip().lower() if ch in " -_" or unicodedata.category(ch)[0] in "LN")
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        match = None if in_code else re.match(r"#{1,6}\s+(.*)", line)
+        if match:
+            base = slug(match.group(1))
+            count = seen.get(base, 0)
+            out.add(base if count == 0 else f"{base}-{count}")
+            seen[base] = count + 1
+    return out
+
+
+@pytest.mark.parametrize("path", doc_files(), ids=lambda path: str(path.relative_to(REPO)))
+def test_every_relative_link_resolves(path: Path) -> None:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        assert dest.exists(), f"{path.relative_to(REPO)}: link to {target} does not resolve"
+        if anchor and dest.suffix == ".md":
+            assert anchor in anchors(dest), f"{path.relative_to(REPO)}: no heading #{anchor} in {dest.relative_to(REPO)}"
+
+
+def test_the_readme_claim_counts_are_those_of_the_committed_verdicts() -> None:
+    """The README's summary of the paper's claims counts the verdicts of paper_artifacts/paper/so_far/
+    (regenerated by tools/comparison_so_far.sh): a new record that changes a verdict fails here
+    until the README says so."""
+    import pandas as pd
+    import yaml
+
+    text = " ".join((REPO / "README.md").read_text().split())
+    so_far = REPO / "paper_artifacts" / "paper" / "so_far"
+    paper, pflib = pd.read_csv(so_far / "claims.csv"), pd.read_csv(so_far / "claims_pflib.csv")
+    claims = yaml.safe_load((REPO / "reference" / "fedgmh_paper_claims.yaml").read_text())["claims"]
+
+    def count(table: pd.DataFrame, verdict: str, robustness: str | None = None) -> int:
+        rows = table[table.verdict == verdict]
+        return int(len(rows) if robustness is None else (rows.robustness == robustness).sum())
+
+    top = re.search(r"of the paper's (\d+) claims only (\d+) verdicts are robust so far \(as its text describes the "
+                    r"methods: (\d+) hold, (\d+) do not\)", text)
+    assert top, "the README's opening states the claims and the robust verdicts"
+    assert [int(group) for group in top.groups()] == [
+        len(claims), int((paper.robustness == "robust").sum()), count(paper, "holds", "robust"), count(paper, "does not hold", "robust")]
+    assert f"({len(claims)} in our words" in text
+    text_reading = re.search(r"As the paper's text describes the methods: (\d+) hold, (\d+) do not, (\d+) are inconclusive, "
+                             r"(\d+) not run and (\d+) on CIFAR-10, whose data could not be obtained offline; (\d+) of the "
+                             r"(\d+) decided verdicts are robust", text)
+    assert text_reading, "the README counts the verdicts under the paper's text"
+    decided = count(paper, "holds") + count(paper, "does not hold")
+    assert [int(group) for group in text_reading.groups()] == [
+        count(paper, "holds"), count(paper, "does not hold"), count(paper, "inconclusive"), count(paper, "not run"),
+        count(paper, "data unavailable offline"), int((paper.robustness == "robust").sum()), decided]
+    pflib_reading = re.search(r"Under PFLlib's reading: (\d+) hold, (\d+) do not, (\d+) inconclusive; (\d+) of the (\d+) "
+                              r"decided are robust", text)
+    assert pflib_reading, "the README counts the verdicts under PFLlib's reading"
+    assert [int(group) for group in pflib_reading.groups()] == [
+        count(pflib, "holds"), count(pflib, "does not hold"), count(pflib, "inconclusive"),
+        int((pflib.robustness == "robust").sum()), count(pflib, "holds") + count(pflib, "does not hold")]
+
+
+def test_config_readme_describes_every_config_key() -> None:
+    """Every top-level key of the workflow's schema has a row in config/README.md's Keys table, and
+    the table names no key the schema lacks."""
+    import yaml
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    text = (REPO / "config" / "README.md").read_text()
+    keys_table = text[text.index("## Keys"):]
+    _, rows = table_rows(keys_table, "key")
+    documented = {name for row in rows for name in re.findall(r"`(\w+)`", row[0])}
+    assert documented == set(schema["properties"]), (
+        f"undocumented: {sorted(set(schema['properties']) - documented)}, unknown: {sorted(documented - set(schema['properties']))}")
