@@ -1,14 +1,25 @@
-"""Shared fixtures: where the offline data mirror lives (tests skip when it is absent)."""
+"""Shared fixtures and helpers: the offline data mirror (tests skip when it is absent), tiny
+federations, the embedded digits set with a partition, `fedgmh train` arguments, configs, snakemake
+calls, polling and loading a script."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO_ROOT / "Snakefile"
+SMOKE = REPO_ROOT / "config" / "smoke.yaml"
+SCHEMA_FILE = REPO_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 def shared_data_dir() -> Path:
@@ -115,12 +126,7 @@ def float64():
 @pytest.fixture
 def digits_partition(digits_root, tmp_path):
     """An ExDir(2, 0.5) partition of the embedded digits over 6 clients."""
-    from fedgmh.cli import main
-
-    out = tmp_path / "part.npz"
-    assert main(["partition", "--dataset", "digits", "--root", str(digits_root), "--clients", "6",
-                 "--classes-per-client", "2", "--alpha", "0.5", "--out", str(out)]) == 0
-    return out
+    return partition_digits(digits_root, tmp_path / "part.npz", clients=6, classes_per_client=2)
 
 
 
@@ -141,3 +147,126 @@ def stopping_after_a_snapshot():
         yield
     finally:
         engine.Checkpoint.save = real_save
+
+
+# ----------------------------------------------------------------------------- the CLI on digits
+
+
+class Digits(NamedTuple):
+    """The embedded digits set (a `--root`) and a partition of it: what a `fedgmh train` run reads."""
+
+    data: Path
+    partition: Path
+
+
+def partition_digits(data: Path, out: Path, *, clients: int, classes_per_client: int) -> Path:
+    """OUT: an ExDir(CLASSES_PER_CLIENT, 0.5) partition over CLIENTS clients of the digits in DATA."""
+    from fedgmh.cli import main
+
+    assert main(["partition", "--dataset", "digits", "--root", str(data), "--clients", str(clients),
+                 "--classes-per-client", str(classes_per_client), "--alpha", "0.5", "--out", str(out)]) == 0
+    return out
+
+
+def prepare_digits(root: Path, *, clients: int = 4, classes_per_client: int = 3) -> Digits:
+    """The embedded digits in ROOT/data and an ExDir(CLASSES_PER_CLIENT, 0.5) partition of them over
+    CLIENTS clients in ROOT/part.npz."""
+    from fedgmh import data
+
+    data.download("digits", root / "data")
+    return Digits(root / "data", partition_digits(root / "data", root / "part.npz", clients=clients,
+                                                  classes_per_client=classes_per_client))
+
+
+def train_args(digits: Digits, out: Path, *extra: str, algorithm: str = "fedavg", rounds: int = 1, **options: Any) -> list[str]:
+    """`fedgmh train` arguments of a quiet run on DIGITS into OUT: one local epoch, half the clients a
+    round, one thread, and OPTIONS as flags (`batch_size=20` -> `--batch-size 20`; None leaves a flag
+    out, to its default), then EXTRA."""
+    options = {"local_epochs": 1, "join_ratio": 0.5, "threads": 1, **options}
+    flags = [item for name, value in options.items() if value is not None
+             for item in (f"--{name.replace('_', '-')}", str(value))]
+    return ["train", "--dataset", "digits", "--root", str(digits.data), "--partition", str(digits.partition),
+            "--algorithm", algorithm, "--rounds", str(rounds), *flags, "--quiet", "--out", str(out), *extra]
+
+
+def cli_error(capsys, argv: list[str]) -> str:
+    """Run the CLI, expect the user-error exit status, return stderr (one line)."""
+    from fedgmh.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fedgmh "), err
+    return err
+
+
+# ----------------------------------------------------------------------------- configs and snakemake
+
+
+def load_config(name: str, **changes: Any) -> dict[str, Any]:
+    """A shipped config with the schema's defaults filled in, as the workflow validates it."""
+    import yaml
+
+    from fedgmh import plan
+
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
+    config = yaml.safe_load((REPO_ROOT / "config" / name).read_text())
+    config.update(changes)
+    plan.with_defaults(config, schema)
+    assert plan.schema_problems(config, schema) == []
+    return config
+
+
+def tiny_config(name: str, algorithms: list[str], title: str | None = None, **changes: Any) -> dict[str, Any]:
+    """The smoke config cut to one experiment, `table2` (TITLE): ALGORITHMS on digits ExDir(2, 0.5), no
+    figures and no other reports; CHANGES set top-level keys (e.g. rounds, seeds)."""
+    import yaml
+
+    table = {"title": title} if title else {}
+    table.update(algorithms=algorithms, settings=[{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}])
+    config = yaml.safe_load(SMOKE.read_text())
+    config.update(name=name, figures={}, reference_tables=None, experiments={"table2": table}, **changes)
+    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs",
+                "official_reading"):
+        config.pop(key, None)
+    return config
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`snakemake ARGS` on the repository's Snakefile in WORKDIR (`--directory`), output captured."""
+    env = dict(os.environ)
+    # the `fedgmh` console script of this interpreter's environment must be on PATH for the rules
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a snakemake (dry) run."""
+    section = output.split("Job stats:", 1)[1]
+    counts = {}
+    for line in section.splitlines():
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if match:
+            counts[match.group(1)] = int(match.group(2))
+        elif counts and not line.strip():
+            break
+    return counts
+
+
+# ----------------------------------------------------------------------------- small utilities
+
+
+def wait_for(condition, timeout_s: float) -> None:
+    """Poll CONDITION until it holds; fail after TIMEOUT_S seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def load_script(path: Path):
+    """The script at PATH (e.g. one of tools/) as a module."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -16,8 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import stopping_after_a_snapshot
-from test_workflow import SMOKE
+from conftest import SNAKEFILE, stopping_after_a_snapshot, tiny_config
 
 from fedgmh import locks
 from fedgmh.campaign import CAMPAIGN_LOGS, load_campaign, next_runs, run_campaign, snakemake_command, state
@@ -25,7 +24,6 @@ from fedgmh.cli import main
 from fedgmh.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEFILE = REPO / "Snakefile"
 
 
 def test_the_committed_campaign_names_runs_of_its_configs() -> None:
@@ -44,14 +42,9 @@ def write(tmp_path: Path, groups: list, config: str = "camp.yaml") -> Path:
     return path
 
 
-def tiny_config(tmp_path: Path) -> str:
-    config = yaml.safe_load(SMOKE.read_text())
-    config.update(name="camp", rounds=4, seeds=[0, 1], checkpoint_every=1, figures={}, reference_tables=None,
-                  experiments={"table2": {"algorithms": ["fedavg", "fedper"],
-                                          "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}]}})
-    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs",
-                "official_reading"):
-        config.pop(key, None)
+def camp_config(tmp_path: Path) -> str:
+    """camp.yaml in TMP_PATH (its name returned): FedAvg and FedPer on digits, 4 rounds, seeds 0 and 1."""
+    config = tiny_config("camp", ["fedavg", "fedper"], rounds=4, seeds=[0, 1], checkpoint_every=1)
     (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
     return "camp.yaml"
 
@@ -62,7 +55,7 @@ def tiny_config(tmp_path: Path) -> str:
     (["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedavg/seed0"], "listed twice"),
 ])
 def test_a_bad_entry_is_refused_in_one_line(tmp_path: Path, runs: list, words: str) -> None:
-    path = write(tmp_path, [{"runs": runs}], tiny_config(tmp_path))
+    path = write(tmp_path, [{"runs": runs}], camp_config(tmp_path))
     with pytest.raises(UserError, match=words):
         load_campaign(path, tmp_path, SNAKEFILE)
     with pytest.raises(UserError, match="must have `runs` and optionally `title`"):
@@ -81,7 +74,7 @@ def _train_jobs_started(output: str) -> list[str]:
 def test_the_campaign_trains_cut_off_runs_first_then_in_its_order_and_resumes_them_exactly(tmp_path: Path, monkeypatch,
                                                                                             capfd) -> None:
     monkeypatch.chdir(tmp_path)  # the workflow's relative paths (data/, results/) are the campaign's folder's
-    config = tiny_config(tmp_path)
+    config = camp_config(tmp_path)
     runs = ["table2/digits_c2_a0.5/fedper/seed0", "table2/digits_c2_a0.5/fedavg/seed1", "table2/digits_c2_a0.5/fedavg/seed0"]
     path = write(tmp_path, [{"title": "tiny", "runs": runs}], config)
     entries = load_campaign(path, tmp_path, SNAKEFILE)
@@ -122,7 +115,7 @@ def test_the_campaign_trains_cut_off_runs_first_then_in_its_order_and_resumes_th
 
 
 def test_status_lists_every_run(tmp_path: Path, capsys) -> None:
-    config = tiny_config(tmp_path)
+    config = camp_config(tmp_path)
     path = write(tmp_path, [{"title": "tiny", "runs": ["table2/digits_c2_a0.5/fedper/seed1"]}], config)
     assert main(["campaign", "status", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE)]) == 0
     out = capsys.readouterr().out
@@ -134,7 +127,7 @@ def test_a_record_of_other_settings_or_an_invalid_one_is_not_done(tmp_path: Path
     settings in its place, not a tampered one, and `--config` overrides count."""
     from fedgmh.campaign import record_problem
 
-    config = tiny_config(tmp_path)
+    config = camp_config(tmp_path)
     path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}], config)
     entry = load_campaign(path, tmp_path, SNAKEFILE)[0]
     assert record_problem(entry, tmp_path) == "no record"
@@ -156,7 +149,7 @@ def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path)
     """A second `campaign run` in the same folder is refused; SIGTERM to the campaign reaches the
     training runs (they snapshot at the end of their round and stop), which are then "cut off": the
     next campaign takes them first (resumption itself: the test above)."""
-    config = yaml.safe_load((tmp_path / tiny_config(tmp_path)).read_text())
+    config = yaml.safe_load((tmp_path / camp_config(tmp_path)).read_text())
     config.update(rounds=400)  # long enough to be stopped mid-run
     (tmp_path / "camp.yaml").write_text(yaml.safe_dump(config))
     path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}])
@@ -180,7 +173,7 @@ def test_one_campaign_at_a_time_and_a_stop_leaves_resumable_runs(tmp_path: Path)
 
 
 def one_entry(tmp_path: Path):
-    path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}], tiny_config(tmp_path))
+    path = write(tmp_path, [{"runs": ["table2/digits_c2_a0.5/fedavg/seed0"]}], camp_config(tmp_path))
     return path, load_campaign(path, tmp_path, SNAKEFILE)[0]
 
 

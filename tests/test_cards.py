@@ -69,7 +69,7 @@ def test_the_cli_parser_and_the_plan_need_neither_torch_nor_pandas():
         c.build_parser()
         import yaml
         from fedgmh.plan import Plan
-        from test_plan import load
+        from conftest import load_config as load
         plan = Plan(load("mini.yaml"), basedir=".")
         print(len(plan.runs))
         """)

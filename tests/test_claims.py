@@ -577,7 +577,7 @@ def test_a_method_that_swings_more_under_stronger_heterogeneity_is_compared_with
 
 
 def test_every_cell_a_claim_needs_is_a_cell_of_the_paper_config() -> None:
-    from test_plan import load
+    from conftest import load_config as load
 
     from fedgmh.plan import Plan
 
@@ -628,7 +628,7 @@ def test_a_bad_cost_reference_or_rounds_form_is_one_line(tmp_path: Path, claim: 
 
 
 def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
-    from test_plan import load
+    from conftest import load_config as load
 
     from fedgmh.plan import ConfigError, Plan
 
@@ -642,7 +642,7 @@ def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
 
 
 def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
-    from test_workflow import SMOKE, job_counts, snakemake
+    from conftest import SMOKE, job_counts, snakemake
 
     result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "1", "--configfile", str(SMOKE),
                        "--config", "table_accuracy=last", timeout=300)

@@ -6,33 +6,26 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import prepare_digits, train_args
 
 from fedgmh.cards import algorithm_names, card
 from fedgmh.cli import main
 
 
+#: the runs of this file: 2 rounds, 2 of the 6 clients a round
+RUN = {"rounds": 2, "join_ratio": 0.4}
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from fedgmh import data
-
-    root = tmp_path_factory.mktemp("cli")
-    data.download("digits", root / "data")
-    part = root / "part.npz"
-    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "6",
-                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(part)]) == 0
-    return root
+    return prepare_digits(tmp_path_factory.mktemp("cli"), clients=6)
 
 
-def train_args(root, *extra, algorithm="fedgmh", out="run"):
-    return ["train", "--dataset", "digits", "--root", str(root / "data"), "--partition", str(root / "part.npz"),
-            "--algorithm", algorithm, "--rounds", "2", "--local-epochs", "1", "--join-ratio", "0.4",
-            "--out", str(root / out), "--quiet", *extra]
-
-
-def test_train_writes_metrics_and_run_record(setup, capsys):
-    assert main(train_args(setup, "--set", "beta=0.3", "--set", "preset=official", out="ok")) == 0
-    metrics = pd.read_csv(setup / "ok" / "metrics.csv")
-    record = json.loads((setup / "ok" / "run.json").read_text())
+def test_train_writes_metrics_and_run_record(setup, tmp_path, capsys):
+    assert main(train_args(setup, tmp_path / "ok", "--set", "beta=0.3", "--set", "preset=official", algorithm="fedgmh",
+                           **RUN)) == 0
+    metrics = pd.read_csv(tmp_path / "ok" / "metrics.csv")
+    record = json.loads((tmp_path / "ok" / "run.json").read_text())
     # official preset evaluates only the last 20 rounds: here all 3 of them
     assert metrics["round"].tolist() == [0, 1, 2]
     assert record["best_test_acc"] == pytest.approx(metrics["test_acc"].max())
@@ -42,21 +35,21 @@ def test_train_writes_metrics_and_run_record(setup, capsys):
     assert "best test accuracy" in capsys.readouterr().out
 
 
-def test_train_puts_its_record_into_a_store_folder(setup, capsys):
+def test_train_puts_its_record_into_a_store_folder(setup, tmp_path, capsys):
     """--put-record (the workflow's train job): the record, trained or reused from a store, goes into the
     store folder; a record of other settings there stays and this one goes beside it."""
-    store = setup / "store" / "table2" / "digits" / "fedavg" / "seed0"
-    assert main(train_args(setup, "--put-record", str(store), algorithm="fedavg", out="put")) == 0
-    assert (store / "run.json").read_bytes() == (setup / "put" / "run.json").read_bytes()
-    assert (store / "metrics.csv").read_bytes() == (setup / "put" / "metrics.csv").read_bytes()
+    store = tmp_path / "store" / "table2" / "digits" / "fedavg" / "seed0"
+    assert main(train_args(setup, tmp_path / "put", "--put-record", str(store), **RUN)) == 0
+    assert (store / "run.json").read_bytes() == (tmp_path / "put" / "run.json").read_bytes()
+    assert (store / "metrics.csv").read_bytes() == (tmp_path / "put" / "metrics.csv").read_bytes()
     assert f"store put: added {store}" in capsys.readouterr().out
     # the same run again, reused from that store: already there
-    assert main(train_args(setup, "--store", str(setup / "store"), "--put-record", str(store), algorithm="fedavg",
-                           out="put_again")) == 0
+    assert main(train_args(setup, tmp_path / "put_again", "--store", str(tmp_path / "store"), "--put-record", str(store),
+                           **RUN)) == 0
     assert f"store put: present {store}" in capsys.readouterr().out
     # other settings, same folder: beside the first record, which stays
     first = (store / "run.json").read_bytes()
-    assert main(train_args(setup, "--lr", "0.2", "--put-record", str(store), algorithm="fedavg", out="put_other")) == 0
+    assert main(train_args(setup, tmp_path / "put_other", "--lr", "0.2", "--put-record", str(store), **RUN)) == 0
     assert "beside the record of another run" in capsys.readouterr().out
     assert (store / "run.json").read_bytes() == first
     beside = list(store.parent.glob("seed0-*/run.json"))
@@ -75,25 +68,25 @@ def test_train_puts_its_record_into_a_store_folder(setup, capsys):
         (("--device", "cuda:7"), "fedavg", "CUDA is not available"),
     ],
 )
-def test_bad_input_fails_with_a_message_and_no_output(setup, capsys, extra, algorithm, message):
+def test_bad_input_fails_with_a_message_and_no_output(setup, tmp_path, capsys, extra, algorithm, message):
     if "cuda" in " ".join(extra):
         import torch
 
         if torch.cuda.is_available():
             pytest.skip("this machine has CUDA")
-    assert main(train_args(setup, *extra, algorithm=algorithm, out="bad")) == 2
+    assert main(train_args(setup, tmp_path / "bad", *extra, algorithm=algorithm, **RUN)) == 2
     assert message in capsys.readouterr().err
-    assert not (setup / "bad").exists()
+    assert not (tmp_path / "bad").exists()
 
 
 def test_partition_from_other_data_is_rejected(setup, tmp_path, capsys):
     import numpy as np
 
-    with np.load(setup / "part.npz") as npz:
+    with np.load(setup.partition) as npz:
         arrays = dict(npz)
     meta = json.loads(str(arrays.pop("meta")))
     np.savez(tmp_path / "other.npz", **arrays, meta=np.array(json.dumps({**meta, "dataset_fingerprint": "0" * 64})))
-    args = train_args(setup, out="x")
+    args = train_args(setup, tmp_path / "x", algorithm="fedgmh", **RUN)
     args[args.index("--partition") + 1] = str(tmp_path / "other.npz")
     assert main(args) == 2
     assert "fingerprint mismatch" in capsys.readouterr().err
@@ -109,12 +102,12 @@ def _metrics_and_record(out):
 
 @pytest.mark.parametrize("preset", ["paper", "official"])
 @pytest.mark.parametrize("algorithm", algorithm_names())
-def test_every_algorithm_trains_through_the_cli_deterministically(setup, algorithm, preset):
+def test_every_algorithm_trains_through_the_cli_deterministically(setup, tmp_path, algorithm, preset):
     runs = []
     for attempt in ("a", "b"):
-        out = f"all_{algorithm}_{preset}_{attempt}"
-        assert main(train_args(setup, "--set", f"preset={preset}", "--threads", "1", algorithm=algorithm, out=out)) == 0
-        runs.append(_metrics_and_record(setup / out))
+        out = tmp_path / attempt
+        assert main(train_args(setup, out, "--set", f"preset={preset}", algorithm=algorithm, **RUN)) == 0
+        runs.append(_metrics_and_record(out))
     (metrics, record), (again, _) = runs
     assert metrics["round"].tolist() == [0, 1, 2]
     assert metrics[["test_acc", "test_acc_mean"]].apply(lambda col: col.between(0, 1)).all().all()

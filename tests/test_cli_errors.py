@@ -13,30 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from fedgmh.cli import main
+from conftest import Digits, cli_error, prepare_digits, train_args
 
-from test_data_safety import cli_error  # exit status 2 and one line on stderr
+from fedgmh.cli import main
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory) -> Path:
-    """The embedded data set, a 4-client partition of it and one finished 1-round FedAvg run."""
-    from fedgmh import data
-
+    """A folder of the embedded data set (data/), a 4-client partition of it (part.npz), one finished
+    1-round FedAvg run (run/) and its aggregate (results.csv, curves.csv)."""
     root = tmp_path_factory.mktemp("errors")
-    data.download("digits", root / "data")
-    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
-                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(root / "part.npz")]) == 0
-    assert main(train_args(root, root / "run")) == 0
+    assert main(train_args(prepare_digits(root), root / "run")) == 0
     assert main(["aggregate", "--runs", str(root / "run"), "--out", str(root / "results.csv"),
                  "--curves", str(root / "curves.csv")]) == 0
     return root
 
 
-def train_args(root: Path, out: Path, *extra: str, algorithm: str = "fedavg", rounds: int = 1) -> list[str]:
-    return ["train", "--dataset", "digits", "--root", str(root / "data"), "--partition", str(root / "part.npz"),
-            "--algorithm", algorithm, "--rounds", str(rounds), "--local-epochs", "1", "--join-ratio", "0.5",
-            "--threads", "1", "--quiet", "--out", str(out), *extra]
+@pytest.fixture(scope="module")
+def digits(setup) -> Digits:
+    return Digits(setup / "data", setup / "part.npz")
 
 
 class Hung(Exception):
@@ -171,8 +166,8 @@ def test_a_title_with_tex_syntax_is_drawn_literally(setup, tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("device", ["meta", "mps", "xla", "cpu:0:1"])
-def test_unsupported_devices_are_refused_listing_the_supported_ones(setup, tmp_path, capsys, device):
-    err = cli_error(capsys, train_args(setup, tmp_path / "run", "--device", device))
+def test_unsupported_devices_are_refused_listing_the_supported_ones(digits, tmp_path, capsys, device):
+    err = cli_error(capsys, train_args(digits, tmp_path / "run", "--device", device))
     assert f"device {device!r}" in err and "cpu, cuda, cuda:N, cuda:auto or auto" in err, err
     assert not (tmp_path / "run").exists()
 
@@ -200,7 +195,7 @@ class StoppedDisk:
 
 
 @pytest.mark.parametrize("stop", ["full disk", "ctrl-c"])
-def test_a_snapshot_write_that_fails_is_one_line_and_keeps_the_previous_snapshot(setup, tmp_path, monkeypatch, capsys, stop):
+def test_a_snapshot_write_that_fails_is_one_line_and_keeps_the_previous_snapshot(digits, tmp_path, monkeypatch, capsys, stop):
     """torch.save reports whatever stops a write as a RuntimeError about zip positions: the line says
     what happened (the disk is full; interrupted), and the run resumes from the snapshot before."""
     from fedgmh.engine import Checkpoint, checkpoint as checkpoint_room
@@ -216,24 +211,24 @@ def test_a_snapshot_write_that_fails_is_one_line_and_keeps_the_previous_snapshot
 
     monkeypatch.setattr(Checkpoint, "save", second_save_fails)
     if stop == "full disk":
-        err = cli_error(capsys, train_args(setup, out, "--checkpoint-every", "1", rounds=4))
+        err = cli_error(capsys, train_args(digits, out, "--checkpoint-every", "1", rounds=4))
         assert f"{out / 'checkpoint.pt'}" in err and "No space left on device" in err and "resume" in err, err
     else:
-        assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 130
+        assert main(train_args(digits, out, "--checkpoint-every", "1", rounds=4)) == 130
         assert capsys.readouterr().err == "fedgmh train: interrupted at round 1; the same command resumes from the checkpoint\n"
     assert saves == [1, 2]
     monkeypatch.undo()
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt"]  # no temporary, no record
-    assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=4)) == 0
+    assert main(train_args(digits, out, "--checkpoint-every", "1", rounds=4)) == 0
     assert json.loads((out / "run.json").read_text())["resumed_from_round"] == 1  # the previous snapshot, intact
 
 
-def test_a_hypernetwork_too_large_for_any_memory_is_refused(setup, tmp_path, capsys):
-    err = cli_error(capsys, train_args(setup, tmp_path / "run", "--set", "embedding_dim=1000000000", algorithm="pfedla"))
+def test_a_hypernetwork_too_large_for_any_memory_is_refused(digits, tmp_path, capsys):
+    err = cli_error(capsys, train_args(digits, tmp_path / "run", "--set", "embedding_dim=1000000000", algorithm="pfedla"))
     assert "embedding_dim" in err and "1000000000" in err and "from 1 to 4096" in err, err
 
 
-def test_running_out_of_memory_is_one_line(setup, tmp_path, monkeypatch, capsys):
+def test_running_out_of_memory_is_one_line(digits, tmp_path, monkeypatch, capsys):
     from fedgmh import train
 
     def allocate(*args, **kwargs):  # torch's CPU allocator's words
@@ -241,7 +236,7 @@ def test_running_out_of_memory_is_one_line(setup, tmp_path, monkeypatch, capsys)
                            "you tried to allocate 400000000000 bytes. Error code 12 (Cannot allocate memory)")
 
     monkeypatch.setattr(train, "build_federation", allocate)
-    err = cli_error(capsys, train_args(setup, tmp_path / "run"))
+    err = cli_error(capsys, train_args(digits, tmp_path / "run"))
     assert "out of memory" in err and "400000000000 bytes" in err, err
 
 
@@ -249,21 +244,21 @@ def test_running_out_of_memory_is_one_line(setup, tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize("name", ["run.json", "checkpoint.pt"])
-def test_a_fifo_in_the_output_folder_is_refused_without_hanging(setup, tmp_path, capsys, no_hang, name):
+def test_a_fifo_in_the_output_folder_is_refused_without_hanging(digits, tmp_path, capsys, no_hang, name):
     out = tmp_path / "run"
     out.mkdir()
     os.mkfifo(out / name)
-    err = cli_error(capsys, train_args(setup, out))
+    err = cli_error(capsys, train_args(digits, out))
     assert str(out / name) in err and "not a regular file" in err, err
 
 
-def test_a_negative_checkpoint_interval_is_refused(setup, tmp_path, capsys):
-    err = cli_error(capsys, train_args(setup, tmp_path / "run", "--checkpoint-every", "-1"))
+def test_a_negative_checkpoint_interval_is_refused(digits, tmp_path, capsys):
+    err = cli_error(capsys, train_args(digits, tmp_path / "run", "--checkpoint-every", "-1"))
     assert "--checkpoint-every -1" in err and ">= 0" in err
     assert not (tmp_path / "run").exists()
 
 
-def snapshot_of_an_interrupted_run(setup: Path, out: Path, monkeypatch, capsys, stop_round: int) -> None:
+def snapshot_of_an_interrupted_run(digits: Digits, out: Path, monkeypatch, capsys, stop_round: int) -> None:
     """A 3-round run in `out` stopped by Ctrl-C as round `stop_round` starts: a snapshot to resume from."""
     from fedgmh.engine import play_round
 
@@ -273,14 +268,14 @@ def snapshot_of_an_interrupted_run(setup: Path, out: Path, monkeypatch, capsys, 
         return play_round(fed, algorithm, rnd, *args, **kwargs)
 
     monkeypatch.setattr("fedgmh.engine.rounds.play_round", ctrl_c)
-    assert main(train_args(setup, out, "--checkpoint-every", "1", rounds=3)) == 130
+    assert main(train_args(digits, out, "--checkpoint-every", "1", rounds=3)) == 130
     monkeypatch.undo()
     capsys.readouterr()
 
 
-def test_a_snapshot_resumes_when_the_same_files_are_named_by_other_paths(setup, tmp_path, monkeypatch, capsys):
+def test_a_snapshot_resumes_when_the_same_files_are_named_by_other_paths(setup, digits, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    snapshot_of_an_interrupted_run(setup, out, monkeypatch, capsys, stop_round=2)
+    snapshot_of_an_interrupted_run(digits, out, monkeypatch, capsys, stop_round=2)
     monkeypatch.chdir(setup)
     other_names = ["train", "--dataset", "digits", "--root", "./data/", "--partition", "../" + setup.name + "/part.npz",
                    "--algorithm", "fedavg", "--rounds", "3", "--local-epochs", "1", "--join-ratio", "0.5", "--threads", "1",
@@ -289,10 +284,10 @@ def test_a_snapshot_resumes_when_the_same_files_are_named_by_other_paths(setup, 
     assert json.loads((out / "run.json").read_text())["resumed_from_round"] == 2
 
 
-def test_a_snapshot_of_other_settings_is_still_refused(setup, tmp_path, monkeypatch, capsys):
+def test_a_snapshot_of_other_settings_is_still_refused(setup, digits, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    snapshot_of_an_interrupted_run(setup, out, monkeypatch, capsys, stop_round=1)
-    err = cli_error(capsys, train_args(setup, out, "--checkpoint-every", "1", "--lr", "0.02", rounds=3))
+    snapshot_of_an_interrupted_run(digits, out, monkeypatch, capsys, stop_round=1)
+    err = cli_error(capsys, train_args(digits, out, "--checkpoint-every", "1", "--lr", "0.02", rounds=3))
     assert "belongs to a run with other settings" in err
 
 
@@ -303,13 +298,13 @@ def test_an_alpha_too_large_to_draw_says_so_and_gives_the_range(setup, tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_finite_difference_step_that_vanishes_is_refused_with_its_range(setup, tmp_path, capsys):
-    err = cli_error(capsys, train_args(setup, tmp_path / "run", "--set", "order=hf", "--set", "delta=1e-300",
+def test_a_finite_difference_step_that_vanishes_is_refused_with_its_range(digits, tmp_path, capsys):
+    err = cli_error(capsys, train_args(digits, tmp_path / "run", "--set", "order=hf", "--set", "delta=1e-300",
                                             algorithm="perfedavg"))
     assert "delta" in err and "1e-300" in err and "--lr" not in err and ">= 1.19209e-07" in err, err
 
 
-def test_a_repeated_set_key_is_refused_naming_it(setup, tmp_path, capsys):
-    err = cli_error(capsys, train_args(setup, tmp_path / "run", "--set", "lr_decay=0.5", "--set", "lr_decay=0.9"))
+def test_a_repeated_set_key_is_refused_naming_it(digits, tmp_path, capsys):
+    err = cli_error(capsys, train_args(digits, tmp_path / "run", "--set", "lr_decay=0.5", "--set", "lr_decay=0.9"))
     assert "--set lr_decay" in err and "more than once" in err, err
     assert not (tmp_path / "run").exists()

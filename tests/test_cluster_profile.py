@@ -6,14 +6,12 @@ dry run submits nothing, so no SLURM installation is needed.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import job_counts, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
@@ -48,10 +46,7 @@ def dry_run(tmp_path: Path, *args: str) -> str:
         "snakemake_executor_plugin_slurm",
         reason="snakemake-executor-plugin-slurm is not installed (pip install -e '.[cluster]')",
     )
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-               "-n", "-p", *args]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    result = snakemake(tmp_path, "-n", "-p", *args)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     return out
@@ -69,8 +64,7 @@ def test_paper_dry_run_with_the_slurm_profile(tmp_path: Path) -> None:
     # the cluster profile, and the workflow profile (profiles/default, i.e. workflow/profiles/default) with it
     assert f"Using profiles {PROFILE} and workflow specific profile {REPO / 'profiles' / 'default'}" in out
 
-    stats = out.split("Job stats:", 1)[1]
-    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.MULTILINE)}
+    counts = job_counts(out)
     assert counts["train"] == 1819 and counts["download"] == 4 and counts["partition"] == 9
 
     # device=cuda: every training job asks SLURM for one GPU (sbatch --gpus=1), with at most 6 h

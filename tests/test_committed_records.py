@@ -72,7 +72,7 @@ def test_every_committed_record_is_found_by_its_training_job(config_file: str, s
     key), so a fresh clone does not train it again; and a job whose folder holds a committed record
     finds that very record. The jobs' arguments (fedgmh.plan) are parsed by `fedgmh train`'s own
     parser, the partitions made by `fedgmh partition` from the mirror's data."""
-    from test_plan import load
+    from conftest import load_config as load
 
     from fedgmh.cli import build_parser, train_config
     from fedgmh.cli import main as cli_main
@@ -115,7 +115,7 @@ def test_the_current_code_reproduces_a_committed_record_exactly(shared_data: Pat
     bit for bit when the record was made on the same kind of machine (fedgmh.machine.same_machine),
     else every accuracy exactly and the losses to float rounding (docs/store.md, "Three kinds of
     difference")."""
-    from test_plan import load
+    from conftest import load_config as load
 
     from fedgmh.cli import main as cli_main
     from fedgmh.data import download

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import Digits, cli_error, train_args
 
 from fedgmh import data, io
 from fedgmh.cli import main
@@ -51,19 +52,6 @@ needs_permissions = pytest.mark.skipif(
 def partition_args(root: Path, out: Path, *extra: str, clients: str = "6", c: str = "2") -> list[str]:
     return ["partition", "--dataset", "digits", "--root", str(root), "--clients", clients,
             "--classes-per-client", c, "--alpha", "0.5", "--out", str(out), *extra]
-
-
-def train_args(root: Path, partition: Path, out: Path) -> list[str]:
-    return ["train", "--dataset", "digits", "--root", str(root), "--partition", str(partition), "--algorithm", "fedavg",
-            "--rounds", "1", "--local-epochs", "1", "--device", "cpu", "--out", str(out), "--quiet"]
-
-
-def cli_error(capsys, argv: list[str]) -> str:
-    """Run the CLI, expect the user-error exit status, return stderr (one line)."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("fedgmh "), err
-    return err
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +252,7 @@ def test_test_sample_in_another_clients_training_data_is_rejected(prepared, tmp_
         load_partition(bad)
     assert f"sample {client3_train[0]} is in client 0's test set and in client 3's training data" in str(err.value)
     # `fedgmh train` stops on it before training
-    assert "contaminated test set" in cli_error(capsys, train_args(root, bad, tmp_path / "run"))
+    assert "contaminated test set" in cli_error(capsys, train_args(Digits(root, bad), tmp_path / "run", device="cpu"))
     assert not (tmp_path / "run").exists()
 
 
@@ -437,13 +425,13 @@ def test_partition_path_that_is_a_folder(prepared, tmp_path: Path, capsys) -> No
     root, _ = prepared
     folder = tmp_path / "part.npz"
     folder.mkdir()
-    err = cli_error(capsys, train_args(root, folder, tmp_path / "run"))
+    err = cli_error(capsys, train_args(Digits(root, folder), tmp_path / "run", device="cpu"))
     assert "is a folder" in err and "not found" not in err
 
 
 def test_dataset_given_as_partition_is_not_to_be_deleted(prepared, tmp_path: Path, capsys) -> None:
     root, _ = prepared
-    err = cli_error(capsys, train_args(root, root / "digits.npz", tmp_path / "run"))
+    err = cli_error(capsys, train_args(Digits(root, root / "digits.npz"), tmp_path / "run", device="cpu"))
     assert "is a prepared dataset" in err and "not a partition file" in err
     assert "delete" not in err
     assert (root / "digits.npz").is_file()
@@ -453,7 +441,7 @@ def test_text_file_given_as_partition(prepared, tmp_path: Path, capsys) -> None:
     root, _ = prepared
     text = tmp_path / "part.npz"
     text.write_text("client,num_train,num_test\n0,10,3\n")
-    err = cli_error(capsys, train_args(root, text, tmp_path / "run"))
+    err = cli_error(capsys, train_args(Digits(root, text), tmp_path / "run", device="cpu"))
     assert "not an .npz archive" in err and "allow_pickle" not in err
 
 

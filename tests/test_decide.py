@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tools" / "lease" / "decide.py"
@@ -19,10 +19,7 @@ SCRIPT = REPO / "tools" / "lease" / "decide.py"
 
 @pytest.fixture(scope="module")
 def decide():
-    spec = importlib.util.spec_from_file_location("decide", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def _accuracies(fp32=(0.50, 0.52, 0.48), **seed0):

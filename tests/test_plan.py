@@ -8,25 +8,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
+from conftest import SCHEMA_FILE
+from conftest import load_config as load
 
 from fedgmh import plan
 from fedgmh.plan import GPU_RUNTIME_MINUTES, ConfigError, Plan
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
-
-
-def load(name: str, **changes: Any) -> dict[str, Any]:
-    """A shipped config with the schema's defaults filled in, as the workflow validates it."""
-    config = yaml.safe_load((REPO / "config" / name).read_text())
-    config.update(changes)
-    plan.with_defaults(config, SCHEMA)
-    assert plan.schema_problems(config, SCHEMA) == []
-    return config
+SCHEMA = yaml.safe_load(SCHEMA_FILE.read_text())
 
 
 def test_paper_plan_trains_each_run_once() -> None:
@@ -234,7 +226,7 @@ def test_the_plan_imports_no_torch() -> None:
     """The workflow builds its plan on every snakemake call: without torch (seconds to import)."""
     code = (
         "import sys, yaml\n"
-        "sys.path.insert(0, 'tests'); from test_plan import load\n"
+        "sys.path.insert(0, 'tests'); from conftest import load_config as load\n"
         "from fedgmh.plan import Plan\n"
         "Plan(load('config.yaml'), basedir='.')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'torchvision') or m.startswith('fedgmh.algorithms')))"

@@ -4,6 +4,8 @@ card and one class, found by the same discovery as the real ones."""
 
 from __future__ import annotations
 
+import functools
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,8 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import make_federation
-from test_plan import load as load_config
+from conftest import load_config, make_federation
 
 import fedgmh.algorithms
 import fedgmh.cards
@@ -223,3 +224,86 @@ def test_two_cards_cannot_share_a_class(monkeypatch, tmp_path):
     finally:
         for module in ("fedgmh.cards.toy", "fedgmh.algorithms.toy"):
             sys.modules.pop(module, None)
+
+
+# ------------------------------------------- a new algorithm: the places docs/cli.md lists for it
+
+CONFIGS = ("config.yaml", "smoke.yaml", "mini.yaml")
+#: algorithms with a card that no config runs, and why
+NOT_PLANNED = {"fedavg_lp": "the controls experiment runs it as fedavg with eval_prior=mask"}
+#: the tests that take every algorithm from the cards (docs/cli.md: they need no edit)
+EVERY_ALGORITHM = ("test_cli.py", "test_vectorised.py", "test_resume.py", "test_costs.py", "test_memory.py",
+                   "test_batched_evaluation.py")
+
+
+def adding_section() -> str:
+    """docs/cli.md's section "Adding an algorithm"."""
+    text = (REPO / "docs" / "cli.md").read_text()
+    return text.split("### Adding an algorithm\n", 1)[1].split("\n### ", 1)[0]
+
+
+@functools.cache
+def baselines_table() -> set[str]:
+    """The algorithms of docs/baselines.md's table of every algorithm."""
+    lines = (REPO / "docs" / "baselines.md").read_text().splitlines()
+    start = lines.index("| algorithm | shared | local | evaluated model |") + 2
+    names = set()
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        names.update(re.findall(r"`(\w+)`", line.split("|")[1]))
+    return names
+
+
+@functools.cache
+def planned(config: str) -> set[str]:
+    experiments = yaml.safe_load((REPO / "config" / config).read_text())["experiments"]
+    return {name for experiment in experiments.values() for name in experiment["algorithms"]}
+
+
+@functools.cache
+def other_test_files() -> dict[str, str]:
+    """The test files other than this one, by name."""
+    return {path.name: path.read_text() for path in sorted((REPO / "tests").glob("test_*.py")) if path.name != Path(__file__).name}
+
+
+def files_naming(name: str) -> list[str]:
+    """The test files other than this one that name algorithm NAME in a string."""
+    return [file for file, text in other_test_files().items() if f'"{name}"' in text or f"'{name}'" in text]
+
+
+def missing_places(name: str) -> list[str]:
+    """The places checked in docs/cli.md's "Adding an algorithm" that lack algorithm NAME."""
+    family = cards.card(name).algorithm.partition(":")[0].rpartition(".")[2]
+    missing = [] if get_algorithm(name).__module__ == f"fedgmh.algorithms.{family}" else ["src/fedgmh/algorithms/<family>.py"]
+    missing += [] if files_naming(name) else ["tests/test_<family>.py"]
+    missing += [] if name in baselines_table() else ["docs/baselines.md"]
+    missing += [f"config/{config}" for config in CONFIGS if name not in planned(config) and name not in NOT_PLANNED]
+    return missing
+
+
+def test_every_algorithm_is_in_every_place_docs_cli_md_checks():
+    assert {name: missing for name in cards.algorithm_names() if (missing := missing_places(name))} == {}
+    assert baselines_table() == set(cards.algorithm_names())  # no row of an algorithm that is gone
+    for name in NOT_PLANNED:
+        assert name in cards.algorithm_names() and not any(name in planned(config) for config in CONFIGS), name
+
+
+def test_a_new_algorithm_of_one_card_and_one_class_is_missing_from_the_other_places(monkeypatch, tmp_path):
+    add_family(monkeypatch, tmp_path, "newcomer", TOY_CARD.replace("toy", "newcomer"), TOY_CLASS)
+    try:
+        assert missing_places("newcomer") == ["tests/test_<family>.py", "docs/baselines.md", *(f"config/{c}" for c in CONFIGS)]
+    finally:
+        for module in ("fedgmh.cards.newcomer", "fedgmh.algorithms.newcomer"):
+            sys.modules.pop(module, None)
+
+
+def test_docs_cli_md_names_each_place_and_only_files_that_exist():
+    section = adding_section()
+    for place in ("src/fedgmh/cards/<family>.py", "src/fedgmh/algorithms/<family>.py", "tests/test_<family>.py",
+                  "docs/baselines.md", *(f"config/{config}" for config in CONFIGS)):
+        assert f"`{place}`" in section, place
+    paths = [path for path in re.findall(r"`([\w./<>-]+\.(?:py|md|yaml)|[\w/]+/)`", section) if "<" not in path]
+    assert paths and [path for path in paths if not (REPO / path).exists()] == []
+    for file in EVERY_ALGORITHM:  # the tests said to cover a new algorithm by themselves
+        assert "algorithm_names()" in (REPO / "tests" / file).read_text(), file

@@ -4,17 +4,21 @@ trained is never recorded, and a snapshot whose metric rows were edited is not r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-from conftest import stopping_after_a_snapshot
-from test_train_safety import setup, train_args  # noqa: F401 - `setup` is a fixture
+from conftest import prepare_digits, stopping_after_a_snapshot, train_args
 
 from fedgmh.cli import main
 from fedgmh.engine import Checkpoint, run_rounds
 from fedgmh.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The embedded data set and a 4-client partition of it."""
+    return prepare_digits(tmp_path_factory.mktemp("run_folder"))
 
 
 def one_line_error(capsys) -> str:

@@ -33,13 +33,12 @@ from typing import Iterator
 import pandas as pd
 import pytest
 import yaml
+from conftest import SNAKEFILE, job_counts, tiny_config
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEFILE = REPO / "Snakefile"
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
-SMOKE = REPO / "config" / "smoke.yaml"
 
 PACKAGES = ["slurm-wlm", "slurm-client", "munge"]
 COMMANDS = ["munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo"]
@@ -56,17 +55,11 @@ SLURM_ARGS = ["--profile", str(PROFILE), "--default-resources", f"slurm_partitio
 FAST = ["--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2"]
 
 
-def tiny_config() -> dict:
+def cluster_config() -> dict:
     """The smoke config cut to one table of two runs (FedAvg, FedGMH) on digits: 6 clients, 8 rounds,
     a snapshot every round (so that a cancelled job has one to resume from)."""
-    config = yaml.safe_load(SMOKE.read_text())
-    config.update(name=NAME, clients=6, rounds=8, seeds=[0], warm_train=False, checkpoint_every=1, figures={},
-                  reference_tables=None,
-                  experiments={"table2": {"title": "Table 2 (one-node SLURM)", "algorithms": ["fedavg", "fedgmh"],
-                                          "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}]}})
-    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs"):
-        config.pop(key, None)
-    return config
+    return tiny_config(NAME, ["fedavg", "fedgmh"], title="Table 2 (one-node SLURM)", clients=6, rounds=8, seeds=[0],
+                       warm_train=False, checkpoint_every=1)
 
 
 # ----------------------------------------------------------------------------- the one-node cluster
@@ -311,11 +304,6 @@ def background(workdir: Path, env: dict, log: Path, *args: str, limit: int = 300
             process.wait()
 
 
-def job_counts(output: str) -> dict[str, int]:
-    section = output.split("Job stats:", 1)[1]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", section.split("\n\n", 1)[0], re.MULTILINE)}
-
-
 #: what differs between two trainings of the same run: when, how long, whether it was resumed, and its peak RSS (memory.peak_rss_bytes)
 VOLATILE = ("started_utc", "wall_time_s", "resumed_from_round")
 
@@ -365,7 +353,7 @@ def test_the_profile_on_a_one_node_cluster_trains_what_a_local_run_trains_and_re
     snapshot; Snakemake reports it (exit 1); the same command again resumes it from its snapshot.
     Then every record and table equals that of a local run of the same config (run meanwhile)."""
     config = tmp_path / "slurm.yaml"
-    config.write_text(yaml.safe_dump(tiny_config()))
+    config.write_text(yaml.safe_dump(cluster_config()))
     local, on_slurm = tmp_path / "local", tmp_path / "on_slurm"
     through_slurm = ["all_tables", *SLURM_ARGS, "--configfile", str(config), *FAST]
     snapshot = on_slurm / RUNS / "fedgmh" / "seed0" / "checkpoint.pt"
@@ -412,7 +400,7 @@ def test_refused_failed_and_interrupted_jobs_are_reported_and_nothing_hangs(clus
     - Ctrl-C (SIGINT) once the job has a snapshot: Snakemake cancels the SLURM job, and the same command
       again resumes the run from its snapshot."""
     config = tmp_path / "slurm.yaml"
-    config.write_text(yaml.safe_dump(tiny_config()))
+    config.write_text(yaml.safe_dump(cluster_config()))
     env = dict(cluster.env, CUDA_VISIBLE_DEVICES="")  # no GPU here, nor in the jobs (sbatch --export=ALL)
 
     def target(algorithm: str) -> str:

@@ -16,32 +16,25 @@ from fedgmh import store
 from fedgmh.cli import main as cli_main
 from fedgmh.errors import UserError
 
-from test_workflow import SMOKE, snakemake
+from conftest import SMOKE, Digits, prepare_digits, snakemake, train_args
 
 
-def train(digits_root: Path, partition: Path, out: Path, *extra: str) -> int:
-    return cli_main(["train", "--dataset", "digits", "--root", str(digits_root), "--partition", str(partition),
-                     "--algorithm", "fedavg", "--rounds", "2", "--join-ratio", "0.5", "--batch-size", "20", "--quiet",
-                     "--out", str(out), *extra])
+def train(digits: Digits, out: Path, *extra: str) -> int:
+    """A 2-round FedAvg run (batches of 20, the CLI's local epochs and threads) into OUT."""
+    return cli_main(train_args(digits, out, *extra, rounds=2, batch_size=20, local_epochs=None, threads=None))
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory) -> dict[str, Path]:
+def stored(tmp_path_factory) -> dict:
     """A store holding one trained record, and the data it was made from."""
-    from fedgmh import data
-
     root = tmp_path_factory.mktemp("store")
-    data.download("digits", root / "data")
-    partition = root / "part.npz"
-    assert cli_main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
-                     "--classes-per-client", "3", "--alpha", "0.5", "--out", str(partition)]) == 0
-    assert train(root / "data", partition, root / "store" / "table2" / "fedavg" / "seed0") == 0
-    return {"root": root / "data", "partition": partition, "store": root / "store",
-            "record": root / "store" / "table2" / "fedavg" / "seed0"}
+    digits = prepare_digits(root)
+    assert train(digits, root / "store" / "table2" / "fedavg" / "seed0") == 0
+    return {"digits": digits, "store": root / "store", "record": root / "store" / "table2" / "fedavg" / "seed0"}
 
 
 def test_exact_record_is_reused_without_training(stored, tmp_path: Path) -> None:
-    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(stored["store"]), "--device", "cpu",
+    assert train(stored["digits"], tmp_path / "run", "--store", str(stored["store"]), "--device", "cpu",
                  "--threads", "1", "--set", "eval_batch_size=7") == 0
     # copied, not recomputed: even the per-round wall times are the stored run's
     assert (tmp_path / "run" / "metrics.csv").read_bytes() == (stored["record"] / "metrics.csv").read_bytes()
@@ -78,12 +71,12 @@ def test_an_invalid_record_is_never_reused_nor_kept_as_finished(stored, tmp_path
     record = json.loads((tampered / "run.json").read_text())
     record["best_test_acc"] = 0.999
     (tampered / "run.json").write_text(json.dumps(record))
-    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(tmp_path / "store")) == 0
+    assert train(stored["digits"], tmp_path / "run", "--store", str(tmp_path / "store")) == 0
     assert "record not used, invalid" in capsys.readouterr().err
     trained = json.loads((tmp_path / "run" / "run.json").read_text())
     assert trained["best_test_acc"] != 0.999 and trained["started_utc"] != record["started_utc"]  # trained anew
     shutil.copy(tampered / "run.json", tmp_path / "run" / "run.json")
-    assert train(stored["root"], stored["partition"], tmp_path / "run") == 2
+    assert train(stored["digits"], tmp_path / "run") == 2
     assert "holds an invalid run record" in capsys.readouterr().err and "best_test_acc" in (tmp_path / "run" / "run.json").read_text()
 
 
@@ -116,7 +109,7 @@ def test_record_of_other_settings_is_not_reused(stored, tmp_path: Path) -> None:
     other = dict(key, lr=0.02)
     found, notes = store.find([stored["store"]], other)
     assert found is None and notes and "lr: 0.01 vs 0.02" in notes[0]
-    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(stored["store"]), "--lr", "0.02") == 0
+    assert train(stored["digits"], tmp_path / "run", "--store", str(stored["store"]), "--lr", "0.02") == 0
     ours = pd.read_csv(tmp_path / "run" / "metrics.csv")
     theirs = pd.read_csv(stored["record"] / "metrics.csv")
     assert not ours["test_acc"].equals(theirs["test_acc"])  # trained anew, with lr 0.02
@@ -289,7 +282,7 @@ def test_a_reused_record_is_filed_under_the_jobs_labels(stored, tmp_path: Path) 
     reused from a store gets the labels of the job that reuses it, its results untouched."""
     labels = ["--config-name", "paper", "--experiment", "table2_pflib", "--setting", "digits_c3_a0.5@paper", "--variant", "paper"]
     (stored["record"] / "notes.txt").write_text("not part of the record")
-    assert train(stored["root"], stored["partition"], tmp_path / "run", "--store", str(stored["store"]), *labels) == 0
+    assert train(stored["digits"], tmp_path / "run", "--store", str(stored["store"]), *labels) == 0
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["workflow"] == {"config_name": "paper", "experiment": "table2_pflib", "setting": "digits_c3_a0.5@paper",
                                   "variant": "paper"}
@@ -300,6 +293,6 @@ def test_a_reused_record_is_filed_under_the_jobs_labels(stored, tmp_path: Path) 
     (stored["record"] / "notes.txt").unlink()
     # the same command again: the finished run is kept; other labels relabel it, nothing is trained
     before = (tmp_path / "run" / "metrics.csv").read_bytes()
-    assert train(stored["root"], stored["partition"], tmp_path / "run", *labels[:4]) == 0
+    assert train(stored["digits"], tmp_path / "run", *labels[:4]) == 0
     assert json.loads((tmp_path / "run" / "run.json").read_text())["workflow"] == {"config_name": "paper", "experiment": "table2_pflib"}
     assert (tmp_path / "run" / "metrics.csv").read_bytes() == before

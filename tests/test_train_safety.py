@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import make_federation
+from conftest import make_federation, prepare_digits, train_args
 
 from fedgmh.algorithms import get_algorithm
 from fedgmh.engine import Checkpoint, run_rounds
@@ -35,20 +35,7 @@ class Stop(Exception):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """The embedded data set and a 4-client partition of it."""
-    from fedgmh import data
-    from fedgmh.cli import main
-
-    root = tmp_path_factory.mktemp("safety")
-    data.download("digits", root / "data")
-    assert main(["partition", "--dataset", "digits", "--root", str(root / "data"), "--clients", "4",
-                 "--classes-per-client", "3", "--alpha", "0.5", "--out", str(root / "part.npz")]) == 0
-    return root
-
-
-def train_args(root, out, *extra, algorithm="fedavg", rounds=1):
-    return ["train", "--dataset", "digits", "--root", str(root / "data"), "--partition", str(root / "part.npz"),
-            "--algorithm", algorithm, "--rounds", str(rounds), "--local-epochs", "1", "--join-ratio", "0.5",
-            "--threads", "1", "--quiet", "--out", str(out), *extra]
+    return prepare_digits(tmp_path_factory.mktemp("safety"))
 
 
 def fresh(name, preset="paper", seed=0, **engine):
@@ -295,12 +282,13 @@ def test_output_folder_check_leaves_nothing_behind(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def finished(setup):
-    """A finished fedavg run (2 rounds) in setup/finished."""
+def finished(setup, tmp_path_factory):
+    """A finished fedavg run (2 rounds)."""
     from fedgmh.cli import main
 
-    assert main(train_args(setup, setup / "finished", rounds=2)) == 0
-    return setup / "finished"
+    out = tmp_path_factory.mktemp("finished") / "run"
+    assert main(train_args(setup, out, rounds=2)) == 0
+    return out
 
 
 def _files(folder):

@@ -10,13 +10,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import Digits, train_args, wait_for
 from test_cards import BLOCKER
-from test_warm_security import MALFORMED, _answers, _answers_until, _connect, _framed, _request, _stdio
+from test_warm_security import MALFORMED, _answers, _answers_until, _connect, _env, _framed, _request, _stdio
 
 from fedgmh import warm
 from fedgmh.cli import main
@@ -25,11 +25,6 @@ REPO = Path(__file__).resolve().parents[1]
 #: what a process's record holds about how it ran, not what it computed
 TIMING = {"wall_time_s", "started_utc", "finished_utc"}
 PER_PROCESS = {"peak_rss_bytes"}
-
-
-def _env(**extra: str) -> dict[str, str]:
-    # no empty entry: Python reads one as the current folder, and the server serves only its own sys.path
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])), **extra)
 
 
 def _start_server(logs: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
@@ -42,19 +37,12 @@ def _start_server(logs: Path, *args: str) -> tuple[subprocess.Popen, str, Path]:
     return server, path, log
 
 
-def _wait_for(condition, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A server (socket path, log file) shared by the module's tests."""
     process, path, log = _start_server(tmp_path_factory.mktemp("warm"))
     try:
-        _wait_for(lambda: os.path.exists(path) or process.poll() is not None)
+        wait_for(lambda: os.path.exists(path) or process.poll() is not None, 120)
         assert process.poll() is None, log.read_text()
         yield path, log
     finally:
@@ -64,11 +52,12 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture
-def train_args(digits_root, digits_partition):
-    """`fedgmh train` arguments of a 2-round digits run into OUT, and more."""
+def run_args(digits_root, digits_partition):
+    """`fedgmh train` arguments of a 2-round FedGMH run on digits (the CLI's local epochs and join ratio)
+    into OUT, and more."""
     def arguments(out: Path, *extra: str) -> list[str]:
-        return ["train", "--root", str(digits_root), "--partition", str(digits_partition), "--algorithm", "fedgmh",
-                "--rounds", "2", "--device", "cpu", "--threads", "1", "--quiet", "--out", str(out), *extra]
+        return train_args(Digits(digits_root, digits_partition), out, *extra, algorithm="fedgmh", rounds=2,
+                          device="cpu", local_epochs=None, join_ratio=None)
 
     return arguments
 
@@ -89,14 +78,14 @@ def _record(folder: Path) -> tuple[dict, pd.DataFrame]:
     return record, pd.read_csv(folder / "metrics.csv").drop(columns=["seconds"])
 
 
-def test_a_run_on_the_server_is_the_run_of_a_fresh_process(server, train_args, tmp_path, capsys):
+def test_a_run_on_the_server_is_the_run_of_a_fresh_process(server, run_args, tmp_path, capsys):
     path, log = server
-    client = _client(train_args(tmp_path / "warm"), path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    client = _client(run_args(tmp_path / "warm"), path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = client.communicate(timeout=300)
     assert client.returncode == 0, err
     assert "fedgmh: best test accuracy" in out  # the child wrote to the client's own stdout
     assert str(tmp_path / "warm") in log.read_text()  # it ran on the server
-    assert main(train_args(tmp_path / "here")) == 0
+    assert main(run_args(tmp_path / "here")) == 0
     assert capsys.readouterr().out.splitlines()[-1] == out.splitlines()[-1]
     warm_record, warm_metrics = _record(tmp_path / "warm")
     here_record, here_metrics = _record(tmp_path / "here")
@@ -105,9 +94,9 @@ def test_a_run_on_the_server_is_the_run_of_a_fresh_process(server, train_args, t
     assert {k: v for k, v in warm_record.items() if k != "out"} == {k: v for k, v in here_record.items() if k != "out"}
 
 
-def test_an_error_on_the_server_is_the_same_line_and_status(server, train_args, tmp_path, capsys):
+def test_an_error_on_the_server_is_the_same_line_and_status(server, run_args, tmp_path, capsys):
     path, log = server
-    argv = train_args(tmp_path / "run", "--set", "no_such_option=1")
+    argv = run_args(tmp_path / "run", "--set", "no_such_option=1")
     client = _client(argv, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = client.communicate(timeout=300)
     assert "no_such_option" in log.read_text()
@@ -116,10 +105,10 @@ def test_an_error_on_the_server_is_the_same_line_and_status(server, train_args, 
     assert client.returncode == 2 and err == here and len(err.splitlines()) == 1 and err.startswith("fedgmh train: error: ")
 
 
-def test_without_a_server_the_client_trains_itself(server, train_args, tmp_path, monkeypatch, capsys):
+def test_without_a_server_the_client_trains_itself(server, run_args, tmp_path, monkeypatch, capsys):
     path, log = server
     monkeypatch.setenv(warm.SOCKET_VARIABLE, str(tmp_path / "no-socket"))
-    assert main(train_args(tmp_path / "run")) == 0
+    assert main(run_args(tmp_path / "run")) == 0
     assert (tmp_path / "run" / "run.json").is_file()
     before = log.read_text()
     monkeypatch.setenv(warm.SOCKET_VARIABLE, path)  # a live server, but a device it does not serve
@@ -133,7 +122,7 @@ def _child_of(log: Path, marker: str) -> int:
     def line():
         return next((ln for ln in log.read_text().splitlines() if marker in ln), None)
 
-    _wait_for(lambda: line() is not None)
+    wait_for(lambda: line() is not None, 120)
     return int(line().split(":", 1)[0])
 
 
@@ -146,23 +135,23 @@ def _exited(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
-def test_a_killed_client_leaves_no_training_behind(server, train_args, tmp_path, signum):
+def test_a_killed_client_leaves_no_training_behind(server, run_args, tmp_path, signum):
     """SIGTERM is forwarded to the child, which stops as a fresh process would (status 143); a client
     killed outright (SIGKILL) is noticed by the server, which stops its child."""
     path, log = server
     out = tmp_path / f"long{signum}"
-    argv = train_args(out)
+    argv = run_args(out)
     argv[argv.index("--rounds") + 1] = "100000"
     argv.remove("--quiet")
     output = tmp_path / "output"
     with open(output, "w") as handle:
         client = _client(argv, path, stdout=handle, stderr=subprocess.STDOUT)
     child = _child_of(log, str(out))
-    _wait_for(lambda: "round 1/100000" in output.read_text() or client.poll() is not None)  # training, its handlers set
+    wait_for(lambda: "round 1/100000" in output.read_text() or client.poll() is not None, 120)  # training, its handlers set
     assert client.poll() is None and not _exited(child)
     client.send_signal(signum)
     client.wait(120)
-    _wait_for(lambda: _exited(child), 120)
+    wait_for(lambda: _exited(child), 120)
     assert f"{child}: exit status 143" in log.read_text()  # stopped by SIGTERM, as a fresh process is: a snapshot, then 143
     if signum == signal.SIGTERM:
         assert client.returncode == 143 and "fedgmh train:" in output.read_text().splitlines()[-1]
@@ -179,7 +168,7 @@ def test_the_server_exits_when_idle_or_orphaned_and_removes_its_folder(tmp_path)
     try:
         assert idle.wait(120) == 0, idle_log.read_text()
         assert "listening" in idle_log.read_text() and not os.path.exists(os.path.dirname(idle_path))
-        _wait_for(lambda: os.path.exists(orphan_path))
+        wait_for(lambda: os.path.exists(orphan_path), 120)
         assert orphan.poll() is None
         parent.kill()
         parent.wait()
@@ -221,7 +210,7 @@ def test_the_server_runs_only_train_command_lines_its_parser_accepts(server, tmp
     assert ": fedgmh download" not in log.read_text() and ": fedgmh --version" not in log.read_text()
 
 
-def test_a_run_uses_the_servers_path_not_the_callers(server, train_args, tmp_path):
+def test_a_run_uses_the_servers_path_not_the_callers(server, run_args, tmp_path):
     """The run's environment is the server's (but for CLIENT_VARIABLES): a `git` first on the caller's
     PATH is not what records the run's commit."""
     path, log = server
@@ -231,7 +220,7 @@ def test_a_run_uses_the_servers_path_not_the_callers(server, train_args, tmp_pat
     (evil / "git").chmod(0o755)
     code = BLOCKER + "from fedgmh.cli import main\nsys.exit(main(sys.argv[2:]))\n"
     env = _env(**{warm.SOCKET_VARIABLE: path, "PATH": f"{evil}{os.pathsep}{os.environ['PATH']}"})
-    client = subprocess.run([sys.executable, "-c", code, "torch,pandas", *train_args(tmp_path / "run")], env=env,
+    client = subprocess.run([sys.executable, "-c", code, "torch,pandas", *run_args(tmp_path / "run")], env=env,
                             capture_output=True, text=True, timeout=300)
     assert client.returncode == 0, client.stderr
     assert str(tmp_path / "run") in log.read_text()  # it ran on the server
@@ -239,14 +228,14 @@ def test_a_run_uses_the_servers_path_not_the_callers(server, train_args, tmp_pat
     assert json.loads((tmp_path / "run" / "run.json").read_text())["code_version"] != "0000000"
 
 
-def test_malformed_messages_leave_the_server_serving(server, train_args, tmp_path):
+def test_malformed_messages_leave_the_server_serving(server, run_args, tmp_path):
     path, log = server
     for body in MALFORMED:
         with _connect(path) as conn:
             conn.sendall(_framed(body))
             answers = _answers(conn)
         assert len(answers) == 1 and "refused" in answers[0], (body[:40], answers)
-    argv = train_args(tmp_path / "run", "--set", "no_such_option=1")
+    argv = run_args(tmp_path / "run", "--set", "no_such_option=1")
     client = _client(argv, path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = client.communicate(timeout=300)
     assert client.returncode == 2 and err.startswith("fedgmh train: error: ")

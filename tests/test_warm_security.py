@@ -30,6 +30,7 @@ import traceback
 from pathlib import Path
 
 import pytest
+from conftest import wait_for
 
 from fedgmh import warm
 
@@ -93,13 +94,6 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])), **extra)
 
 
-def _wait_for(condition, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 class FakeServer:
     def __init__(self, logs: Path, request_timeout_s: float = 10.0):
         self.path = warm.socket_path()
@@ -107,7 +101,7 @@ class FakeServer:
         with open(self.log, "w") as out:
             self.process = subprocess.Popen([sys.executable, "-c", FAKE_SERVER, self.path, str(request_timeout_s)],
                                             stdout=out, stderr=subprocess.STDOUT, env=_env())
-        _wait_for(lambda: os.path.exists(self.path) or self.process.poll() is not None)
+        wait_for(lambda: os.path.exists(self.path) or self.process.poll() is not None, 30)
         assert self.process.poll() is None, self.log.read_text()
 
     def alive(self) -> bool:
@@ -118,7 +112,7 @@ class FakeServer:
         def line():
             return next((ln for ln in self.log.read_text().splitlines() if marker in ln and ": fedgmh " in ln), None)
 
-        _wait_for(lambda: line() is not None)
+        wait_for(lambda: line() is not None, 30)
         return int(line().split(":", 1)[0])
 
     def descriptors(self) -> int:
@@ -278,7 +272,7 @@ def test_the_server_refuses_another_users_connection(other_user, tmp_path):
     server = _as_user(other_user, _serve_as_user, path, log_fd)
     os.close(log_fd)
     try:
-        _wait_for(lambda: os.path.exists(path))
+        wait_for(lambda: os.path.exists(path), 30)
         assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
         request = {"argv": ["train", "write", str(marker)], "cwd": str(reachable), "umask": 0o022, "env": {},
                    "code": warm.code_identity()}
@@ -334,7 +328,7 @@ def test_the_client_sends_nothing_to_another_users_socket(other_user, tmp_path, 
     listener = _as_user(other_user, _listen_and_record, path, write_end)
     os.close(write_end)
     try:
-        _wait_for(lambda: os.path.exists(path))
+        wait_for(lambda: os.path.exists(path), 30)
         if where != "world-writable folder":  # all looks the client's own, but another user listens
             os.chown(folder, os.getuid(), os.getgid())
             os.chown(path, os.getuid(), os.getgid())
@@ -430,7 +424,7 @@ def test_a_server_cannot_make_the_client_signal_another_process(tmp_path, attack
             if attack == "a well-formed run":
                 assert forwarded.wait(30)
             else:
-                _wait_for(lambda: received)
+                wait_for(lambda: received, 30)
             time.sleep(0.5)  # the client has its answer (and its handlers)
             client.send_signal(signal.SIGTERM)
             out, err = client.communicate(timeout=60)
@@ -583,7 +577,7 @@ def test_every_descriptor_a_client_sends_is_closed(fake_server):
             assert _answers_until(conn, 1) == [{"ready": True}]
             _send_with_fds(conn, warm._frame({"go": True})[:1], fds)
             assert "within 1 s" in _answers(conn)[0]["refused"]
-    _wait_for(lambda: server.descriptors() == before, 10)
+    wait_for(lambda: server.descriptors() == before, 10)
 
 
 def test_a_stopped_server_sends_the_client_back_to_train_itself(fake_server, tmp_path):
@@ -627,7 +621,7 @@ def test_a_run_dies_with_its_server(fake_server, tmp_path):
     child = server.child(str(marker))
     server.process.kill()
     server.process.wait()
-    _wait_for(lambda: _exited(child), 5)
+    wait_for(lambda: _exited(child), 5)
     out, err = client.communicate(timeout=60)
     assert client.returncode == 2 and "stopped before the run ended" in err
     time.sleep(4)

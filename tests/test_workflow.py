@@ -18,33 +18,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import SMOKE, SNAKEFILE, job_counts, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEFILE = REPO / "Snakefile"
 PAPER = REPO / "config" / "config.yaml"
-SMOKE = REPO / "config" / "smoke.yaml"
 TABLE2_FULL = REPO / "config" / "table2_full.yaml"
-
-
-def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    # the `fedgmh` console script of this interpreter's environment must be on PATH for the rules
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
-
-
-def job_counts(output: str) -> dict[str, int]:
-    """The 'Job stats' table of a snakemake (dry) run."""
-    section = output.split("Job stats:", 1)[1]
-    counts = {}
-    for line in section.splitlines():
-        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if match:
-            counts[match.group(1)] = int(match.group(2))
-        elif counts and not line.strip():
-            break
-    return counts
 
 
 @pytest.mark.parametrize(
@@ -240,7 +218,7 @@ def test_a_failed_job_shows_its_one_line_reason(tmp_path: Path) -> None:
 def test_the_smoke_run_leaves_a_clone_clean() -> None:
     """Every folder the smoke run writes (README: the smoke command, then its HTML report under
     results/smoke/) is ignored by git and holds no tracked file, so `git status` stays clean."""
-    from test_plan import load
+    from conftest import load_config as load
 
     from fedgmh.plan import Plan
 

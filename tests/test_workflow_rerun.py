@@ -13,24 +13,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_plan import load
-from test_workflow import SMOKE, snakemake
+from conftest import snakemake, tiny_config
+from conftest import load_config as load
 
 from fedgmh.plan import Plan
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = "results/edit/runs/table2/digits_c2_a0.5/fedprox/seed0"
 TARGET = "results/edit/stored/table2/digits_c2_a0.5/fedprox/seed0.done"
-
-
-def tiny_config() -> dict:
-    config = yaml.safe_load(SMOKE.read_text())
-    config.update(name="edit", rounds=1, seeds=[0], figures={}, reference_tables=None,
-                  experiments={"table2": {"algorithms": ["fedprox"],
-                                          "settings": [{"dataset": "digits", "classes_per_client": 2, "alpha": 0.5}]}})
-    for key in ("rounds_to_target", "uploads_to_target", "layer_weights", "clients_figure", "other_references", "costs"):
-        config.pop(key, None)
-    return config
 
 
 def make(workdir: Path, config: dict, *override: str) -> tuple[dict, str]:
@@ -50,7 +40,7 @@ def settings(record: dict) -> dict:
 
 
 def test_editing_the_config_retrains_and_going_back_reuses_the_stored_record(tmp_path: Path) -> None:
-    config = tiny_config()
+    config = tiny_config("edit", ["fedprox"], rounds=1, seeds=[0])
     first, _ = make(tmp_path, config)
     assert settings(first) == {"rounds": 1, "lr": 0.05, "batch_size": 20, "local_epochs": 1, "join_ratio": 0.5, "mu": 0.0}
 

@@ -9,30 +9,20 @@ tries to create never appears.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import yaml
+from conftest import snakemake
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEFILE = REPO / "Snakefile"
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    # the `fedgmh` console script of this interpreter's environment must be on PATH for the rules
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(workdir), *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
-
-
-def tiny_config() -> dict[str, Any]:
-    """One experiment (FedAvg and FedGMH, 1 round, 1 seed, 10 clients on digits), one figure, rounds to target."""
+def whole_config() -> dict[str, Any]:
+    """A config written out whole (not cut from the smoke config): one experiment (FedAvg and FedGMH, 1
+    round, 1 seed, 10 clients on digits), one figure, rounds to target."""
     return {
         "name": "sec",
         "device": "cpu",
@@ -133,7 +123,7 @@ def test_shell_syntax_in_a_config_string_never_runs(tmp_path: Path, key: str) ->
         reference = tmp_path / value
         reference.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "reference" / "fedgmh_paper_tables.csv", reference)
-    config = tiny_config()
+    config = whole_config()
     setter(config, value)
     path = write_config(tmp_path / "config.yaml", config)
     result = snakemake(tmp_path, "all", "--cores", "1", "--configfile", str(path), timeout=600)
@@ -154,7 +144,7 @@ def test_free_text_and_paths_with_spaces_reach_the_commands_intact(tmp_path: Pat
     table_title = " ".join(["Tiny", *(p for p in payloads(marker) if "\n" not in p), *quote_breakers(marker)])
     # over several lines, with a single $ (two would make matplotlib read math)
     figure_title = "\n".join(["Fig", *(p.strip() for p in payloads(marker)[1:4]), *quote_breakers(marker)])
-    config = tiny_config()
+    config = whole_config()
     config.update(
         data_root="data dir/sub dir",
         mirror="mirror dir",  # digits ignores the mirror, but the download command still gets it
@@ -181,7 +171,7 @@ def test_free_text_and_paths_with_spaces_reach_the_commands_intact(tmp_path: Pat
 
 @pytest.mark.parametrize("name", ["..", ".", "../escape", "a/b", "-rf", ".hidden", "a b", ""])
 def test_name_must_be_one_safe_folder_name(tmp_path: Path, name: str) -> None:
-    config = tiny_config()
+    config = whole_config()
     config["name"] = name
     path = write_config(tmp_path / "config.yaml", config)
     result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
@@ -191,7 +181,7 @@ def test_name_must_be_one_safe_folder_name(tmp_path: Path, name: str) -> None:
 
 
 def test_ordinary_names_and_extreme_seeds_plan_fine(tmp_path: Path) -> None:
-    config = tiny_config()
+    config = whole_config()
     config.update(name="mini_v2.1", seeds=[0, 2**32 - 1], partition_seed=2**32 - 1, clients=2)
     config["experiments"]["table2"]["settings"][0]["classes_per_client"] = 10  # the fewest clients: 2, with every class
     config["figures"]["figure3"]["setting"] = "digits_c10_a0.5"
@@ -233,7 +223,7 @@ def _setting(config: dict[str, Any]) -> dict[str, Any]:
          "long-name"],
 )
 def test_bad_seeds_clients_classes_and_names_fail_the_dry_run(tmp_path: Path, change: Callable, message: str) -> None:
-    config = tiny_config()
+    config = whole_config()
     change(config)
     path = write_config(tmp_path / "config.yaml", config)
     result = snakemake(tmp_path, "-n", "all", "--cores", "1", "--configfile", str(path), timeout=300)
@@ -261,7 +251,7 @@ def test_bad_seeds_clients_classes_and_names_fail_the_dry_run(tmp_path: Path, ch
     ids=["unknown-key", "bad-float", "bad-bool", "bad-choice", "bad-preset", "nan-lr", "inf-option"],
 )
 def test_bad_options_fail_the_dry_run_naming_the_key(tmp_path: Path, change: Callable, message: str) -> None:
-    config = tiny_config()
+    config = whole_config()
     config["experiments"]["table2"]["algorithms"] = ["fedgmh"]
     change(config)
     path = write_config(tmp_path / "config.yaml", config)
@@ -278,7 +268,7 @@ def test_free_text_that_looks_like_a_flag_reaches_the_commands_as_a_value(tmp_pa
 
     from fedgmh.cli import build_parser
 
-    config = tiny_config()
+    config = whole_config()
     config["experiments"]["table2"].update(title="-h", algorithms=["fedavg", "fedgmh", "pfedla"])
     config["figures"]["figure3"]["title"] = "--help"
     config.update(controls_summary="table2",
@@ -308,7 +298,7 @@ def test_device_cuda_without_a_gpu_warns_in_a_dry_run_and_stops_a_local_run_befo
     """A dry run of a GPU config stays possible on a machine without a GPU (a cluster's login node checks
     the plan so); run here, the config stops before its first job, naming the key."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hides every GPU, as on a machine without one
-    config = tiny_config()
+    config = whole_config()
     config["device"] = "cuda"
     path = write_config(tmp_path / "config.yaml", config)
     message = "config: device is 'cuda', but this machine shows no GPU"
