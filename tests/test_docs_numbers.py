@@ -189,3 +189,11 @@ def test_config_readme_describes_every_config_key() -> None:
     documented = {name for row in rows for name in re.findall(r"`(\w+)`", row[0])}
     assert documented == set(schema["properties"]), (
         f"undocumented: {sorted(set(schema['properties']) - documented)}, unknown: {sorted(documented - set(schema['properties']))}")
+
+
+def test_the_docs_stay_a_reference_of_at_most_35000_words() -> None:
+    """README, docs/, BENCHMARKS.md and every other README: a reference, not a lab notebook (issue 40)."""
+    tracked = subprocess.run(["git", "ls-files", "README.md", "docs/*.md", "BENCHMARKS.md", "*README*"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    words = sum(len((REPO / name).read_text().split()) for name in sorted(set(tracked)) if name.endswith(".md"))
+    assert 10_000 < words <= 35_000, f"{words} words in the docs"
