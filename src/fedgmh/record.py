@@ -403,12 +403,15 @@ def same_run_identity(stored: dict[str, Any] | str, identity: dict[str, Any] | s
     of its config only `CONFIG_KEYS` (not the data's and the partition's paths, which may name the same
     files otherwise, nor device or threads), options added since the snapshot counting at their
     defaults (`with_option_defaults`, so that a new option does not orphan the snapshots of runs under
-    way). Stricter than `run_key`: every engine option and partition field counts."""
+    way). Stricter than `run_key`: every partition field counts, and every engine option but the
+    execution-only ones (`EXECUTION_OPTIONS`), which a resume may change as it may change the device."""
     if identity_text(stored) == identity_text(identity):
         return True
     try:
         filled = [with_option_defaults(json.loads(identity_text(x))) for x in (stored, identity)]
-        deciding = [{**run, "config": {k: run["config"][k] for k in CONFIG_KEYS if k in run["config"]}} for run in filled]
+        deciding = [{**run, "config": {k: run["config"][k] for k in CONFIG_KEYS if k in run["config"]},
+                     "engine_options": {k: v for k, v in run["engine_options"].items() if k not in EXECUTION_OPTIONS}}
+                    for run in filled]
     except (ValueError, KeyError, TypeError, AttributeError, UserError):  # not a run's identity: only equal text matches
         return False
     return identity_text(deciding[0]) == identity_text(deciding[1])

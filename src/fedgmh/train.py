@@ -30,7 +30,7 @@ from fedgmh import data, gpu_slots, store
 from fedgmh.algorithms import algorithm_classes, get_algorithm
 from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
-from fedgmh.engine import Checkpoint, Federation, run_rounds
+from fedgmh.engine import Checkpoint, Federation, run_rounds, set_numerics
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_json
 from fedgmh.machine import machine_facts
@@ -354,10 +354,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     # 3. device (a GPU slot), data, model, algorithm
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
     device = pick_device(config.device, jobs_per_gpu)
-    if device.type == "cuda":  # same config + seed = same result, also with cuDNN
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = engine.tf32
+    set_numerics(engine, device)  # same config + seed = same result, also with cuDNN
     if config.threads:
         torch.set_num_threads(config.threads)
     fed, _ = build_federation(config, engine, device)

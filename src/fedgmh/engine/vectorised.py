@@ -23,20 +23,11 @@ import torch.nn.functional as F
 from torch.func import grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from fedgmh.engine.federation import Extra, Federation, Forward, LocalResult, Params
+from fedgmh.engine.federation import Extra, Federation, Forward, LocalResult, Params, to_device
 from fedgmh.engine.training import Phase, cross_entropy_loss
 
 _SEAMS = ("trainable", "loss_fn", "grad_hook", "draw")
 _PLAIN = (int, float, bool, str, type(None))
-
-
-def _to_device(values: torch.Tensor | list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """`values` (a host list or tensor) on `device`. A copy to a GPU goes through pinned memory without
-    blocking: a plain copy from pageable memory waits until every kernel queued before it has run."""
-    tensor = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
-    if device.type != "cuda" or tensor.device.type != "cpu":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 @dataclass
@@ -70,7 +61,7 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
     # where each sample of each batch goes in the flattened [steps, clients, batch] layout; one
     # scatter instead of a copy per batch (which would be a kernel launch each on a GPU)
     positions = [(step * n + i) * width + j for i, plan in enumerate(plans) for step, batch in enumerate(plan) for j in range(len(batch))]
-    positions = _to_device(positions, fed.device, torch.long)
+    positions = to_device(positions, fed.device, torch.long)
     index = torch.zeros(steps * n * width, dtype=torch.long, device=fed.device)
     mask = torch.zeros(steps * n * width, device=fed.device)
     noise = None
@@ -78,7 +69,7 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
         index[positions] = torch.cat([b for plan in plans for b in plan])
         mask[positions] = 1.0
         if any(draws):
-            drawn = _to_device(torch.cat([d for client in draws for d in client]), fed.device)
+            drawn = to_device(torch.cat([d for client in draws for d in client]), fed.device)
             noise = drawn.new_zeros(steps * n * width, *drawn.shape[1:])
             noise[positions] = drawn
             noise = noise.view(steps, n, width, *drawn.shape[1:])
@@ -175,7 +166,7 @@ def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Ex
     step_all = vmap(one_client, in_dims=(0, 0, 0, 0, 0, None if plan.noise is None else 0, dims))
     reordered = plan.order != list(range(len(plan.order)))
     if reordered:
-        order = _to_device(plan.order, fed.device, torch.long)
+        order = to_device(plan.order, fed.device, torch.long)
         stacked, leaves, lrs = _reorder(order, stacked, leaves, dims, lrs)
     loss_sums = torch.zeros(len(extras), device=fed.device)
     for step, n in enumerate(plan.active):
@@ -213,7 +204,7 @@ def train_phases_many(
     for p, (phase, plan) in enumerate(zip(phases[0], plans)):
         if phase.params is not None:
             stacked = {k: torch.stack([own[p].params[k].detach() for own in phases]) for k in phase.params}
-        lrs = _to_device([fed.client_lr(c) for c in clients], fed.device, next(iter(stacked.values())).dtype)
+        lrs = to_device([fed.client_lr(c) for c in clients], fed.device, next(iter(stacked.values())).dtype)
         stacked, loss_sums = _train_phase(fed, stacked, phase, [own[p].extra for own in phases], plan, lrs)
         # clone each client's slice: a view would keep the whole stack alive as long as one client does;
         # the losses stay on the device (play_round reads all of a round's at once)
@@ -248,7 +239,7 @@ def evaluate_many(fed: Federation, models: list[Params], clients: list[int], for
         part = slice(start, start + per_pass)
         filler = per_pass - len(models[part])
         stacked = {k: torch.stack([m[k] for m in models[part]] + [models[start][k]] * filler) for k in models[start]}
-        rows = _to_device(clients[part] + [clients[start]] * filler, fed.device, torch.long)
+        rows = to_device(clients[part] + [clients[start]] * filler, fed.device, torch.long)
         real = mask[rows] & (torch.arange(per_pass, device=fed.device) < per_pass - filler)[:, None]
         prior = None if priors is None else torch.stack(priors[part] + [priors[start]] * filler)
         sums.append(_evaluate_pass(fed, stacked, index[rows], real, forward, prior)[: per_pass - filler])
