@@ -156,6 +156,8 @@ class Federation:
     #: the run's number of rounds, set by `run_rounds` on every start (also on a resume; never
     #: checkpointed): an algorithm that acts in the last training round (rounds - 1) reads it
     total_rounds: int | None = field(init=False, default=None)
+    #: the `group.RunGroup` whose runs' clients train in one batched step with this run's (None: alone)
+    group: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.options.memory_format == "channels_last" and self.images.dim() == 4:
