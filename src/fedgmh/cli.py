@@ -1,8 +1,9 @@
-"""Command-line interface: `fedgmh download | partition | train | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
+"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run (on a warm server,
-`serve` (fedgmh.warm), when FEDGMH_WARM_SOCKET names one), `options` lists an
+`serve` (fedgmh.warm), when FEDGMH_WARM_SOCKET names one), `train-group` the runs of a runs file in
+one process, their clients in one batched step (fedgmh.train.run_group), `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
 `compare` turn runs into the paper's tables and figures, `claims` tests the paper's claims on
 them, `uploads` the client uploads to a
