@@ -137,6 +137,33 @@ def test_a_grouped_run_resumes_from_its_snapshot_as_if_uninterrupted(digits, tmp
         same_records(tmp_path / "whole" / f"seed{seed}", tmp_path / "cut" / f"seed{seed}", passes=False)
 
 
+def test_a_sigterm_stops_each_run_of_a_group_at_its_round_end_with_a_snapshot(digits, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from fedgmh import engine
+    from fedgmh.errors import Interrupted
+
+    real_save, sent = engine.Checkpoint.save, []
+
+    def save_then_term(self, snapshot):
+        real_save(self, snapshot)
+        if not sent:  # from a run's thread; the main thread's handler notes it for every run
+            sent.append(os.kill(os.getpid(), signal.SIGTERM))
+
+    runs = lambda base: [GroupRun(config(digits, seed), base / f"seed{seed}", {"progress": False, "checkpoint_every": 1})  # noqa: E731
+                         for seed in (0, 1)]
+    monkeypatch.setattr(engine.Checkpoint, "save", save_then_term)
+    stopped = run_group(runs(tmp_path / "cut"))
+    monkeypatch.setattr(engine.Checkpoint, "save", real_save)
+    assert all(isinstance(outcome, Interrupted) and outcome.details["resume_round"] for outcome in stopped), stopped
+    resumed = run_group(runs(tmp_path / "cut"))
+    assert all(r["resumed_from_round"] for r in resumed)
+    run_group(runs(tmp_path / "whole"))
+    for seed in (0, 1):
+        same_records(tmp_path / "whole" / f"seed{seed}", tmp_path / "cut" / f"seed{seed}", passes=False)
+
+
 def test_train_group_reads_a_runs_file_and_writes_each_runs_folder(digits, tmp_path, capsys):
     line = (f"--dataset digits --root {digits / 'data'} --partition {digits / 'part.npz'} --algorithm fedavg --rounds 2 "
             "--local-epochs 1 --join-ratio 0.6 --batch-size 40 --device cpu --threads 1 --quiet --set vectorise=on")

@@ -253,13 +253,16 @@ def _cmd_train_group(args: argparse.Namespace) -> None:
 
     runs = group_runs(Path(args.runs))
     outcomes = run_group([GroupRun(train_config(run), Path(run.out), _train_options(run)) for run in runs])
-    failed = []
+    failed, stops = [], [outcome for outcome in outcomes if isinstance(outcome, KeyboardInterrupt)]
     for run, outcome in zip(runs, outcomes):
         if isinstance(outcome, BaseException):
-            line = error_line(outcome) if isinstance(outcome, Exception) else None
+            line = error_line(outcome) if isinstance(outcome, Exception) else getattr(outcome, "message", None)
             failed.append(f"{run.out}: {line or type(outcome).__name__}")
         else:
             _trained(run, outcome)
+    if stops:  # stopped (SIGTERM, Ctrl-C): said per run, and the exit status a stopped `fedgmh train` has
+        print("\n".join(failed), file=sys.stderr)
+        raise stops[0]
     if failed:
         raise UserError(f"{len(failed)} of {len(runs)} runs failed: " + "; ".join(failed))
 

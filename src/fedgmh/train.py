@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 
 import fedgmh
-from fedgmh import data, gpu_slots, store
+from fedgmh import data, gpu_slots, stopping, store
 from fedgmh.algorithms import algorithm_classes, get_algorithm
 from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
@@ -494,9 +494,10 @@ def run_group(runs: list[GroupRun]) -> list[dict | BaseException]:
             members[i].leave()
 
     threads = [threading.Thread(target=train, args=(i,), name=f"fedgmh run {i}", daemon=True) for i in range(len(runs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        while thread.is_alive():
-            thread.join(0.5)  # the main thread stays free for Ctrl-C and SIGTERM (which end every run at once)
+    with stopping.for_threads():  # a SIGTERM stops each run at the end of its round, with a snapshot
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)  # the main thread stays free for Ctrl-C and a second SIGTERM (every run at once)
     return outcomes
