@@ -287,7 +287,7 @@ class Federation:
 def to_device(values: torch.Tensor | list | np.ndarray, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
     """`values` (a host list, array or tensor) on `device`. A copy to a GPU goes through pinned memory
     without blocking: a plain copy from pageable memory waits until every kernel queued before it has run."""
-    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values) if isinstance(values, np.ndarray) else values, dtype=dtype)
+    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values, dtype=dtype)
     if device.type != "cuda" or tensor.device.type != "cpu":
         return tensor.to(device)
     return tensor.pin_memory().to(device, non_blocking=True)

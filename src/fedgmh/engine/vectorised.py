@@ -97,9 +97,9 @@ class Request:
 
 
 def prepare(fed: Federation, phases: list[list[Phase]], clients: list[int], after: Callable[[int], None] | None) -> Request:
-    """The batches of every phase, drawn in the order of the sequential path: client by client, phase
-    by phase, epoch by epoch, each batch's `draw` right after the batch, `after(client)` after the
-    client's phases."""
+    """The step's `Request`: the batches of every phase, drawn in the order of the sequential path:
+    client by client, phase by phase, epoch by epoch, each batch's `draw` right after the batch,
+    `after(client)` after the client's phases; and the clients' learning rates."""
     _check_alike(phases)
     batches = [[[] for _ in clients] for _ in phases[0]]
     draws = [[[] for _ in clients] for _ in phases[0]]
