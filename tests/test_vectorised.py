@@ -132,15 +132,15 @@ def test_each_step_trains_only_the_clients_that_still_have_a_batch(clients):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
                                                                                reason="needs a CUDA GPU"))])
 def test_index_lists_reach_the_device_with_their_values_and_dtype(device):
-    """`_to_device`: on a GPU through pinned memory without blocking, the same values as a plain copy."""
-    from fedgmh.engine.vectorised import _to_device
+    """`to_device`: on a GPU through pinned memory without blocking, the same values as a plain copy."""
+    from fedgmh.engine.federation import to_device
 
     device = torch.device(device)
     for values, dtype in (([3, 0, 2], torch.long), ([0.1, 0.099], torch.float32), ([], torch.long)):
-        moved = _to_device(values, device, dtype)
+        moved = to_device(values, device, dtype)
         assert moved.device.type == device.type and torch.equal(moved.cpu(), torch.tensor(values, dtype=dtype))
     drawn = torch.randn(4, 3)
-    assert torch.equal(_to_device(drawn, device).cpu(), drawn)
+    assert torch.equal(to_device(drawn, device).cpu(), drawn)
 
 
 def test_the_step_order_puts_the_clients_with_most_steps_first():

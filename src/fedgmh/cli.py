@@ -1,8 +1,9 @@
-"""Command-line interface: `fedgmh download | partition | train | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
+"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run (on a warm server,
-`serve` (fedgmh.warm), when FEDGMH_WARM_SOCKET names one), `options` lists an
+`serve` (fedgmh.warm), when FEDGMH_WARM_SOCKET names one), `train-group` the runs of a runs file in
+one process, their clients in one batched step (fedgmh.train.run_group), `options` lists an
 algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
 `compare` turn runs into the paper's tables and figures, `claims` tests the paper's claims on
 them, `uploads` the client uploads to a
@@ -182,28 +183,82 @@ def _train_dataset(args: argparse.Namespace) -> str:
     return meta["dataset"]
 
 
-def _cmd_train(args: argparse.Namespace) -> None:
-    if not args.quiet:  # before the imports and the data, which take seconds
-        from fedgmh.cli_train import start_line
-
-        print(start_line(args), flush=True)
+def _train_options(args: argparse.Namespace) -> dict:
+    """`run_training`'s arguments besides config and folder, from parsed `fedgmh train` arguments."""
     from fedgmh.store import WORKFLOW_LABELS
-    from fedgmh.train import run_training
 
     if args.jobs_per_gpu < 1:
         raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
     if args.checkpoint_every < 0:
         raise UserError(f"--checkpoint-every {args.checkpoint_every}: must be >= 0 (rounds between snapshots; 0: none)")
-    config = train_config(args)
     workflow = {name: getattr(args, name) for name in WORKFLOW_LABELS if getattr(args, name) is not None}
-    result = run_training(config, Path(args.out), progress=not args.quiet, checkpoint_every=args.checkpoint_every,
-                          stores=[Path(s) for s in args.store], overwrite=args.overwrite, jobs_per_gpu=args.jobs_per_gpu,
-                          workflow=workflow)
+    return {"progress": not args.quiet, "checkpoint_every": args.checkpoint_every, "stores": [Path(s) for s in args.store],
+            "overwrite": args.overwrite, "jobs_per_gpu": args.jobs_per_gpu, "workflow": workflow}
+
+
+def _trained(args: argparse.Namespace, result: dict) -> None:
+    """Say what a run gave and, with --put-record, file its record."""
     print(f"{args.algorithm}: best test accuracy {100 * result['best_test_acc']:.2f} % at round {result['best_round']}")
     if args.put_record:  # the workflow's train job files the record itself: no job of its own per run
         from fedgmh.cli_store import put_record
 
         print(put_record(args.out, args.put_record, beside_other_run=True))
+
+
+def _cmd_train(args: argparse.Namespace) -> None:
+    if not args.quiet:  # before the imports and the data, which take seconds
+        from fedgmh.cli_train import start_line
+
+        print(start_line(args), flush=True)
+    from fedgmh.train import run_training
+
+    options = _train_options(args)
+    _trained(args, run_training(train_config(args), Path(args.out), **options))
+
+
+def group_runs(path: Path) -> list[argparse.Namespace]:
+    """The runs of a runs file: one `fedgmh train` command line (its arguments, without `fedgmh train`)
+    per line; empty lines and lines starting with # are skipped."""
+    import io
+    import shlex
+
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as err:
+        raise UserError(f"cannot read the runs file {path} ({err.strerror or err})") from None
+    parser, runs = build_parser(), []
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                runs.append(parser.parse_args(["train", *shlex.split(line)]))
+        except (SystemExit, ValueError):
+            told = said.getvalue().strip().splitlines()
+            raise UserError(f"{path} line {number} is not a `fedgmh train` command line" + (f": {told[-1]}" if told else "")) from None
+    if not runs:
+        raise UserError(f"{path} names no run")
+    return runs
+
+
+def _cmd_train_group(args: argparse.Namespace) -> None:
+    from fedgmh.train import GroupRun, run_group
+
+    runs = group_runs(Path(args.runs))
+    outcomes = run_group([GroupRun(train_config(run), Path(run.out), _train_options(run)) for run in runs])
+    failed, stops = [], [outcome for outcome in outcomes if isinstance(outcome, KeyboardInterrupt)]
+    for run, outcome in zip(runs, outcomes):
+        if isinstance(outcome, BaseException):
+            line = error_line(outcome) if isinstance(outcome, Exception) else getattr(outcome, "message", None)
+            failed.append(f"{run.out}: {line or type(outcome).__name__}")
+        else:
+            _trained(run, outcome)
+    if stops:  # stopped (SIGTERM, Ctrl-C): said per run, and the exit status a stopped `fedgmh train` has
+        print("\n".join(failed), file=sys.stderr)
+        raise stops[0]
+    if failed:
+        raise UserError(f"{len(failed)} of {len(runs)} runs failed: " + "; ".join(failed))
 
 
 def _cmd_serve(args: argparse.Namespace) -> None:
@@ -355,6 +410,16 @@ def build_parser() -> argparse.ArgumentParser:
     labels.add_argument("--setting", help="its setting id, e.g. mnist_c2_a0.5 or cifar100_c5_a0.5_beta0.1@official")
     labels.add_argument("--variant", help="its variant, for experiments with `variants`")
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser(
+        "train-group", help="train several runs of one setting together (e.g. seeds): one batched step for their clients",
+        description="Each line of RUNS is the arguments of one `fedgmh train` command (without `fedgmh train`; # starts "
+        "a comment line). The runs train in one process, each with its own record, snapshots and resume in its --out, "
+        "their selected clients in one vmap step where their local training allows it (docs/workflow.md). They share "
+        "the device and the data: give them the same --device, dataset and root.",
+    )
+    p.add_argument("runs", metavar="RUNS", help="the runs file")
+    p.set_defaults(func=_cmd_train_group)
 
     p = sub.add_parser("serve", help="a warm server for `fedgmh train`: imports torch once, forks a process per run "
                        "(the workflow starts it; clients find it through FEDGMH_WARM_SOCKET)")

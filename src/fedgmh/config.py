@@ -19,9 +19,25 @@ TRUE_WORDS = {"true", "1", "yes", "on"}
 FALSE_WORDS = {"false", "0", "no", "off"}
 
 
-def choice(default: str, *choices: str, help: str = "") -> Any:
-    """A string field restricted to `choices` (the first one documented as the default)."""
-    return field(default=default, metadata={"choices": (default, *choices), "help": help})
+def choice(default: str, *choices: str, help: str = "", aliases: dict[str, str] | None = None) -> Any:
+    """A string field restricted to `choices` (the first one documented as the default); `aliases`:
+    other words taken for a choice (e.g. the words of a former bool option), case-insensitive."""
+    metadata: dict[str, Any] = {"choices": (default, *choices), "help": help}
+    if aliases:
+        metadata["aliases"] = aliases
+    return field(default=default, metadata=metadata)
+
+
+#: a former bool option's values as on / off (`choice` aliases)
+BOOL_WORDS = {**{word: "on" for word in TRUE_WORDS}, **{word: "off" for word in FALSE_WORDS}}
+
+
+def unalias(f: dataclasses.Field, value: Any) -> Any:
+    """The choice `value` stands for under field `f`'s aliases (`choice`), else `value`."""
+    aliases = f.metadata.get("aliases")
+    if not aliases or not isinstance(value, (str, bool)):
+        return value
+    return aliases.get(str(value).lower(), value)
 
 
 def option(default: Any, help: str = "", *, low: float | None = None, high: float | None = None, low_open: bool = False,
@@ -100,10 +116,12 @@ class EngineOptions:
     eval_last: int = option(0, "evaluate only the last k rounds (0 = all; the official FedGMH code uses 20)")
     eval_batch_size: int = option(1000, "batch size of evaluation passes (does not change results)")
     eval_cache: bool = option(True, "reuse a client's last evaluation while its model is unchanged (same numbers, less work)")
-    eval_batched: bool = option(
-        False,
-        "evaluate the clients in a few vmap passes instead of one pass each (the same sums to float tolerance, "
-        "not bit-identical; for GPUs, where 100 small passes wait on kernel launches; slower on CPU: BENCHMARKS.md)",
+    eval_batched: str = choice(
+        "auto", "on", "off",
+        help="evaluate the clients in a few vmap passes instead of one pass each (the same sums to float tolerance, "
+        "not bit-identical); auto = on for CUDA, where 100 small passes wait on kernel launches, off on CPU, where "
+        "it is slower (BENCHMARKS.md); true / false (the former bool) read as on / off",
+        aliases=BOOL_WORDS,
     )
     vectorise: str = choice(
         "auto", "on", "off",
@@ -117,7 +135,13 @@ class EngineOptions:
     )
     tf32: bool = option(
         False,
-        "allow TensorFloat-32 on CUDA (PyTorch's default for convolutions: ~1e-3 relative error); off = plain fp32",
+        "allow TensorFloat-32 on CUDA for convolutions and matrix products (~1e-3 relative error); off = as numerics says",
+    )
+    numerics: str = choice(
+        "strict", "pytorch",
+        help="float arithmetic on CUDA: strict = plain fp32 (TF32 off); pytorch = PyTorch's defaults, which the "
+        "authors' PFLlib runs used: TF32 for cuDNN convolutions, not for matrix products; cuDNN deterministic either "
+        "way, nothing changes on CPU (engine.numerics; tf32=true adds matrix products)",
     )
     memory_format: str = choice(
         "contiguous", "channels_last",
@@ -139,7 +163,14 @@ class EngineOptions:
             return False
         return rnd % self.eval_every == 0 or rnd == rounds
 
+    @property
+    def batched_evaluation(self) -> bool | None:
+        """eval_batched as a decision: True (on), False (off), None (auto: for CUDA)."""
+        return {"on": True, "off": False}.get(self.eval_batched)
+
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # a former bool option given as a bool (a record's, a caller's)
+            object.__setattr__(self, f.name, unalias(f, getattr(self, f.name)))
         if not 0 < self.lr_decay <= 1:
             raise UserError(f"lr_decay must be in (0, 1], got {self.lr_decay}")
         if self.eval_every < 1 or self.eval_last < 0 or self.eval_batch_size < 1:
@@ -231,7 +262,7 @@ def build_options(cls: type, values: dict[str, Any]) -> Any:
     for name, raw in values.items():
         if name not in fields:
             raise UserError(f"unknown option {name!r}{did_you_mean(name, fields)}; known: {', '.join(sorted(fields)) or 'none'}")
-        value = _convert(cls, name, hints[name], raw)
+        value = unalias(fields[name], _convert(cls, name, hints[name], raw))
         choices = fields[name].metadata.get("choices")
         if choices and value not in choices:
             raise UserError(f"option {name}={value!r}: choose one of {', '.join(choices)}")

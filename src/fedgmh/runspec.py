@@ -240,20 +240,15 @@ def identity_text(identity: dict[str, Any] | str) -> str:
     return identity if isinstance(identity, str) else json.dumps(identity, sort_keys=True, default=str)
 
 
-def _execution(identity: dict[str, Any]) -> dict[str, Any]:
-    engine = with_option_defaults(identity)["engine_options"]
-    return {k: v for k, v in engine.items() if k in EXECUTION_OPTIONS}
-
-
 def same_snapshot_run(stored: dict[str, Any] | str, identity: dict[str, Any] | str) -> bool:
     """Whether a snapshot saved with the identity `stored` resumes the run `identity` describes: the
-    same spec, computed the same way (its execution options too, so that one record is never made
-    of two ways of computing). Paths, device and threads do not count; text that is no run
-    identity matches equal text only."""
+    same spec. Paths, device, threads and the execution-only options (EXECUTION_OPTIONS) do not count:
+    a resume may change them as it may change the device; text that is no run identity matches equal
+    text only."""
     if identity_text(stored) == identity_text(identity):
         return True
     try:
         runs = [json.loads(identity_text(x)) for x in (stored, identity)]
-        return RunSpec.from_record(runs[0]) == RunSpec.from_record(runs[1]) and _execution(runs[0]) == _execution(runs[1])
+        return RunSpec.from_record(runs[0]) == RunSpec.from_record(runs[1])
     except (ValueError, KeyError, TypeError, AttributeError, UserError):
         return False

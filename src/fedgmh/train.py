@@ -10,14 +10,17 @@ workflow gives the run: config name, experiment, setting, variant).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
+import json
 import math
 import os
 import platform
 import re
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,11 +29,11 @@ import pandas as pd
 import torch
 
 import fedgmh
-from fedgmh import data, gpu_slots, store
+from fedgmh import data, gpu_slots, stopping, store
 from fedgmh.algorithms import algorithm_classes, get_algorithm
 from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
-from fedgmh.engine import Checkpoint, Federation, run_rounds
+from fedgmh.engine import Checkpoint, Federation, Member, RunGroup, cuda_flags, run_rounds, set_numerics
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_json
 from fedgmh.machine import machine_facts
@@ -66,12 +69,14 @@ def pick_device(name: str, jobs_per_gpu: int = 1) -> torch.device:
     return device
 
 
-def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.device) -> tuple[Federation, dict]:
-    """Load the dataset and partition (checking that they belong together) and build the model (with
-    engine option conv=unfold, its convolutions unfolded: `model.use_unfold_convolutions`)."""
+def build_federation(config: TrainConfig, engine: EngineOptions, device: torch.device,
+                     dataset: data.LoadedDataset | None = None) -> tuple[Federation, dict]:
+    """Load the dataset (unless given: `SharedRuns.dataset`) and partition (checking that they belong
+    together) and build the model (with engine option conv=unfold, its convolutions unfolded:
+    `model.use_unfold_convolutions`)."""
     info = data.get_info(config.dataset)
     partition, meta = load_partition(Path(config.partition))
-    dataset = data.load_dataset(config.dataset, Path(config.root), device=device)
+    dataset = dataset or data.load_dataset(config.dataset, Path(config.root), device=device)
     if meta.get("dataset") not in (None, config.dataset):
         raise UserError(f"partition {config.partition} was made for dataset {meta['dataset']!r}, not {config.dataset!r}")
     if meta.get("dataset_fingerprint") not in (None, dataset.fingerprint):
@@ -296,9 +301,35 @@ def planned_identity(config: TrainConfig) -> dict:
     return run_identity(config, {**meta, "digest": partition.digest()})
 
 
+class SharedRuns:
+    """What the runs of a group (`run_group`) share: the device (one GPU slot for the process) and each
+    dataset's tensors, loaded once (in the layout of engine option memory_format)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.devices: dict[str, torch.device] = {}
+        self.datasets: dict[tuple, data.LoadedDataset] = {}
+
+    def device(self, name: str, jobs_per_gpu: int) -> torch.device:
+        with self.lock:
+            if name not in self.devices:
+                self.devices[name] = pick_device(name, jobs_per_gpu)
+            return self.devices[name]
+
+    def dataset(self, config: TrainConfig, device: torch.device, memory_format: str) -> data.LoadedDataset:
+        key = (config.dataset, str(Path(config.root).resolve()), str(device), memory_format)
+        with self.lock:
+            if key not in self.datasets:
+                loaded = data.load_dataset(config.dataset, Path(config.root), device=device)
+                if memory_format == "channels_last" and loaded.images.dim() == 4:  # as Federation lays it out
+                    loaded.images = loaded.images.contiguous(memory_format=torch.channels_last)
+                self.datasets[key] = loaded
+            return self.datasets[key]
+
+
 def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
                  stores: list[Path] | None = None, overwrite: bool = False, jobs_per_gpu: int = 1,
-                 workflow: dict[str, str] | None = None) -> dict:
+                 workflow: dict[str, str] | None = None, member: Member | None = None, shared: SharedRuns | None = None) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
     Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
@@ -311,6 +342,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     `jobs_per_gpu`: how many jobs share a GPU under `--device cuda:auto` (gpu_slots); it changes
     where the run trains, never its numbers. `workflow`: the labels the workflow gives the run
     (store.WORKFLOW_LABELS), recorded in run.json under `workflow`, also in a reused or finished record.
+    `member`: the run's place in a group of runs trained together (`run_group`), whose device and data
+    come from `shared`; it leaves the group when its rounds end.
     """
     unknown = set(workflow or {}) - set(store.WORKFLOW_LABELS)
     if unknown:
@@ -341,21 +374,21 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         remove_leftovers(out_dir / name)
     # 3. device (a GPU slot), data, model, algorithm
     algo_options, engine = resolve_options(config.algorithm, config.overrides)
-    device = pick_device(config.device, jobs_per_gpu)
-    if device.type == "cuda":  # same config + seed = same result, also with cuDNN
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = engine.tf32
+    device = shared.device(config.device, jobs_per_gpu) if shared else pick_device(config.device, jobs_per_gpu)
+    set_numerics(engine, device)  # same config + seed = same result, also with cuDNN
     if config.threads:
         torch.set_num_threads(config.threads)
-    fed, _ = build_federation(config, engine, device)
-    if not selects_a_client(fed.num_clients, config.join_ratio):
-        raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
-    if engine.drop_last and fed.train_sizes().max() < config.batch_size:
-        raise UserError(f"with drop_last no client has a full batch of {config.batch_size} (the largest train split has "
-                        f"{fed.train_sizes().max()} samples), so nothing would train: use --batch-size <= "
-                        f"{fed.train_sizes().max()} or --set drop_last=false")
-    algorithm = get_algorithm(config.algorithm)(fed, algo_options)
+    # a group's runs build their models one at a time: building draws from torch's global generator
+    with member.group.setup_lock if member else contextlib.nullcontext():
+        fed, _ = build_federation(config, engine, device, shared.dataset(config, device, engine.memory_format) if shared else None)
+        if not selects_a_client(fed.num_clients, config.join_ratio):
+            raise UserError(f"join ratio {config.join_ratio} selects no client out of {fed.num_clients}")
+        if engine.drop_last and fed.train_sizes().max() < config.batch_size:
+            raise UserError(f"with drop_last no client has a full batch of {config.batch_size} (the largest train split has "
+                            f"{fed.train_sizes().max()} samples), so nothing would train: use --batch-size <= "
+                            f"{fed.train_sizes().max()} or --set drop_last=false")
+        fed.group = member.group if member else None  # before the algorithm: its views of fed keep the group
+        algorithm = get_algorithm(config.algorithm)(fed, algo_options)
     # 4. the rounds
     resumed = None  # a stop while the snapshot loads (seconds, for a 100-client state) keeps it: the run resumes from it
     try:
@@ -369,6 +402,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
             rows = run_rounds(fed, algorithm, config.rounds, config.join_ratio, on_round=log, checkpoint=checkpoint, snapshot=resumed,
                               on_played=log.played if log else None)
         finally:
+            if member is not None:
+                member.leave()  # the other runs no longer wait for this one
             if log is not None:
                 log.close()
     except Interrupted as stop:
@@ -411,3 +446,46 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     write_record(out_dir, run_record, metrics, tables)
     checkpoint.remove()
     return run_record
+
+
+@dataclasses.dataclass
+class GroupRun:
+    """One run of a group (`run_group`): its config, output folder and `run_training`'s other arguments."""
+
+    config: TrainConfig
+    out_dir: Path
+    options: dict = dataclasses.field(default_factory=dict)
+
+
+def run_group(runs: list[GroupRun]) -> list[dict | BaseException]:
+    """Train `runs` together: each by `run_training` in a thread of its own (its own round loop, record,
+    snapshots and resume), the device and data shared, their selected clients trained in one batched
+    step (`engine.group`). Returns each run's record, or the error that stopped it. The runs must name
+    one device and float arithmetic (engine options numerics, tf32) and write to different folders."""
+    if len({run.config.device for run in runs}) > 1:
+        raise UserError("the runs of a group train on one device: give them the same --device")
+    if len({json.dumps(cuda_flags(resolve_options(run.config.algorithm, run.config.overrides)[1])) for run in runs}) > 1:
+        raise UserError("the runs of a group share one float arithmetic: give them the same numerics and tf32")
+    folders = [Path(run.out_dir).resolve() for run in runs]
+    if len(set(folders)) < len(folders):
+        raise UserError("two runs of the group write to the same --out")
+    group, shared = RunGroup(), SharedRuns()
+    members = [group.member() for _ in runs]
+    outcomes: list[dict | BaseException] = [RuntimeError("not run")] * len(runs)
+
+    def train(i: int) -> None:
+        try:
+            outcomes[i] = run_training(runs[i].config, runs[i].out_dir, member=members[i], shared=shared, **runs[i].options)
+        except BaseException as err:  # noqa: BLE001 - reported with the run it stopped
+            outcomes[i] = err
+        finally:
+            members[i].leave()
+
+    threads = [threading.Thread(target=train, args=(i,), name=f"fedgmh run {i}", daemon=True) for i in range(len(runs))]
+    with stopping.for_threads():  # a SIGTERM stops each run at the end of its round, with a snapshot
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)  # the main thread stays free for Ctrl-C and a second SIGTERM (every run at once)
+    return outcomes

@@ -8,8 +8,9 @@ as the budget holds. `run` (there) then
 1. speed: J runs at once (default 12, each its own process, as `jobs_per_gpu` runs share a GPU; start
    NVIDIA's MPS daemon first, `tools/lease/mps.sh`), on the real client sizes with random images, at
    the paper's protocol (20 % of the clients per round, E = 2, batch 100, every client evaluated):
-   rounds/s of all J together, for fp32 (what `fedgmh train` runs by default) and each lever alone
-   (`tf32`, `eval_batched`, `conv=unfold`, `memory_format=channels_last`) and all of them combined;
+   rounds/s of all J together, for fp32 (what `fedgmh train` runs by default, the evaluation in vmap
+   passes included) and each lever alone (`tf32`, `numerics=pytorch` (the authors' TF32 for convolutions
+   only), `conv=unfold`, `memory_format=channels_last`) and all of them combined;
 2. numerics: FedPer, `--numerics-rounds` (default 20) rounds at the paper's protocol on the real
    images of the prepared clients, fp32 with seeds 0, 1 and 2 and every other setting with seed 0; a
    setting passes when its final accuracy is within 2 standard deviations of fp32's seeds' mean;
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 #: engine options of each setting (`--set` values); fp32 is `fedgmh train`'s default
-LEVERS = {"tf32": {"tf32": "true"}, "eval_batched": {"eval_batched": "true"}, "unfold": {"conv": "unfold"},
+LEVERS = {"tf32": {"tf32": "true"}, "tf32_conv": {"numerics": "pytorch"}, "unfold": {"conv": "unfold"},
           "channels_last": {"memory_format": "channels_last"}}
 SETTINGS = {"fp32": {}, **LEVERS, "all": {k: v for lever in LEVERS.values() for k, v in lever.items()}}
 #: the paper's protocol and partition (config/config.yaml)
@@ -111,11 +112,9 @@ def splits(train_sizes, test_sizes) -> tuple[list, list]:
 
 def set_numerics(engine, device) -> None:
     """As `fedgmh train` sets them: deterministic cuDNN, TF32 as the engine option says."""
-    import torch
+    from fedgmh.engine import set_numerics as set_run_numerics
 
-    if device.type == "cuda":
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = engine.tf32
+    set_run_numerics(engine, device)
 
 
 def build(images, labels, train_sizes, test_sizes, setting: str, algorithm: str, seed: int, device):

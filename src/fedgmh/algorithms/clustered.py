@@ -153,7 +153,7 @@ class CEPFL(FedPer):
 
     def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
         result = super().finish_training(rnd, client, phases, results)  # head kept, body uploaded
-        centres = class_means(self.fed, result.params, self.fed.train_idx[client])  # eq. 2, with the trained body
+        centres = class_means(self.fed, result.params, self.fed.train_idx[client], self.fed.train_labels[client])  # eq. 2, with the trained body
         self.fed.channel.upload([c for _, c in centres] + [torch.tensor([k for k, _ in centres], dtype=LABEL_DTYPE)])
         self.centres[client] = dict(centres) or None
         self.last_round[client] = rnd

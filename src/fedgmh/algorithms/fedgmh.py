@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedgmh.algorithms.base import Algorithm, Exchange
 from fedgmh.cards.fedgmh import GMHOptions
 from fedgmh.engine import Federation, LocalResult, Params, Phase
+from fedgmh.engine.federation import to_device
 from fedgmh.errors import UserError
 from fedgmh.model import is_head
 
@@ -53,26 +55,26 @@ def critical_mask(before: Params, after: Params, beta: float, score: str, select
     for name, s in scores.items():
         flat = s.flatten()
         budget = int(beta * flat.numel())
-        threshold = torch.topk(flat, budget).values[-1] if budget > 0 else torch.tensor(float("inf"))
-        if threshold <= NEAR_ZERO:
-            positive = flat[flat > TINY]
-            if len(positive):
-                threshold = positive.min()
+        threshold = torch.topk(flat, budget).values[-1] if budget > 0 else flat.new_tensor(float("inf"))
+        # on the device, without reading it: a threshold ~0 becomes the smallest score > TINY, if any
+        smallest = torch.where(flat > TINY, flat, torch.inf).min()
+        threshold = torch.where((threshold <= NEAR_ZERO) & torch.isfinite(smallest), smallest, threshold)
         masks[name] = s >= threshold
     return masks
 
 
 @torch.no_grad()
-def class_means(fed: Federation, params: Params, idx: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+def class_means(fed: Federation, params: Params, idx: torch.Tensor, labels: np.ndarray) -> list[tuple[int, torch.Tensor]]:
     """Per label present among the samples `idx`, the mean body feature f(params, x) of those samples,
     as (label, mean feature) in increasing label order; [] when `idx` is empty. FedGMH's and FedGH's
-    prototypes (eq. 4-5), CE-pFL's class centres (clustered.py). Features are computed in batches of
-    the engine's eval_batch_size."""
+    prototypes (eq. 4-5), CE-pFL's class centres (clustered.py). `labels`: the samples' labels on the
+    host (`Federation.train_labels`, `labelled_epoch_samples`), so that nothing is read from the
+    device. Features are computed in batches of the engine's eval_batch_size."""
     if len(idx) == 0:
         return []
     feats = torch.cat([fed.features(params, fed.images[b]) for b in idx.split(fed.options.eval_batch_size)])
-    labels = fed.labels[idx]
-    return [(int(s), feats[labels == s].mean(dim=0)) for s in torch.unique(labels)]
+    # each label's rows in sample order, gathered by index: the rows a boolean mask would select
+    return [(int(s), feats[to_device(np.flatnonzero(labels == s), fed.device)].mean(dim=0)) for s in np.unique(labels)]
 
 
 class GlobalMultiHead(Algorithm):
@@ -89,7 +91,7 @@ class GlobalMultiHead(Algorithm):
     @classmethod
     def aliased_bytes(cls, options, sizes) -> int:
         return sizes.head if options.head_alias == "client0" else 0
-    transient = ("prototype_samples",)
+    transient = ("prototype_samples", "mix_terms")
 
     def __init__(self, fed, options: GMHOptions) -> None:
         super().__init__(fed, options)
@@ -100,7 +102,9 @@ class GlobalMultiHead(Algorithm):
         self.heads = {k: v.unsqueeze(0).repeat(num_heads, *[1] * v.dim()) for k, v in initial.items() if is_head(k)}
         self.label_weights = [self._label_weights(c) for c in range(fed.num_clients)]
         self.uploads: list[tuple[int, torch.Tensor]] = []
-        self.prototype_samples: dict[int, torch.Tensor] = {}  # drawn after a client's training, used by finish_training
+        #: drawn after a client's training with their labels on the host, used by finish_training
+        self.prototype_samples: dict[int, tuple[torch.Tensor, np.ndarray]] = {}
+        self.mix_terms: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # per client: its labels and their weights on the device
 
     def _label_weights(self, client: int) -> dict[int, float]:
         labels = self.fed.labels[self.fed.train_idx[client]]
@@ -113,9 +117,11 @@ class GlobalMultiHead(Algorithm):
         download = self.fed.channel.download  # the client receives the heads of its labels (one head in -o)
         if self.options.heads == "single":
             return download({k: v[0].clone() for k, v in self.heads.items()})  # not a view the server step moves
-        weights = self.label_weights[client]
-        labels = torch.tensor(list(weights), device=self.fed.device)
-        w = torch.tensor(list(weights.values()), dtype=self.heads["head.weight"].dtype, device=self.fed.device)
+        if client not in self.mix_terms:  # fixed during the run: copied to the device once
+            weights = self.label_weights[client]
+            self.mix_terms[client] = (to_device(list(weights), self.fed.device, torch.long),
+                                      to_device(list(weights.values()), self.fed.device, self.heads["head.weight"].dtype))
+        labels, w = self.mix_terms[client]
         return {k: torch.tensordot(w, v, dims=1) for k, v in download({k: v[labels] for k, v in self.heads.items()}).items()}
 
     def personalise_head(self, client: int) -> None:
@@ -143,7 +149,7 @@ class GlobalMultiHead(Algorithm):
         return self.params[client]
 
     def draw_after_training(self, rnd: int, client: int) -> None:
-        self.prototype_samples[client] = self.fed.epoch_samples(client)  # with drop_last a fresh shuffle
+        self.prototype_samples[client] = self.fed.labelled_epoch_samples(client)  # with drop_last a fresh shuffle
 
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         return [Phase(self.params[client])]
@@ -158,7 +164,7 @@ class GlobalMultiHead(Algorithm):
         # eq. 4-5; with drop_last (official) the samples are those of one shuffled epoch without its last
         # partial batch, like the official DataLoader (`Federation.epoch_samples`, drawn right after the
         # client's training); a client smaller than a batch uploads nothing
-        prototypes = class_means(self.fed, result.params, self.prototype_samples.pop(client))
+        prototypes = class_means(self.fed, result.params, *self.prototype_samples.pop(client))
         # upload: one d_f-float prototype per label, and the labels (LABEL_DTYPE); the server uses
         # them as Python ints
         self.fed.channel.upload([p for _, p in prototypes] + [torch.tensor([s for s, _ in prototypes], dtype=LABEL_DTYPE)])
@@ -176,13 +182,14 @@ class GlobalMultiHead(Algorithm):
 
     def train_heads(self, uploads: list[tuple[int, torch.Tensor]]) -> None:
         if self.options.server_pass == "per_prototype":
-            for label, proto in uploads:
-                self.server_step(0 if self.options.heads == "single" else label, proto.unsqueeze(0), torch.tensor([label], device=proto.device))
+            labels = to_device([label for label, _ in uploads], self.fed.device, torch.long)  # one copy, not one per prototype
+            for i, (label, proto) in enumerate(uploads):
+                self.server_step(0 if self.options.heads == "single" else label, proto.unsqueeze(0), labels[i : i + 1])
         else:
             order = torch.randperm(len(uploads), generator=self.fed.generator)
             for batch in order.split(self.fed.batch_size):
                 protos = torch.stack([uploads[i][1] for i in batch])
-                labels = torch.tensor([uploads[i][0] for i in batch], device=protos.device)
+                labels = to_device([uploads[i][0] for i in batch], self.fed.device, torch.long)
                 self.server_step(0, protos, labels)
 
     def server_step(self, head: int, features: torch.Tensor, labels: torch.Tensor) -> None:

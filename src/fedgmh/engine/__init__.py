@@ -1,7 +1,7 @@
 """The engine every algorithm runs on, in rooms: the federation (`federation`: the run's fixed data
 and its views), seeds (`seeds`), local training (`training`), all chosen clients' local training in
-one vmap step (`vectorised`), evaluation (`evaluation`), checkpoints (`checkpoint`) and the round
-loop (`rounds`); `contract` types what the engine calls on
+one vmap step (`vectorised`), evaluation (`evaluation`), checkpoints (`checkpoint`), the float arithmetic on CUDA
+(`numerics`), the round loop (`rounds`) and several runs' batched steps shared (`group`); `contract` types what the engine calls on
 an algorithm. Each name other modules use is re-exported here: `from fedgmh.engine import X`.
 A test that replaces an engine function patches it in its room (e.g. `fedgmh.engine.rounds.play_round`).
 """
@@ -12,6 +12,8 @@ from fedgmh.engine.evaluation import EvalCache, can_stack, evaluate_clients, pre
 from fedgmh.engine.federation import (
     Channel, Draw, EvaluateMany, Extra, Federation, Forward, GradHook, LocalResult, LossFn, Params, split_batches,
 )
+from fedgmh.engine.group import Member, RunGroup
+from fedgmh.engine.numerics import cuda_flags, set_numerics
 from fedgmh.engine.rounds import (
     chosen_clients, check_vectorise, evaluator, make_eval_cache, play_round, run_rounds, select_clients, train_chosen, train_clients,
 )
@@ -22,9 +24,9 @@ from fedgmh.engine.training import (
 
 __all__ = [
     "Channel", "Checkpoint", "Diverged", "Draw", "EVAL_STREAM", "EngineAlgorithm", "EvalCache", "EvaluateMany", "Extra", "Federation",
-    "Forward", "GradHook", "LocalResult", "LossFn", "Params", "Phase", "RoundHooks", "Trainable", "batch_mean", "can_stack",
-    "check_trained", "check_vectorise", "chosen_clients", "cross_entropy", "cross_entropy_loss", "divergence", "eval_generator",
+    "Forward", "GradHook", "LocalResult", "LossFn", "Member", "Params", "Phase", "RoundHooks", "RunGroup", "Trainable", "batch_mean", "can_stack",
+    "check_trained", "check_vectorise", "chosen_clients", "cross_entropy", "cross_entropy_loss", "cuda_flags", "divergence", "eval_generator",
     "evaluate_clients", "evaluator", "local_train", "make_eval_cache", "mix_seed", "pack", "play_round", "predict", "rows_digest",
-    "run_rounds", "select_clients", "should_evaluate", "split_batches", "splitmix64", "summed_loss", "train_chosen",
+    "run_rounds", "select_clients", "set_numerics", "should_evaluate", "split_batches", "splitmix64", "summed_loss", "train_chosen",
     "train_clients", "train_phases", "unpack", "with_label_prior",
 ]

@@ -165,6 +165,8 @@ class Federation:
     #: the run's number of rounds, set by `run_rounds` on every start (also on a resume; never
     #: checkpointed): an algorithm that acts in the last training round (rounds - 1) reads it
     total_rounds: int | None = field(init=False, default=None)
+    #: the `group.RunGroup` whose runs' clients train in one batched step with this run's (None: alone)
+    group: Any = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.options.memory_format == "channels_last" and self.images.dim() == 4:
@@ -186,6 +188,8 @@ class Federation:
         rule, which reads this federation's round counter. The run's Federation itself never changes."""
         view = copy.copy(self)
         view.train_idx = self.train_idx if train_idx is None else train_idx
+        if train_idx is not None:
+            view.__dict__.pop("train_labels", None)  # its own splits' labels, read when asked for
         view.batch_size = self.batch_size if batch_size is None else batch_size
         view.generator = self.generator if generator is None else generator
         view.client_lr = self.client_lr if lr is None else lr  # type: ignore[method-assign]
@@ -222,6 +226,12 @@ class Federation:
             return self.device.type == "cuda"
         return self.options.vectorise == "on"
 
+    @property
+    def evaluates_batched(self) -> bool:
+        """Whether clients are evaluated in a few vmap passes (engine option eval_batched; auto = on CUDA)."""
+        decided = self.options.batched_evaluation
+        return self.device.type == "cuda" if decided is None else decided
+
     def train_sizes(self) -> np.ndarray:
         return np.array([len(idx) for idx in self.train_idx])
 
@@ -255,6 +265,24 @@ class Federation:
         or with drop_last those of one shuffled epoch without its last partial batch (drawn now)."""
         return self.epoch_indices(client) if self.options.drop_last else self.train_idx[client]
 
+    def labelled_epoch_samples(self, client: int) -> tuple[torch.Tensor, np.ndarray]:
+        """`epoch_samples(client)` (the same draw) and their labels on the host, known without reading
+        the device (the shuffle is drawn on the host; `train_labels`)."""
+        idx, labels = self.train_idx[client], self.train_labels[client]
+        if not self.options.drop_last:
+            return idx, labels
+        order = torch.randperm(len(idx), generator=self.generator)
+        keep = len(idx) - len(idx) % self.batch_size
+        return idx[order.to(idx.device, non_blocking=True)][:keep], labels[order.numpy()[:keep]]
+
+    @functools.cached_property
+    def train_labels(self) -> list[np.ndarray]:
+        """Each client's train labels in the order of its split, on the host: read from the device
+        once per run (one transfer for all clients)."""
+        sizes = [len(idx) for idx in self.train_idx]
+        flat = self.labels[torch.cat(self.train_idx)].cpu().numpy() if sum(sizes) else np.zeros(0, dtype=np.int64)
+        return np.split(flat, np.cumsum(sizes)[:-1]) if sizes else []
+
     def forward(self, params: Params, x: torch.Tensor) -> torch.Tensor:
         return functional_call(self.model, params, (x,))
 
@@ -263,6 +291,15 @@ class Federation:
 
     def initial_params(self) -> Params:
         return {name: p.detach().clone() for name, p in self.model.named_parameters()}
+
+
+def to_device(values: torch.Tensor | list | np.ndarray, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """`values` (a host list, array or tensor) on `device`. A copy to a GPU goes through pinned memory
+    without blocking: a plain copy from pageable memory waits until every kernel queued before it has run."""
+    tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values, dtype=dtype)
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def split_batches(indices: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, ...]:

@@ -55,9 +55,9 @@ def train_chosen(fed: Federation, algorithm, rnd: int, clients: list[int], *, ex
 
 def evaluator(fed: Federation, algorithm) -> EvaluateMany | None:
     """The engine's choice of how clients are evaluated: `vectorised.evaluate_many` (vmap passes) under
-    engine option eval_batched, unless the algorithm evaluates at random (its draws follow the
-    client-by-client order); None: one pass per client."""
-    return vectorised.evaluate_many if fed.options.eval_batched and getattr(algorithm, "deterministic_eval", True) else None
+    engine option eval_batched (`Federation.evaluates_batched`: by default on CUDA), unless the algorithm
+    evaluates at random (its draws follow the client-by-client order); None: one pass per client."""
+    return vectorised.evaluate_many if fed.evaluates_batched and getattr(algorithm, "deterministic_eval", True) else None
 
 
 def play_round(

@@ -11,6 +11,10 @@ client's partial last batch is padded with masked samples that add nothing to it
 federation counts the sample passes executed and the useful ones among them (`SamplePasses`).
 Selected through the engine option `vectorise` (on by default for CUDA only:
 on CPU the batched convolution is slower than one client after another).
+
+A step is drawn (`prepare`: one run's `Request`) and then trained (`train_requests`); the clients of
+several runs that share their data (`group.RunGroup`) train in one step, each run's results as its
+own step would give them, to float tolerance.
 """
 
 from __future__ import annotations
@@ -23,20 +27,11 @@ import torch.nn.functional as F
 from torch.func import grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from fedgmh.engine.federation import Extra, Federation, Forward, LocalResult, Params
+from fedgmh.engine.federation import Extra, Federation, Forward, LocalResult, Params, to_device
 from fedgmh.engine.training import Phase, cross_entropy_loss
 
 _SEAMS = ("trainable", "loss_fn", "grad_hook", "draw")
 _PLAIN = (int, float, bool, str, type(None))
-
-
-def _to_device(values: torch.Tensor | list, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """`values` (a host list or tensor) on `device`. A copy to a GPU goes through pinned memory without
-    blocking: a plain copy from pageable memory waits until every kernel queued before it has run."""
-    tensor = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
-    if device.type != "cuda" or tensor.device.type != "cpu":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 @dataclass
@@ -70,7 +65,7 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
     # where each sample of each batch goes in the flattened [steps, clients, batch] layout; one
     # scatter instead of a copy per batch (which would be a kernel launch each on a GPU)
     positions = [(step * n + i) * width + j for i, plan in enumerate(plans) for step, batch in enumerate(plan) for j in range(len(batch))]
-    positions = _to_device(positions, fed.device, torch.long)
+    positions = to_device(positions, fed.device, torch.long)
     index = torch.zeros(steps * n * width, dtype=torch.long, device=fed.device)
     mask = torch.zeros(steps * n * width, device=fed.device)
     noise = None
@@ -78,17 +73,34 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
         index[positions] = torch.cat([b for plan in plans for b in plan])
         mask[positions] = 1.0
         if any(draws):
-            drawn = _to_device(torch.cat([d for client in draws for d in client]), fed.device)
+            drawn = to_device(torch.cat([d for client in draws for d in client]), fed.device)
             noise = drawn.new_zeros(steps * n * width, *drawn.shape[1:])
             noise[positions] = drawn
             noise = noise.view(steps, n, width, *drawn.shape[1:])
     return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise, seen, order, active)
 
 
-def _batch_plans(fed: Federation, clients: list[int], phases: list[list[Phase]], after: Callable[[int], None] | None) -> list[_Plan]:
-    """One plan per phase, drawn in the order of the sequential path: client by client, phase by
-    phase, epoch by epoch, each batch's `draw` right after the batch, `after(client)` after the
-    client's phases."""
+@dataclass
+class Request:
+    """One run's clients to train in a batched step (`prepare`): its federation (or the view it trains
+    on), each client's phases, and per phase and client the batches and draws, and each client's lr."""
+
+    fed: Federation
+    phases: list[list[Phase]]
+    clients: list[int]
+    batches: list[list[list[torch.Tensor]]]
+    draws: list[list[list[torch.Tensor]]]
+    lrs: list[float]
+    #: set by a `group.RunGroup` when trained: the results, or the error that stopped the step
+    outcome: object = None
+    done: bool = False
+
+
+def prepare(fed: Federation, phases: list[list[Phase]], clients: list[int], after: Callable[[int], None] | None) -> Request:
+    """The step's `Request`: the batches of every phase, drawn in the order of the sequential path:
+    client by client, phase by phase, epoch by epoch, each batch's `draw` right after the batch,
+    `after(client)` after the client's phases; and the clients' learning rates."""
+    _check_alike(phases)
     batches = [[[] for _ in clients] for _ in phases[0]]
     draws = [[[] for _ in clients] for _ in phases[0]]
     for i, client in enumerate(clients):
@@ -100,7 +112,7 @@ def _batch_plans(fed: Federation, clients: list[int], phases: list[list[Phase]],
                         draws[p][i].append(phase.draw(batch))
         if after is not None:
             after(client)
-    return [_layout(fed, b, d) for b, d in zip(batches, draws)]
+    return Request(fed, phases, clients, batches, draws, [fed.client_lr(c) for c in clients])
 
 
 def _same_value(x, y) -> bool:
@@ -122,15 +134,29 @@ def _same_function(a, b) -> bool:
     return all(_same_value(x, y) for x, y in captured)
 
 
-def _check_alike(phases: list[list[Phase]]) -> None:
-    """Every client's phases must differ only in their start and extra tensors."""
+def _unlike(phases: list[list[Phase]]) -> str | None:
+    """Why the clients' phases cannot train in one step (None: they differ only in their start and extra tensors)."""
     first = phases[0]
     for own in phases[1:]:
         if len(own) != len(first):
-            raise ValueError("clients with different numbers of phases cannot train in one batched step")
+            return "clients with different numbers of phases cannot train in one batched step"
         for a, b in zip(first, own):
             if a.epochs != b.epochs or (a.params is None) != (b.params is None) or not all(_same_function(getattr(a, s), getattr(b, s)) for s in _SEAMS):
-                raise ValueError("the clients' phases differ in more than their start and extra tensors (per-client values belong in Phase.extra)")
+                return "the clients' phases differ in more than their start and extra tensors (per-client values belong in Phase.extra)"
+    return None
+
+
+def _check_alike(phases: list[list[Phase]]) -> None:
+    """Every client's phases must differ only in their start and extra tensors."""
+    reason = _unlike(phases)
+    if reason:
+        raise ValueError(reason)
+
+
+def _joinable(a: Federation, b: Federation) -> bool:
+    """Whether two runs' clients can share a step: the same data tensors, batch size, convolution and model class."""
+    return (a.images is b.images and a.labels is b.labels and a.batch_size == b.batch_size
+            and a.options.conv == b.options.conv and type(a.model) is type(b.model))
 
 
 def _stack_extras(extras: list[Extra]) -> tuple[list[torch.Tensor], list[int | None], object]:
@@ -175,7 +201,7 @@ def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Ex
     step_all = vmap(one_client, in_dims=(0, 0, 0, 0, 0, None if plan.noise is None else 0, dims))
     reordered = plan.order != list(range(len(plan.order)))
     if reordered:
-        order = _to_device(plan.order, fed.device, torch.long)
+        order = to_device(plan.order, fed.device, torch.long)
         stacked, leaves, lrs = _reorder(order, stacked, leaves, dims, lrs)
     loss_sums = torch.zeros(len(extras), device=fed.device)
     for step, n in enumerate(plan.active):
@@ -194,7 +220,6 @@ def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Ex
                 shape = (-1, *[1] * (stacked[k].dim() - 1))
                 train[k].copy_(torch.where(active.view(shape), train[k] - lrs[:n].view(shape) * grads[k], train[k]))
             loss_sums[:n] += torch.where(active, losses * counts, 0.0)
-    fed.sample_passes.add(useful=sum(plan.seen), executed=sum(plan.active) * fed.batch_size)
     if reordered:
         back = torch.argsort(order)
         stacked, loss_sums = {k: v[back] for k, v in stacked.items()}, loss_sums[back]
@@ -205,22 +230,43 @@ def train_phases_many(
     fed: Federation, phases: list[list[Phase]], clients: list[int], after: Callable[[int], None] | None = None
 ) -> list[list[LocalResult]]:
     """`engine.train_phases` for every client of `clients` (phases[i] being clients[i]'s) at once;
-    `after(client)` draws what the client draws after its training (`Algorithm.draw_after_training`)."""
-    _check_alike(phases)
-    plans = _batch_plans(fed, clients, phases, after)
+    `after(client)` draws what the client draws after its training (`Algorithm.draw_after_training`).
+    In a group of runs (`Federation.group`) the step is shared with the other runs' clients."""
+    request = prepare(fed, phases, clients, after)
+    return fed.group.train(request) if fed.group is not None else train_requests([request])[0]
+
+
+def train_requests(requests: list[Request]) -> list[list[list[LocalResult]]]:
+    """Each request's results (per client, per phase), all clients trained in one step when the runs
+    can share one (`_joinable`, phases alike across runs), else each run's in its own step. Each run's
+    federation counts its own clients' sample passes."""
+    lead = requests[0]
+    phases = [own for request in requests for own in request.phases]
+    if len(requests) > 1 and (not all(_joinable(lead.fed, r.fed) for r in requests[1:]) or _unlike(phases)):
+        return [train_requests([request])[0] for request in requests]
+    fed, width = lead.fed, lead.fed.batch_size
+    for request in requests:
+        for batches in request.batches:
+            request.fed.sample_passes.add(useful=sum(len(b) for own in batches for b in own),
+                                          executed=width * sum(len(own) for own in batches))
     results: list[list[LocalResult]] = []
     stacked: Params = {}
-    for p, (phase, plan) in enumerate(zip(phases[0], plans)):
+    for p, phase in enumerate(phases[0]):
+        plan = _layout(fed, [b for r in requests for b in r.batches[p]], [d for r in requests for d in r.draws[p]])
         if phase.params is not None:
             stacked = {k: torch.stack([own[p].params[k].detach() for own in phases]) for k in phase.params}
-        lrs = _to_device([fed.client_lr(c) for c in clients], fed.device, next(iter(stacked.values())).dtype)
+        lrs = to_device([lr for r in requests for lr in r.lrs], fed.device, next(iter(stacked.values())).dtype)
         stacked, loss_sums = _train_phase(fed, stacked, phase, [own[p].extra for own in phases], plan, lrs)
         # clone each client's slice: a view would keep the whole stack alive as long as one client does;
         # the losses stay on the device (play_round reads all of a round's at once)
         results.append([
-            LocalResult({k: v[i].clone() for k, v in stacked.items()}, loss_sums[i], plan.seen[i]) for i in range(len(clients))
+            LocalResult({k: v[i].clone() for k, v in stacked.items()}, loss_sums[i], plan.seen[i]) for i in range(len(phases))
         ])
-    return [[per_phase[i] for per_phase in results] for i in range(len(clients))]
+    per_client = [[per_phase[i] for per_phase in results] for i in range(len(phases))]
+    starts = [0]
+    for request in requests:
+        starts.append(starts[-1] + len(request.clients))
+    return [per_client[a:b] for a, b in zip(starts, starts[1:])]
 
 
 #: padded test samples of one batched evaluation pass (all its clients together): on a GPU a pass of
@@ -248,7 +294,7 @@ def evaluate_many(fed: Federation, models: list[Params], clients: list[int], for
         part = slice(start, start + per_pass)
         filler = per_pass - len(models[part])
         stacked = {k: torch.stack([m[k] for m in models[part]] + [models[start][k]] * filler) for k in models[start]}
-        rows = _to_device(clients[part] + [clients[start]] * filler, fed.device, torch.long)
+        rows = to_device(clients[part] + [clients[start]] * filler, fed.device, torch.long)
         real = mask[rows] & (torch.arange(per_pass, device=fed.device) < per_pass - filler)[:, None]
         prior = None if priors is None else torch.stack(priors[part] + [priors[start]] * filler)
         sums.append(_evaluate_pass(fed, stacked, index[rows], real, forward, prior)[: per_pass - filler])

@@ -13,8 +13,8 @@ training defaults) and, for the options, from resolving the algorithm's defaults
 "paper" (the paper's text: every default) or "official" (PFLlib / the official code, as the
 paper's authors ran it: what `--set preset=official` sets). Our runs' options are resolved the same
 way from the `--set` values they were trained with. Not part of the protocol: the options that
-choose how a run is computed, not what (fedgmh.runspec.EXECUTION_OPTIONS), tf32 (float precision on a
-GPU, which the paper does not fix) and the label `preset` itself (what it sets is compared).
+choose how a run is computed, not what (fedgmh.runspec.EXECUTION_OPTIONS), tf32 and numerics (float
+precision on a GPU, which the paper does not fix) and the label `preset` itself (what it sets is compared).
 Options a table sweeps (Table 6's beta) are matched with the reference row, not compared here.
 """
 
@@ -43,7 +43,7 @@ READINGS: dict[str, str] = {
     "official": "PFLlib's and the official code's (`preset=official`: how the paper's authors ran it)",
 }
 #: resolved options that are not part of the protocol (see the module docstring)
-NOT_PROTOCOL = EXECUTION_OPTIONS | {"tf32", "preset"}
+NOT_PROTOCOL = EXECUTION_OPTIONS | {"tf32", "numerics", "preset"}
 REDUCED, OTHER = "reduced protocol", "other protocol"
 
 
