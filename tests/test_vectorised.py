@@ -71,12 +71,12 @@ def _vectorise(algorithm, mode="on"):
     algorithm.fed.options = dataclasses.replace(algorithm.fed.options, vectorise=mode)
 
 
-@pytest.mark.parametrize("drop_last", [False, True])
-def test_batched_plain_sgd_matches_sequential_local_train(drop_last):
-    clients = [0, 2, 3, 4]
-    feds = [make_federation(CLIENTS, batch_size=3, local_epochs=2, lr=0.2, drop_last=drop_last) for _ in range(2)]
+def _sequential_against_batched(client_labels, clients, **engine):
+    """Two equal federations (different learning rates per client): `clients` trained one by one in
+    the first and in one batched step in the second give the same parameters, samples and losses."""
+    feds = [make_federation(client_labels, batch_size=3, local_epochs=2, lr=0.2, **engine) for _ in range(2)]
     for fed in feds:
-        fed.participations[:] = [0, 1, 3, 2, 0]  # different learning rates per client
+        fed.participations[:] = [0, 1, 3, 2, 0]
     start = feds[0].initial_params()
     sequential = [local_train(feds[0], start, c) for c in clients]
     batched = batched_plain_sgd(feds[1], [start] * len(clients), clients)
@@ -84,6 +84,13 @@ def test_batched_plain_sgd_matches_sequential_local_train(drop_last):
         _close(s.params, b.params)
         assert b.num_samples == s.num_samples
         assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
+    return feds, start, batched
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_batched_plain_sgd_matches_sequential_local_train(drop_last):
+    clients = [0, 2, 3, 4]
+    feds, start, batched = _sequential_against_batched(CLIENTS, clients, drop_last=drop_last)
     # the parameters really moved (by different amounts per client), and the generator advanced alike
     assert not torch.equal(batched[0].params["body.0.weight"], start["body.0.weight"])
     assert torch.equal(feds[0].generator.get_state(), feds[1].generator.get_state())
@@ -111,16 +118,7 @@ def test_each_step_trains_only_the_clients_that_still_have_a_batch(clients):
     """Clients of very unequal sizes, in every order: the batched step gives the client-by-client
     results, executes no step of a client that has run out of batches (only its partial batches
     pad), and counts the sample passes."""
-    feds = [make_federation(SKEWED, batch_size=3, local_epochs=2, lr=0.2) for _ in range(2)]
-    for fed in feds:
-        fed.participations[:] = [0, 1, 3, 2, 0]
-    start = feds[0].initial_params()
-    sequential = [local_train(feds[0], start, c) for c in clients]
-    batched = batched_plain_sgd(feds[1], [start] * len(clients), clients)
-    for s, b in zip(sequential, batched):
-        _close(s.params, b.params)
-        assert b.num_samples == s.num_samples
-        assert b.loss_sum == pytest.approx(s.loss_sum, rel=1e-4, abs=1e-6)
+    feds, _, _ = _sequential_against_batched(SKEWED, clients)
     sizes = [len(SKEWED[c]) for c in clients]
     steps = [2 * -(-size // 3) for size in sizes]  # E = 2, batches of 3
     assert feds[1].sample_passes.record() == {"useful": 2 * sum(sizes), "executed": 3 * sum(steps),
