@@ -8,19 +8,25 @@ import json
 import pytest
 import torch
 from conftest import make_federation
-from test_train_safety import setup, train_args  # noqa: F401 - `setup` is a fixture
+from conftest import prepare_digits, train_args
 
 from fedgmh.cards import resolve_options
 from fedgmh.cli import main
 from fedgmh.config import EngineOptions
 from fedgmh.engine import Federation, cuda_flags, evaluator, set_numerics, vectorised
 from fedgmh.errors import UserError
-from fedgmh.record import run_key, same_run_identity
+from fedgmh.runspec import run_key, same_snapshot_run
 
 
 def engine(**values) -> EngineOptions:
     return resolve_options("fedavg", {k: str(v) for k, v in values.items()})[1]
 
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """The embedded data set and a 4-client partition of it."""
+    return prepare_digits(tmp_path_factory.mktemp("numerics"))
 
 def test_numerics_is_parsed_and_checked():
     assert engine().numerics == "strict" and engine(numerics="pytorch").numerics == "pytorch"
@@ -71,7 +77,7 @@ def test_auto_evaluates_in_passes_on_cuda_only(monkeypatch):
     assert not make_federation([[0, 1]], eval_batched="off").evaluates_batched
 
 
-def test_the_options_are_recorded_and_change_no_run_key_of_a_record_that_predates_them(setup, tmp_path):  # noqa: F811
+def test_the_options_are_recorded_and_change_no_run_key_of_a_record_that_predates_them(setup, tmp_path):
     out = tmp_path / "run"
     assert main(train_args(setup, out, "--set", "numerics=pytorch")) == 0
     record = json.loads((out / "run.json").read_text())
@@ -83,4 +89,4 @@ def test_the_options_are_recorded_and_change_no_run_key_of_a_record_that_predate
     assert run_key({**older, "engine_options": {**older["engine_options"], "numerics": "strict"}}) == run_key(older)
     # a snapshot of a run under way resumes with the new default of an execution-only option
     newer = {**older, "engine_options": {**older["engine_options"], "eval_batched": "auto", "numerics": "strict"}}
-    assert same_run_identity(older, newer) and not same_run_identity(older, record)
+    assert same_snapshot_run(older, newer) and not same_snapshot_run(older, record)

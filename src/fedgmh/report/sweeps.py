@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.cards import algorithm_name
+from fedgmh.filing import base_id
 from fedgmh.report.compare import attach_reference
 from fedgmh.report.dots import seed_values
 from fedgmh.report.figures import save_figure
 from fedgmh.report.labels import SWEEP_DIMS, STD_DDOF, format_number
-from fedgmh.report.settings import base_id
 from fedgmh.report.style import method_style, use_agg
 from fedgmh.report.summary import ACCURACIES, DEFAULT_ACCURACY, summarize
 from fedgmh.report.titles import SUFFIX_WORDS, setting_title
