@@ -255,7 +255,8 @@ def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> No
     command = snakemake_command(["out/run.json"], "c.yaml", [], 1, tmp_path / "Snakefile", tmp_path)
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 120
-    while not (tmp_path / "out" / "run.json").exists() and time.time() < deadline and process.poll() is None:
+    made = tmp_path / "out" / "run.json"
+    while not (made.exists() and made.read_text() == "{}\n") and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGTERM)  # as the campaign stops its runs
     assert process.wait(timeout=120) != 0

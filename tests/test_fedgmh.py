@@ -303,9 +303,9 @@ def test_extra_computation_is_one_body_forward_over_an_epoch(monkeypatch, local_
     algo.fed.local_epochs = local_epochs
     original, counted = gmh.class_means, {}
 
-    def counting(fed, params, idx):
+    def counting(fed, params, idx, *labels):
         with FlopCounterMode(display=False) as inner:
-            means = original(fed, params, idx)
+            means = original(fed, params, idx, *labels)
         counted.update(flops=inner.get_total_flops(), samples=len(idx))
         return means
 

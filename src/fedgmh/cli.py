@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | layer-weights | document | costs | store | campaign | plan`.
+"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | seeds | layer-weights | document | costs | store | campaign | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run (on a warm server,

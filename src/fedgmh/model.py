@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 from torch.nn.modules.utils import _pair
 
 FEATURE_DIM = 512
@@ -44,8 +43,7 @@ class _ChannelsLastMaxPool(torch.autograd.Function):
         return pooled.contiguous()
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx, grad):
+    def backward(ctx, grad):  # differentiable again (a Hessian-vector product, Per-FedAvg's exact order)
         input, indices = ctx.saved_tensors
         grad_input = torch.ops.aten.max_pool2d_with_indices_backward(grad, input, *ctx.args, indices.contiguous())
         return grad_input, None, None, None, None, None
