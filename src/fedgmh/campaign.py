@@ -11,7 +11,8 @@ order (workflow/rules/common.smk). The workflow decides reuse and resumption; no
 
 Locks: the campaign's own (`campaign_lock`, fedgmh.locks: one campaign per folder, refused at once,
 also in the background, where `run --background` hands it to the process it starts) and Snakemake's
-(no other Snakemake call makes the same runs meanwhile). A stop (SIGTERM, Ctrl-C) reaches Snakemake
+(no other Snakemake call makes the same runs meanwhile;
+one left by a killed Snakemake is removed first, `clear_stale_snakemake_lock`). A stop (SIGTERM, Ctrl-C) reaches Snakemake
 and its jobs: each run snapshots at the end of its round and stops, to be resumed by the next call;
 Snakemake runs with --keep-incomplete, so a run stopped after its record was filed keeps it.
 """
@@ -145,6 +146,37 @@ def running_runs(base: Path | str = ".") -> set[Path]:
     return found
 
 
+def snakemake_working_in(base: Path | str) -> bool:
+    """Whether a live Snakemake process works in `base` (Linux's /proc: `snakemake` in its command line,
+    `base` its working folder or its `--directory`)."""
+    base = Path(base).resolve()
+    for process in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if not any(Path(word).name == "snakemake" or word == "snakemake" for word in argv):
+                continue
+            folder = argv[argv.index("--directory") + 1] if "--directory" in argv[:-1] else "."
+            if (Path(os.readlink(process / "cwd")) / folder).resolve() == base:
+                return True
+        except OSError:
+            continue  # ended meanwhile, or not ours to read
+    return False
+
+
+def clear_stale_snakemake_lock(base: Path | str, say: Callable[[str], None] = print) -> None:
+    """Remove Snakemake's lock of `base` left by a Snakemake that was killed (a machine's session
+    ended), as `snakemake --unlock` would; one held by a live Snakemake stays (its call then fails
+    with Snakemake's own message)."""
+    locks_folder = Path(base) / ".snakemake" / "locks"
+    stale = sorted(locks_folder.glob("*.lock")) if locks_folder.is_dir() else []
+    if not stale or snakemake_working_in(base):
+        return
+    for path in stale:
+        path.unlink(missing_ok=True)
+    say(f"campaign: removed Snakemake's lock of {Path(base).resolve()} (no Snakemake process works there: "
+        "one was killed)")
+
+
 def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
     """Why the record at the entry's place in the store is not this run's finished record (None: it
     is): missing, invalid (record.load_record), or of another run (config edited, a trial run): its
@@ -238,6 +270,7 @@ def run_campaign(file: Path | str, entries: list[Entry], jobs: int, overrides: l
         for entry in queue:
             how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
             say(f"campaign: {entry.plan.name}/{entry.name} {how} when its turn comes (log {entry.log})")
+        clear_stale_snakemake_lock(base, say)
         say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
         command = snakemake_command([entry.target for entry in queue], entries[0].config,
                                     [f"campaign={Path(file).resolve()}", *overrides], jobs, snakefile, base)
