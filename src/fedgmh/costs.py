@@ -76,14 +76,19 @@ class Sizes:
 
     @classmethod
     def for_dataset(cls, name: str) -> Sizes:
-        """Sizes of the model a run on dataset `name` trains (built on the meta device: no weights drawn)."""
-        from fedgmh import data
-        from fedgmh.model import FedAvgCNN
+        """Sizes of the model a run on dataset `name` trains."""
+        return cls.of(meta_model(name)[0])
 
-        info = data.get_info(name)
-        with torch.device("meta"):
-            model = FedAvgCNN(info.channels, info.num_classes, info.height)
-        return cls.of(model)
+
+def meta_model(name: str):
+    """(the model a run on dataset `name` trains, the dataset's info), the model built on the meta
+    device: shapes only, no weights drawn."""
+    from fedgmh import data
+    from fedgmh.model import FedAvgCNN
+
+    info = data.get_info(name)
+    with torch.device("meta"):
+        return FedAvgCNN(info.channels, info.num_classes, info.height), info
 
 
 def exchange(algorithm: str, options: Any, sizes: Sizes, labels: int, models: int | None = None) -> Exchange:
@@ -157,12 +162,8 @@ class Flops:
         """Counted on the meta device (shapes only, no weights drawn)."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        from fedgmh import data
-        from fedgmh.model import FedAvgCNN
-
-        info = data.get_info(name)
+        model, info = meta_model(name)
         with torch.device("meta"):
-            model = FedAvgCNN(info.channels, info.num_classes, info.height)
             images = torch.empty(batch, info.channels, info.height, info.height)
             labels = torch.zeros(batch, dtype=torch.long)
         with FlopCounterMode(display=False) as forward:
