@@ -103,7 +103,11 @@ def train_priority(wildcards):
     """Which training jobs Snakemake starts first when it can start only some: a run with a snapshot
     (cut off earlier: its hours of work go on instead of waiting, or being lost with a leased machine),
     then a campaign's runs in the campaign's order, then the rest."""
-    run_dir = PLAN.run_dir(wildcards.experiment, wildcards.setting, wildcards.algorithm, wildcards.seed)
+    return run_priority(PLAN.run_dir(wildcards.experiment, wildcards.setting, wildcards.algorithm, wildcards.seed))
+
+
+def run_priority(run_dir):
+    """The priority of the training job of the run in `run_dir` (`train_priority`)."""
     cut_off = os.path.exists(f"{run_dir}/{SNAPSHOT}")
     return CAMPAIGN_RANKS.get(run_dir, 0) + (len(CAMPAIGN_RANKS) + 1 if cut_off else 0)
 
