@@ -58,6 +58,17 @@ def test_batch_jobs_make_their_runs_outputs_and_rule_train_the_others(tmp_path: 
     assert "printf '%s\\n' '--dataset digits" in command and command.count("--put-record") == len(plan.train_batches[0])
 
 
+def test_a_batch_job_on_a_gpu_takes_one_gpu_slot_and_its_runs_summed_runtime(tmp_path: Path) -> None:
+    out = dry_run(tmp_path, "-p", "--configfile", str(SMOKE), "--config", "runs_per_job=3", "device=cuda", "--resources", "gpu=1")
+    plan = Plan(load("smoke.yaml", runs_per_job=3, device="cuda"), basedir=REPO)
+    blocks = {rule: block for rule, block in re.findall(r"^rule (train_batch_\d+):\n((?:    .*\n)+)", out, flags=re.M)}
+    assert len(blocks) == len(plan.train_batches)
+    for index, batch in enumerate(plan.train_batches):
+        assert re.search(rf"resources: .*gpu=1, runtime={plan.batch_runtime(batch)},", blocks[f"train_batch_{index}"])
+    command = next(line for line in out.splitlines() if "fedgmh train-group" in line)
+    assert command.count("--device cuda:auto --jobs-per-gpu 1") == command.count("--put-record") >= 2
+
+
 def test_one_run_per_job_leaves_the_dag_as_it_was(tmp_path: Path) -> None:
     default = job_counts(dry_run(tmp_path, "--configfile", str(SMOKE)))
     assert job_counts(dry_run(tmp_path, "--configfile", str(SMOKE), "--config", "runs_per_job=1")) == default

@@ -624,8 +624,8 @@ class Plan:
     def _step_key(self, run: Run) -> tuple:
         """What runs trained in one batch must share: experiment, setting, and float arithmetic (engine
         options numerics and tf32, as the run's --set pairs resolve them)."""
-        _, engine = resolve_options(run.algorithm, parse_overrides([f"{k}={set_text(v)}" for k, v in sorted(run.options.items())]))
-        return run.experiment, run.setting, engine.numerics, engine.tf32
+        pairs = tuple(f"{k}={set_text(v)}" for k, v in sorted(run.options.items()))
+        return run.experiment, run.setting, *float_arithmetic(run.algorithm, pairs)
 
     def batch_runtime(self, batch: list[Run]) -> int:
         """A batch job's runtime in minutes: the sum of its runs' (`train_runtime`). Its runs share one
@@ -666,6 +666,13 @@ def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, A
         if "default" in spec:
             config.setdefault(key, copy.deepcopy(spec["default"]))
     return config
+
+
+@functools.lru_cache(maxsize=None)
+def float_arithmetic(algorithm: str, pairs: tuple[str, ...]) -> tuple[str, bool]:
+    """Engine options numerics and tf32 of a run of `algorithm` with these --set pairs."""
+    _, engine = resolve_options(algorithm, parse_overrides(list(pairs)))
+    return engine.numerics, engine.tf32
 
 
 def even_chunks(items: list, size: int) -> list[list]:

@@ -49,25 +49,6 @@ rule train:
 # Docs: docs/workflow.md, "Several runs per GPU step".
 
 
-def batch_lines(batch):
-    """The runs file of a batch job, one `fedgmh train` argument line per run; a function of `input` and
-    `threads`, so that Snakemake's params trigger ignores it (as rule train's `arguments`)."""
-    import shlex
-
-    def lines(wildcards, input, threads):
-        return [
-            shlex.join(PLAN.train_arguments(run, input.partition, threads) + ["--put-record", PLAN.record_destination(run)])
-            for run in batch
-        ]
-
-    return lines
-
-
-def batch_priority(batch):
-    """A batch job's priority: its most urgent run's (train_priority)."""
-    return lambda wildcards: max(run_priority(run.run_dir) for run in batch)
-
-
 for _index, _batch in enumerate(PLAN.train_batches):
     _first = _batch[0]
 
