@@ -12,7 +12,8 @@ _chain for the chain class assignment (the partition's id is this much), plus a 
 Identical runs requested by several experiments (same dataset, partition, algorithm, options,
 rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
 trained ONCE, in the folder of the first experiment (in config order) that asks for them; the
-other experiments' tables read that folder.
+other experiments' tables read that folder. With config `runs_per_job` > 1, `Plan.train_batches` says
+which trained runs one `fedgmh train-group` job trains together (the workflow's batch rules).
 
 Everything that can be checked without data is checked when the plan is made (so a dry run
 reports it), each problem as a `ConfigError` naming the config key: every run's options are
