@@ -179,3 +179,25 @@ def test_train_group_reads_a_runs_file_and_writes_each_runs_folder(digits, tmp_p
     assert main(["train-group", str(runs)]) == 2 and "line 1 is not a `fedgmh train` command line" in capsys.readouterr().err
     runs.write_text(f"{line} --seed 0 --out {tmp_path / 'c'}\n{line} --seed 1 --out {tmp_path / 'c'}\n")
     assert main(["train-group", str(runs)]) == 2 and "same --out" in capsys.readouterr().err
+
+
+def test_train_group_skips_a_finished_run_and_reuses_a_stored_record(digits, tmp_path, capsys):
+    """As `fedgmh train` does: a run whose folder holds its finished record is not trained again, and with
+    --store a run whose record is stored is copied, not trained (how a batch job of the workflow, whose
+    outputs Snakemake removes before it runs, gets its unchanged runs back: docs/workflow.md)."""
+    line = (f"--dataset digits --root {digits / 'data'} --partition {digits / 'part.npz'} --algorithm fedavg --rounds 1 "
+            "--local-epochs 1 --join-ratio 0.6 --batch-size 40 --device cpu --threads 1 --quiet --set vectorise=on")
+    runs = tmp_path / "runs.txt"
+    runs.write_text("".join(f"{line} --seed {seed} --out {tmp_path / f'run{seed}'} --put-record {tmp_path / 'store' / f'run{seed}'}\n"
+                            for seed in (0, 1)))
+    assert main(["train-group", str(runs)]) == 0, capsys.readouterr().err
+    started = [json.loads((tmp_path / f"run{seed}" / "run.json").read_text())["started_utc"] for seed in (0, 1)]
+    capsys.readouterr()
+    assert main(["train-group", str(runs)]) == 0
+    assert capsys.readouterr().err.count("already holds the finished run of these settings; not trained again") == 2
+    assert [json.loads((tmp_path / f"run{seed}" / "run.json").read_text())["started_utc"] for seed in (0, 1)] == started
+    # the workflow's lines: --overwrite (its outputs are gone), --store; the records come back from the store
+    runs.write_text("".join(f"{line} --seed {seed} --out {tmp_path / f'again{seed}'} --overwrite --store {tmp_path / 'store'}\n"
+                            for seed in (0, 1)))
+    assert main(["train-group", str(runs)]) == 0  # (--quiet: no "reused the record" line)
+    assert [json.loads((tmp_path / f"again{seed}" / "run.json").read_text())["started_utc"] for seed in (0, 1)] == started

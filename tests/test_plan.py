@@ -252,3 +252,44 @@ def test_official_reading_names_the_runs_of_a_variant() -> None:
         Plan(load("config.yaml", official_reading={"table2": "table2@official"}), basedir=REPO)
     # an experiment the config does not have names no runs (a config trimmed to some experiments)
     assert Plan(load("config.yaml", official_reading={"table2": "table9@official"}), basedir=REPO).official_reading == {}
+
+
+def test_train_batches_join_the_runs_of_a_setting_that_can_share_a_step() -> None:
+    """config runs_per_job: the runs of one experiment, setting and float arithmetic, in config order, cut
+    into batches of at most N and at least 2 (sizes differing by one at most); every run in one batch
+    at most; 1 (the default) = no batch, one job per run."""
+    assert Plan(load("smoke.yaml"), basedir=REPO).train_batches == []
+    assert Plan(load("smoke.yaml", runs_per_job=1), basedir=REPO).train_batches == []
+    smoke = Plan(load("smoke.yaml", runs_per_job=3), basedir=REPO)
+    batches = smoke.train_batches
+    order = list(smoke.train_jobs)
+    members = [run.run_dir for batch in batches for run in batch]
+    assert len(members) == len(set(members)) and set(members) <= set(order)
+    assert members == sorted(members, key=order.index)  # config order
+    for batch in batches:
+        assert 2 <= len(batch) <= 3
+        assert len({(run.experiment, run.setting, run.dataset, run.partition, run.rounds, run.local_epochs, run.join_ratio,
+                     run.batch_size, run.lr) for run in batch}) == 1
+    table2 = [[(run.algorithm, run.seed) for run in batch] for batch in batches if batch[0].experiment == "table2"]
+    # 12 methods x 2 seeds = 24 runs of one setting: 8 batches of 3, an algorithm's seeds next to each other
+    assert table2[:2] == [[("fedavg", 0), ("fedavg", 1), ("fedprox", 0)], [("fedprox", 1), ("ditto", 0), ("ditto", 1)]]
+    assert len(table2) == 8
+    # a setting of 7 runs: 3, 2, 2 (not 3, 3, 1); a lone run stays a job of its own
+    assert [len(chunk) for chunk in plan.even_chunks(list(range(7)), 3)] == [3, 2, 2]
+    alone = set(order) - set(members)
+    assert all(sum(run.experiment == smoke.train_jobs[d].experiment and run.setting == smoke.train_jobs[d].setting
+                   for run in smoke.train_jobs.values()) == 1 for d in alone)
+
+
+def test_runs_of_other_float_arithmetic_are_not_batched_together() -> None:
+    """`fedgmh train-group` refuses runs of different numerics or tf32: they go to different batches."""
+    config = load("smoke.yaml", runs_per_job=4, algorithm_options={"fedavg": {"numerics": "pytorch"}})
+    batches = Plan(config, basedir=REPO).train_batches
+    table2 = [[run.algorithm for run in batch] for batch in batches if batch[0].experiment == "table2"]
+    assert ["fedavg", "fedavg"] in table2 and not any("fedavg" in b and len(set(b)) > 1 for b in table2)
+
+
+def test_a_batch_job_asks_for_its_runs_summed_runtime() -> None:
+    smoke = Plan(load("smoke.yaml", runs_per_job=3), basedir=REPO)
+    batch = smoke.train_batches[0]
+    assert smoke.batch_runtime(batch) == sum(smoke.train_runtime(run) for run in batch)

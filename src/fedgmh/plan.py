@@ -12,7 +12,8 @@ _chain for the chain class assignment (the partition's id is this much), plus a 
 Identical runs requested by several experiments (same dataset, partition, algorithm, options,
 rounds, epochs, join ratio and seed -- e.g. FedGMH in Table 2 and in the ablation Table 5) are
 trained ONCE, in the folder of the first experiment (in config order) that asks for them; the
-other experiments' tables read that folder.
+other experiments' tables read that folder. With config `runs_per_job` > 1, `Plan.train_batches` says
+which trained runs one `fedgmh train-group` job trains together (the workflow's batch rules).
 
 Everything that can be checked without data is checked when the plan is made (so a dry run
 reports it), each problem as a `ConfigError` naming the config key: every run's options are
@@ -573,7 +574,11 @@ class Plan:
 
     def stored_markers(self) -> list[str]:
         """The marker file of every trained run whose record is put into paper_artifacts/<name>/runs."""
-        return [f"{self.results}/stored/{os.path.relpath(run_dir, f'{self.results}/runs')}.done" for run_dir in self.train_jobs]
+        return [self.stored_marker(run_dir) for run_dir in self.train_jobs]
+
+    def stored_marker(self, run_dir: str) -> str:
+        """The marker file saying that the record of the run trained in `run_dir` is in the store."""
+        return f"{self.results}/stored/{os.path.relpath(run_dir, f'{self.results}/runs')}.done"
 
     def record_destination(self, run: Run) -> str:
         """Where the run's record is committed: paper_artifacts/<name>/runs/<the run folder's path below results/<name>/runs>."""
@@ -598,6 +603,36 @@ class Plan:
         rate = CPU_MINUTES_PER_ROUND_EPOCH[DATASETS[run.dataset].channels]
         minutes = max(10, math.ceil(2 * rate * run.rounds * run.local_epochs * run.join_ratio / 0.2))
         return min(minutes, GPU_RUNTIME_MINUTES) if self.uses_gpu else minutes
+
+    @functools.cached_property
+    def train_batches(self) -> list[list[Run]]:
+        """The trained runs that one `fedgmh train-group` job trains together (config `runs_per_job` > 1),
+        each batch a list of at least two runs, in config order; every other run is a job of its own.
+
+        A batch holds runs of one experiment and setting (so one data set, partition, rounds, epochs, join
+        ratio, batch size and learning rate: their steps can be joined, and its runs differ by algorithm and
+        seed) and one float arithmetic (`train-group` refuses to mix them). Such runs, in config order (an
+        algorithm's seeds next to each other), are cut into the fewest batches of at most `runs_per_job`,
+        of sizes that differ by one at most (7 runs at 3 a job: 3, 2, 2)."""
+        size = int(self.config.get("runs_per_job", 1))
+        if size < 2:
+            return []
+        shared: dict[tuple, list[Run]] = {}
+        for run in self.train_jobs.values():
+            shared.setdefault(self._step_key(run), []).append(run)
+        return [batch for runs in shared.values() for batch in even_chunks(runs, size) if len(batch) > 1]
+
+    def _step_key(self, run: Run) -> tuple:
+        """What runs trained in one batch must share: experiment, setting, and float arithmetic (engine
+        options numerics and tf32, as the run's --set pairs resolve them)."""
+        pairs = tuple(f"{k}={set_text(v)}" for k, v in sorted(run.options.items()))
+        return run.experiment, run.setting, *float_arithmetic(run.algorithm, pairs)
+
+    def batch_runtime(self, batch: list[Run]) -> int:
+        """A batch job's runtime in minutes: the sum of its runs' (`train_runtime`). Its runs share one
+        process (threads under one interpreter lock) and wait for each other every step, so at worst they
+        take as long as one after the other; a limit that is too short would stop all of them."""
+        return sum(self.train_runtime(run) for run in batch)
 
     def train_arguments(self, run: Run, partition: str, threads: int) -> list[str]:
         """The arguments of `fedgmh train` for `run` (words, each quoted by the rule), the workflow's
@@ -632,6 +667,27 @@ def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, A
         if "default" in spec:
             config.setdefault(key, copy.deepcopy(spec["default"]))
     return config
+
+
+@functools.lru_cache(maxsize=None)
+def float_arithmetic(algorithm: str, pairs: tuple[str, ...]) -> tuple[str, bool]:
+    """Engine options numerics and tf32 of a run of `algorithm` with these --set pairs."""
+    _, engine = resolve_options(algorithm, parse_overrides(list(pairs)))
+    return engine.numerics, engine.tf32
+
+
+def even_chunks(items: list, size: int) -> list[list]:
+    """`items` in order, cut into the fewest chunks of at most `size` items whose lengths differ by one at most."""
+    if not items:
+        return []
+    count = math.ceil(len(items) / size)
+    base, longer = divmod(len(items), count)
+    chunks, start = [], 0
+    for index in range(count):
+        end = start + base + (index < longer)
+        chunks.append(items[start:end])
+        start = end
+    return chunks
 
 
 def check_finite(value: Any, key: str = "config") -> None:

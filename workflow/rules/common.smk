@@ -15,6 +15,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 
 import yaml
@@ -103,9 +104,31 @@ def train_priority(wildcards):
     """Which training jobs Snakemake starts first when it can start only some: a run with a snapshot
     (cut off earlier: its hours of work go on instead of waiting, or being lost with a leased machine),
     then a campaign's runs in the campaign's order, then the rest."""
-    run_dir = PLAN.run_dir(wildcards.experiment, wildcards.setting, wildcards.algorithm, wildcards.seed)
+    return run_priority(PLAN.run_dir(wildcards.experiment, wildcards.setting, wildcards.algorithm, wildcards.seed))
+
+
+def run_priority(run_dir):
+    """The priority of the training job of the run in `run_dir` (`train_priority`)."""
     cut_off = os.path.exists(f"{run_dir}/{SNAPSHOT}")
     return CAMPAIGN_RANKS.get(run_dir, 0) + (len(CAMPAIGN_RANKS) + 1 if cut_off else 0)
+
+
+def batch_lines(batch):
+    """The runs file of a batch job, one `fedgmh train` argument line per run; a function of `input` and
+    `threads`, so that Snakemake's params trigger ignores it (as rule train's `arguments`)."""
+
+    def lines(wildcards, input, threads):
+        return [
+            shlex.join(PLAN.train_arguments(run, input.partition, threads) + ["--put-record", PLAN.record_destination(run)])
+            for run in batch
+        ]
+
+    return lines
+
+
+def batch_priority(batch):
+    """A batch job's priority: its most urgent run's (train_priority)."""
+    return lambda wildcards: max(run_priority(run.run_dir) for run in batch)
 
 
 def partition_job(wildcards):

@@ -39,6 +39,47 @@ rule train:
         "fedgmh train {params.arguments:q} --put-record {params.store_folder:q} > {log:q} 2>&1"
 
 
+# config runs_per_job > 1: the runs of one setting that can share a batched step (Plan.train_batches)
+# are trained by one job each batch, `fedgmh train-group` on a runs file of their `fedgmh train`
+# arguments (as rule train's, each with its own --put-record). One rule per batch, made in this loop:
+# its outputs are every run's files of rule train, so the rest of the workflow sees no difference, and
+# the ruleorder gives them to it, never to rule train. Its params.run holds every run's spec, so editing
+# one run retrains the batch: Snakemake removes the batch's outputs first, so its unchanged runs come
+# back from the store (config `stores`: train-group reuses a record as `fedgmh train --store` does).
+# Docs: docs/workflow.md, "Several runs per GPU step".
+
+
+for _index, _batch in enumerate(PLAN.train_batches):
+    _first = _batch[0]
+
+    rule:
+        name:
+            f"train_batch_{_index}"
+        input:
+            data=expand(rules.download.output[0], dataset=_first.dataset)[0],
+            partition=expand(rules.partition.output.partition, partition=_first.partition)[0],
+        output:
+            metrics=[f"{run.run_dir}/metrics.csv" for run in _batch],
+            record=[f"{run.run_dir}/run.json" for run in _batch],
+            stored=touch([PLAN.stored_marker(run.run_dir) for run in _batch]),
+        log:
+            train=f"{LOGS}/train/{_first.experiment}/{_first.setting}/batch{_index}.log",
+            runs=f"{LOGS}/train/{_first.experiment}/{_first.setting}/batch{_index}.runs",
+        priority: batch_priority(_batch)
+        threads: config["threads_per_job"]
+        resources:
+            **PLAN.gpu_resources,
+            mem_mb=TRAIN_MEM_MB * len(_batch),
+            runtime=PLAN.batch_runtime(_batch),
+        params:
+            run=[run.spec.text for run in _batch],
+            lines=batch_lines(_batch),
+        shell:
+            "printf '%s\\n' {params.lines:q} > {log.runs:q} && fedgmh train-group {log.runs:q} > {log.train:q} 2>&1"
+
+    workflow.ruleorder(f"train_batch_{_index}", "train")
+
+
 rule all_runs:
     """Every training run of the config (no tables)."""
     input:
