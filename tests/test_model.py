@@ -69,11 +69,20 @@ def test_pooling_in_channels_last_on_other_shapes(shape):
     assert _identical(out, out_cl) and _identical(grad, grad_cl)
 
 
-def test_pooling_without_gradients_gives_torchs_values():
-    x = _tied("signed_zeros")
+@pytest.mark.parametrize("kind", ["relu", "integers", "zeros", "nan", "inf", "signed_zeros"])
+@pytest.mark.parametrize("shape", [SHAPE, (2, 5, 9, 7), (1, 3, 2, 2)])
+def test_pooling_without_gradients_gives_torchs_values(kind, shape):
+    """Without gradients (evaluation) the pooling takes elementwise maxima: torch's values bit for bit,
+    but for the sign of a window's maximum that is a zero of both signs."""
+    x = _tied(kind, shape)
+    expected = F.max_pool2d(x, 2)
     with torch.no_grad():
-        assert _identical(torch.nn.MaxPool2d(2)(x), ChannelsLastMaxPool2d(2)(x))
-    assert _identical(F.max_pool2d(x, 2), ChannelsLastMaxPool2d(2)(x))
+        pooled = ChannelsLastMaxPool2d(2)(x)
+    for result in (pooled, ChannelsLastMaxPool2d(2)(x)):  # the second: no gradient asked for either
+        if kind == "signed_zeros":
+            assert torch.equal(result, expected) and result.is_contiguous()
+        else:
+            assert _identical(result, expected)
 
 
 def test_the_pooled_gradient_is_nchw_and_input_layouts_are_kept():
@@ -101,6 +110,8 @@ def test_the_cnn_computes_the_same_outputs_and_gradients(channels, classes, side
         F.cross_entropy(out, y).backward()
         results.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
     assert all(_identical(a, b) for a, b in zip(*results))
+    with torch.no_grad():  # evaluation's pooling (elementwise maxima) gives the same outputs too
+        assert _identical(net(x), results[0][0])
 
 
 PAPER = ["fedavg", "fedprox", "ditto", "fedamp", "fedcp", "fedfomo", "fedgh", "fedper", "fedrep", "fedrod", "lgfedavg",

@@ -49,18 +49,33 @@ class _ChannelsLastMaxPool(torch.autograd.Function):
         return grad_input, None, None, None, None, None
 
 
+def _pairwise_max_pool(input: torch.Tensor) -> torch.Tensor:
+    """2x2 max pooling with stride 2 as two elementwise maxima of strided views (columns, then rows),
+    no layout conversion: values only, for forwards without gradients."""
+    rows, cols = input.shape[-2] // 2 * 2, input.shape[-1] // 2 * 2  # floor mode drops an odd last row or column
+    pairs = torch.maximum(input[..., :rows, 0:cols:2], input[..., :rows, 1:cols:2])
+    return torch.maximum(pairs[..., 0::2, :], pairs[..., 1::2, :])
+
+
 class ChannelsLastMaxPool2d(nn.MaxPool2d):
     """nn.MaxPool2d whose forward pools NCHW input on the CPU in channels_last, several times faster
     than torch's NCHW CPU kernel. Both kernels scan a window in the same order and pick the same
     element (the first of tied maxima, the last NaN), so values, indices and hence gradients are the
-    same bit for bit (tests/test_model.py). Elsewhere (a GPU, channels_last input, under vmap) exactly nn.MaxPool2d."""
+    same bit for bit (tests/test_model.py). A forward without gradients (evaluation) of a 2x2 window
+    with stride 2 skips the layout conversions, which cost more than the pooling: two elementwise
+    maxima, the same values (only a window whose maximum is a zero of both signs may keep the other
+    sign; the CNN's ReLU outputs hold no -0 unless a convolution gives exactly -0). Elsewhere (a
+    GPU, channels_last input, under vmap) exactly nn.MaxPool2d."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if not _pools_channels_last(input) or self.return_indices:
             return super().forward(input)
-        stride = _pair(self.stride if self.stride is not None else self.kernel_size)
-        return _ChannelsLastMaxPool.apply(input, _pair(self.kernel_size), stride, _pair(self.padding),
-                                          _pair(self.dilation), self.ceil_mode)
+        kernel, stride = _pair(self.kernel_size), _pair(self.stride if self.stride is not None else self.kernel_size)
+        padding, dilation = _pair(self.padding), _pair(self.dilation)
+        if (not (torch.is_grad_enabled() and input.requires_grad) and kernel == stride == (2, 2)
+                and padding == (0, 0) and dilation == (1, 1) and not self.ceil_mode):
+            return _pairwise_max_pool(input)
+        return _ChannelsLastMaxPool.apply(input, kernel, stride, padding, dilation, self.ceil_mode)
 
 
 class FedAvgCNN(nn.Module):
