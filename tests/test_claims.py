@@ -644,7 +644,8 @@ def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
 def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
     from conftest import SMOKE, job_counts, snakemake
 
-    result = snakemake(tmp_path, "-n", "-p", "all_tables", "--cores", "1", "--configfile", str(SMOKE),
+    figures = ["paper_artifacts/smoke/figure3.pdf", "paper_artifacts/smoke/figure4.pdf"]
+    result = snakemake(tmp_path, "-n", "-p", "all_tables", *figures, "--cores", "1", "--configfile", str(SMOKE),
                        "--config", "table_accuracy=last", timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
@@ -655,6 +656,10 @@ def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
     # the tables follow table_accuracy; the paper's claims are about the best accuracy whatever it is
     assert "--accuracy last" in next(line for line in out.splitlines() if "fedgmh table " in line)
     assert "--accuracy" not in command
+    # the figure `rounds_to_target` names draws its targets; the others none
+    curves = {line.split("--out ")[1].split()[0]: line for line in out.splitlines() if "fedgmh curves " in line}
+    assert "--target 30 60 --paper '{}'" in curves[figures[0]]
+    assert "--target" not in curves[figures[1]]
 
 
 # ----------------------------------------------------------------------------- numbers checked where they enter

@@ -120,9 +120,15 @@ rule curves:
             if config["figures"][wildcards.figure].get("title")
             else []
         ),
+        targets=lambda wildcards: (  # the figure of `rounds_to_target`: its targets as lines, the paper's rounds as stars
+            ["--target", *(format_number(t) for t in ROUNDS_TO_TARGET.get("targets", []))]
+            + ["--paper", json.dumps(ROUNDS_TO_TARGET.get("paper") or {})]
+            if ROUNDS_TO_TARGET and ROUNDS_TO_TARGET.get("figure") == wildcards.figure and ROUNDS_TO_TARGET.get("targets")
+            else []
+        ),
     shell:
         "fedgmh curves --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
-        " {params.algorithms:q} {params.title:q} --out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
+        " {params.algorithms:q} {params.title:q} {params.targets:q} --out {output.pdf:q} --png {output.png:q} > {log:q} 2>&1"
 
 
 rule client_accuracy:
