@@ -78,6 +78,7 @@ def test_a_tiny_run_on_the_cpu_measures_every_setting_and_ends_with_its_decision
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("fastest setting that passes the numerics check: ")
     entries = [json.loads(line) for line in (out / "decide.jsonl").read_text().splitlines()]
-    assert sorted(e["setting"] for e in entries if e["phase"] == "speed") == sorted(decide.SETTINGS)
+    assert sorted(e["setting"] for e in entries if e["phase"] == "speed") == sorted([*decide.SETTINGS, "fp32 runs_per_job=2"])
+    assert last.split("; runs_per_job: ")[1].split(",")[0] in ("1", "2")  # the grouped runs' rate decides it
     assert len([e for e in entries if e["phase"] == "numerics"]) == len(decide.SETTINGS) - 1 + len(decide.BASELINE_SEEDS)
     assert last.split(": ")[1].split(" ")[0] in decide.SETTINGS

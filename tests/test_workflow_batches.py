@@ -127,3 +127,28 @@ def test_a_batch_job_trains_each_run_as_its_own_job_would_and_an_edit_retrains_o
             assert after[run]["algorithm_options"]["mu"] == 0.01 and after[run]["started_utc"] != before[run]["started_utc"]
     result = snakemake(batched, *MARKERS, "-n", "--cores", "1", "--configfile", str(batched / "batch.yaml"))
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_the_lease_commands_train_a_batchs_chosen_runs_in_one_train_group_command(tmp_path: Path) -> None:
+    """`fedgmh plan --commands` (tools/lease/direct.sh) with runs_per_job: the chosen runs of one batch
+    in one `fedgmh train-group` command, its runs file holding each run's own `fedgmh train` arguments;
+    a batch's lone chosen run keeps its own `fedgmh train` command."""
+    import shlex
+    import subprocess
+
+    from fedgmh.cli_plan import train_commands
+
+    config = load("smoke.yaml")
+    alone, grouped = Plan(config, basedir=REPO), Plan(config | {"runs_per_job": 2}, basedir=REPO)
+    batch = next(b for b in grouped.train_batches if len(b) == 2)
+    lone = next(run for b in grouped.train_batches for run in b if run not in batch)
+    chosen = [batch[0].run_dir, batch[1].run_dir, lone.run_dir]
+    first, second, third = (line.split("\t") for line in train_commands(grouped, chosen))
+    single = [line.split("\t") for line in train_commands(alone, chosen)]
+    assert third == single[2]  # its batch partner was not chosen
+    assert first[1] == second[1] == grouped.batch_files(grouped.train_batches.index(batch), batch)[0] and second[4] == ""
+    runs_file = grouped.batch_files(grouped.train_batches.index(batch), batch)[1]
+    assert first[4].endswith(f"fedgmh train-group {runs_file} > {first[1]} 2>&1")
+    written = subprocess.run(first[4].split(" && ")[0].replace(f"> {runs_file}", ""), shell=True, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    assert written == [shlex.join(shlex.split(cols[4].split(" > ")[0])[2:]) for cols in single[:2]]

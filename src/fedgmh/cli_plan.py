@@ -21,24 +21,47 @@ def _cmd_plan(args: argparse.Namespace) -> None:
 
 
 def train_commands(plan, run_dirs: list[str]) -> list[str]:
-    """The training job of each run folder as the workflow's train rule runs it, one tab-separated
-    line each: run folder, log, partition, dataset, and the shell command (tools/lease/direct.sh runs
-    it where there is no Snakemake). A folder that is not a run the config trains is a UserError."""
+    """The training job of each run folder as the workflow runs it, one tab-separated line each: run
+    folder, log, partition, dataset, and the shell command (tools/lease/direct.sh runs it where there
+    is no Snakemake). With config `runs_per_job` > 1 the chosen runs of one of the plan's batches
+    (`Plan.train_batches`) train in one `fedgmh train-group` command, on the line of the batch's first
+    run; its other runs' lines have the batch's log and no command. A folder that is not a run the
+    config trains is a UserError."""
     import os
     import shlex
 
     from fedgmh.errors import UserError
 
-    lines = []
+    runs = []
     for run_dir in run_dirs:
         run = plan.train_jobs.get(os.path.normpath(run_dir))
         if run is None:
             raise UserError(f"{run_dir} is not a run that config {plan.name!r} trains")
-        log = f"{plan.logs}/train/{os.path.relpath(run.run_dir, f'{plan.results}/runs')}.log"
+        runs.append(run)
+    chosen = {run.run_dir for run in runs}
+    batch_of = {}
+    for index, batch in enumerate(plan.train_batches):
+        members = [run for run in batch if run.run_dir in chosen]
+        for run in members if len(members) > 1 else []:
+            batch_of[run.run_dir] = (index, members)
+
+    def arguments(run) -> list[str]:
         partition = f"{plan.results}/partitions/{run.partition}.npz"
-        words = ["fedgmh", "train", *plan.train_arguments(run, partition, plan.config["threads_per_job"]),
-                 "--put-record", plan.record_destination(run)]
-        lines.append("\t".join([run.run_dir, log, partition, run.dataset, f"{shlex.join(words)} > {shlex.quote(log)} 2>&1"]))
+        return [*plan.train_arguments(run, partition, plan.config["threads_per_job"]), "--put-record", plan.record_destination(run)]
+
+    lines = []
+    for run in runs:
+        partition = f"{plan.results}/partitions/{run.partition}.npz"
+        if run.run_dir in batch_of:
+            index, members = batch_of[run.run_dir]
+            log, runs_file = plan.batch_files(index, members)
+            command = "" if run is not members[0] else (
+                f"printf '%s\\n' {' '.join(shlex.quote(shlex.join(arguments(m))) for m in members)} > {shlex.quote(runs_file)}"
+                f" && fedgmh train-group {shlex.quote(runs_file)} > {shlex.quote(log)} 2>&1")
+        else:
+            log = f"{plan.logs}/train/{os.path.relpath(run.run_dir, f'{plan.results}/runs')}.log"
+            command = f"{shlex.join(['fedgmh', 'train', *arguments(run)])} > {shlex.quote(log)} 2>&1"
+        lines.append("\t".join([run.run_dir, log, partition, run.dataset, command]))
     return lines
 
 

@@ -628,6 +628,11 @@ class Plan:
         pairs = tuple(f"{k}={set_text(v)}" for k, v in sorted(run.options.items()))
         return run.experiment, run.setting, *float_arithmetic(run.algorithm, pairs)
 
+    def batch_files(self, index: int, batch: list[Run]) -> tuple[str, str]:
+        """(log, runs file) of the job training batch `index` of `train_batches` (`fedgmh train-group`)."""
+        folder = f"{self.logs}/train/{batch[0].experiment}/{batch[0].setting}"
+        return f"{folder}/batch{index}.log", f"{folder}/batch{index}.runs"
+
     def batch_runtime(self, batch: list[Run]) -> int:
         """A batch job's runtime in minutes: the sum of its runs' (`train_runtime`). Its runs share one
         process (threads under one interpreter lock) and wait for each other every step, so at worst they

@@ -5,12 +5,14 @@
 # a run cut off resumes from its checkpoint (tools/lease/README.md).
 #
 #   bash tools/lease/chunk.sh [BUDGET_S]          (default 540: a device call may last 600 s)
-#   env: LEASE_CONFIG (default config/table2_full.yaml), LEASE_JOBS (runs sharing the GPU, default 8),
+#   env: LEASE_CONFIG (default config/table2_full.yaml), LEASE_JOBS (training jobs sharing the GPU, default 8),
+#        LEASE_RUNS_PER_JOB (runs per job in one batched step, config runs_per_job; default 1, decide.py says),
 #        OUT (where the records go; the device tool sets it)
 set -uo pipefail
 budget=${1:-540}
 config=${LEASE_CONFIG:-config/table2_full.yaml}
 jobs=${LEASE_JOBS:-8}
+runs_per_job=${LEASE_RUNS_PER_JOB:-1}
 keep=results/lease                 # ignored by git, so it stays on the machine between calls
 out=${OUT:-$keep/out}
 start=$SECONDS
@@ -54,7 +56,7 @@ left=$((budget - (SECONDS - start) - 45))
 echo "training for at most ${left}s: snakemake all_runs --configfile $config --resources gpu=$jobs, jobs_per_gpu=$jobs"
 t0=$SECONDS
 timeout -s TERM -k 30 "$left" snakemake all_runs --cores $((jobs + 2)) --configfile "$config" --resources gpu="$jobs" \
-    --config jobs_per_gpu="$jobs" mirror="$keep/mirror" --rerun-incomplete --keep-going > "$out/snakemake.log" 2>&1
+    --config jobs_per_gpu="$jobs" runs_per_job="$runs_per_job" mirror="$keep/mirror" --rerun-incomplete --keep-going > "$out/snakemake.log" 2>&1
 status=$?
 trained=$((SECONDS - t0))
 echo "trained for ${trained}s: $(( $(finished) - before )) runs finished in this call, $(finished) in all"

@@ -10,11 +10,14 @@ as the budget holds. `run` (there) then
    the paper's protocol (20 % of the clients per round, E = 2, batch 100, every client evaluated):
    rounds/s of all J together, for fp32 (what `fedgmh train` runs by default, the evaluation in vmap
    passes included) and each lever alone (`tf32`, `numerics=pytorch` (the authors' TF32 for convolutions
-   only), `conv=unfold`, `memory_format=channels_last`) and all of them combined;
+   only), `conv=unfold`, `memory_format=channels_last`) and all of them combined; then fp32 with the J
+   runs in processes of K (`--runs-per-job`, default 4), each process's runs in one batched step
+   (`engine.group`, as `fedgmh train-group` and the workflow's `runs_per_job` train them);
 2. numerics: FedPer, `--numerics-rounds` (default 20) rounds at the paper's protocol on the real
    images of the prepared clients, fp32 with seeds 0, 1 and 2 and every other setting with seed 0; a
    setting passes when its final accuracy is within 2 standard deviations of fp32's seeds' mean;
-3. ends with one line naming the fastest setting that passes (fp32 when none does).
+3. ends with one line naming the fastest setting that passes (fp32 when none does) and the
+   `runs_per_job` to train with (K when grouped runs were faster, else 1).
 
 Every measurement is also written to `$OUT/decide.jsonl` as it is taken. `--tiny` runs the same
 steps on a CPU in a minute or two (2 runs of the first 5 clients, 1 timed round, 2 rounds of numerics),
@@ -117,8 +120,9 @@ def set_numerics(engine, device) -> None:
     set_run_numerics(engine, device)
 
 
-def build(images, labels, train_sizes, test_sizes, setting: str, algorithm: str, seed: int, device):
-    """A federation and its algorithm as `fedgmh train` builds them, for one setting."""
+def build(images, labels, train_sizes, test_sizes, setting: str, algorithm: str, seed: int, device, group=None):
+    """A federation and its algorithm as `fedgmh train` builds them, for one setting; `group`: the
+    `engine.RunGroup` whose runs train in one batched step with this one (None: alone)."""
     import torch
 
     from fedgmh.algorithms import get_algorithm
@@ -137,6 +141,7 @@ def build(images, labels, train_sizes, test_sizes, setting: str, algorithm: str,
     fed = Federation(model=model, images=images, labels=labels, train_idx=[as_index(a) for a in train],
                      test_idx=[as_index(a) for a in test], num_classes=NUM_CLASSES, batch_size=BATCH,
                      local_epochs=LOCAL_EPOCHS, lr=LR, options=engine, seed=seed)
+    fed.group = group  # before the algorithm, whose views of fed keep it
     return fed, get_algorithm(algorithm)(fed, options)
 
 
@@ -212,6 +217,70 @@ def measure_speed(args, context) -> dict[str, float]:
     return {s: args.jobs * args.rounds / max(t) for s, t in times.items()}
 
 
+def group_worker(rank: int, args, barrier, results) -> None:
+    """`args.runs_per_job` runs of fp32 in one process, each in its own thread, their clients trained in
+    one batched step (`engine.RunGroup`): a warm-up round, then `rounds` rounds timed while all play."""
+    import threading
+
+    import torch
+
+    from fedgmh.engine import RunGroup
+
+    torch.set_num_threads(1)
+    device = torch.device(args.device)
+    arrays = load(args.data, args.clients)
+    images, labels = random_images(int(arrays["sizes_train"].sum() + arrays["sizes_test"].sum()), rank, device)
+    group = RunGroup()
+    members = [group.member() for _ in range(args.runs_per_job)]
+    runs = [Rounds(*build(images, labels, arrays["sizes_train"], arrays["sizes_test"], "fp32", args.algorithm,
+                          rank * args.runs_per_job + index, device, group)) for index in range(args.runs_per_job)]
+
+    def play_all(count: int) -> None:
+        errors = []
+
+        def play(run) -> None:
+            try:
+                run.play(count)
+            except BaseException as err:  # noqa: BLE001 - raised below, in the process's own thread
+                errors.append(err)
+
+        threads = [threading.Thread(target=play, args=(run,)) for run in runs]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+
+    play_all(1)
+    barrier.wait(args.timeout)
+    start = time.perf_counter()
+    play_all(args.rounds)
+    results.put(time.perf_counter() - start)
+    for member in members:
+        member.leave()
+    barrier.wait(args.timeout)
+
+
+def measure_grouped(args, context) -> float | None:
+    """Rounds/s of `args.jobs` fp32 runs in processes of `args.runs_per_job` (None: not measured)."""
+    if args.runs_per_job < 2:
+        return None
+    processes = max(1, args.jobs // args.runs_per_job)
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=group_worker, args=(rank, args, barrier, results), daemon=True)
+               for rank in range(processes)]
+    for worker in workers:
+        worker.start()
+    slowest = max(results.get(timeout=args.timeout) for _ in workers)
+    for worker in workers:
+        worker.join(30)
+    rate = processes * args.runs_per_job * args.rounds / slowest
+    note(args, {"phase": "speed", "setting": f"fp32 runs_per_job={args.runs_per_job}", "jobs": processes * args.runs_per_job,
+                "processes": processes, "rounds_per_s": rate})
+    return rate
+
+
 def numerics_run(job) -> tuple[str, int, float]:
     """One FedPer run on the prepared real images: its final accuracy."""
     import torch
@@ -260,12 +329,16 @@ def run(args) -> None:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold CUDA
     rates = measure_speed(args, context)
+    grouped = measure_grouped(args, context)
     accuracies = measure_numerics(args, context)
     chosen, passing = decide(rates, accuracies)
     baseline = [accuracies["fp32", seed] for seed in BASELINE_SEEDS]
+    runs_per_job = args.runs_per_job if grouped is not None and grouped > rates["fp32"] else 1
+    together = "" if grouped is None else f", {grouped / rates['fp32']:.2f}x fp32 with {args.runs_per_job} runs per process"
     print(f"fastest setting that passes the numerics check: {chosen} ({rates[chosen]:.2f} rounds/s, "
           f"{rates[chosen] / rates['fp32']:.2f}x fp32; accuracy {accuracies[chosen, 0]:.4f}, fp32 "
-          f"{statistics.mean(baseline):.4f} +- {statistics.stdev(baseline):.4f}; passed: {', '.join(passing)})")
+          f"{statistics.mean(baseline):.4f} +- {statistics.stdev(baseline):.4f}; passed: {', '.join(passing)}); "
+          f"runs_per_job: {runs_per_job}{together}")
 
 
 def main() -> None:
@@ -282,6 +355,8 @@ def main() -> None:
     p.add_argument("--numerics-rounds", type=int, default=20)
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     p.add_argument("--algorithm", default="fedper", help="the runs of the speed measurement")
+    p.add_argument("--runs-per-job", type=int, default=4,
+                   help="fp32 runs per process in one batched step, measured after the settings (below 2: not measured)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--clients", type=int, help="only the first CLIENTS clients (default: all)")
     p.add_argument("--timeout", type=float, default=240, help="seconds to wait for a measurement")
@@ -293,7 +368,7 @@ def main() -> None:
         prepare(args.mirror, args.out, args.budget_mib)
         return
     if args.tiny:
-        args.jobs, args.rounds, args.numerics_rounds, args.device, args.clients = 2, 1, 2, "cpu", 5
+        args.jobs, args.rounds, args.numerics_rounds, args.device, args.clients, args.runs_per_job = 2, 1, 2, "cpu", 5, 2
     if "fp32" not in args.settings:
         args.settings = ["fp32", *args.settings]
     run(args)

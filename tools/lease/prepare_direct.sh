@@ -12,7 +12,7 @@
 #   meta/parts, meta/parts.sha256   how many parts, and their checksums
 #
 #   bash tools/lease/prepare_direct.sh MIRROR CONFIG RUN_DIR...     (env JOBS_PER_GPU, default 8;
-#        DEVICE, default cuda; PART_MIB)
+#        RUNS_PER_JOB, default 1: runs of one batch in one `fedgmh train-group` command; DEVICE, default cuda; PART_MIB)
 #   e.g. bash tools/lease/prepare_direct.sh ../shared/data config/table2_full.yaml \
 #            results/paper/runs/table2/cifar100_c5_a0.5/fedamp/seed1 ...
 set -euo pipefail
@@ -23,7 +23,7 @@ command -v snakemake >/dev/null || { echo "snakemake not found: install the proj
 meta=.lease/direct/meta
 rm -rf .lease/direct && mkdir -p "$meta/partitions"
 
-fedgmh plan --configfile "$config" --config mirror="$mirror" device="${DEVICE:-cuda}" jobs_per_gpu="${JOBS_PER_GPU:-8}" \
+fedgmh plan --configfile "$config" --config mirror="$mirror" device="${DEVICE:-cuda}" jobs_per_gpu="${JOBS_PER_GPU:-8}" runs_per_job="${RUNS_PER_JOB:-1}" \
     --commands "$@" > "$meta/runs.tsv" || exit 1
 # the partitions, drawn here by the workflow's own rule
 mapfile -t partitions < <(cut -f3 "$meta/runs.tsv" | sort -u)

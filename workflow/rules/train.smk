@@ -63,8 +63,8 @@ for _index, _batch in enumerate(PLAN.train_batches):
             record=[f"{run.run_dir}/run.json" for run in _batch],
             stored=touch([PLAN.stored_marker(run.run_dir) for run in _batch]),
         log:
-            train=f"{LOGS}/train/{_first.experiment}/{_first.setting}/batch{_index}.log",
-            runs=f"{LOGS}/train/{_first.experiment}/{_first.setting}/batch{_index}.runs",
+            train=PLAN.batch_files(_index, _batch)[0],
+            runs=PLAN.batch_files(_index, _batch)[1],
         priority: batch_priority(_batch)
         threads: config["threads_per_job"]
         resources:
