@@ -20,7 +20,7 @@ from conftest import SNAKEFILE, stopping_after_a_snapshot, tiny_config
 
 from fedgmh import locks
 from fedgmh.campaign import (CAMPAIGN_LOGS, clear_stale_snakemake_lock, load_campaign, next_runs, run_campaign,
-                             snakemake_command, state)
+                             running_runs, snakemake_command, snakemake_directory, state)
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 
@@ -221,6 +221,31 @@ def test_a_killed_snakemakes_lock_is_removed_a_live_ones_is_kept(tmp_path: Path)
     clear_stale_snakemake_lock(tmp_path, said.append)
     assert not list(locks_folder.glob("*.lock"))
     assert len(said) == 1 and "removed Snakemake's lock" in said[0]
+
+
+def test_a_train_group_process_trains_the_runs_of_its_runs_file(tmp_path: Path) -> None:
+    """A `fedgmh train-group RUNS` job (config runs_per_job) trains each `--out` of its runs file."""
+    runs_file = tmp_path / "batch0.runs"
+    runs_file.write_text("# two runs\n--dataset digits --out 'runs/a b' --seed 0\n--dataset digits --out runs/c --seed 1\n")
+    group = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "train-group", runs_file.name], cwd=tmp_path)
+    try:
+        deadline = time.time() + 30
+        while tmp_path / "runs" / "c" not in running_runs(tmp_path) and time.time() < deadline:
+            time.sleep(0.1)
+        assert {tmp_path / "runs" / "a b", tmp_path / "runs" / "c"} <= running_runs(tmp_path)
+    finally:
+        group.kill()
+        group.wait()
+
+
+@pytest.mark.parametrize(("argv", "folder"), [
+    (["python", "-m", "snakemake", "all", "--directory", "/x"], "/x"),
+    (["snakemake", "-d", "/x", "all"], "/x"),
+    (["snakemake", "--directory=/x"], "/x"),
+    (["snakemake", "all", "--cores", "2"], "."),
+])
+def test_snakemakes_working_folder_is_read_in_each_form(argv, folder) -> None:
+    assert snakemake_directory(argv) == folder
 
 
 def test_a_second_background_campaign_is_refused_with_a_non_zero_exit(tmp_path: Path, capsys) -> None:

@@ -60,6 +60,15 @@ def test_targets_are_lines_and_the_papers_rounds_are_stars_on_them(drawn: list, 
     assert any(text.startswith("the paper's round to 70 / 75 %") for text in legend)
 
 
+def test_targets_no_curve_reaches_are_drawn_without_zooming_on_them(drawn: list, tmp_path: Path) -> None:
+    """A short run (the mini config's 8 rounds) reaches no target: the lines are drawn, the zoom keeps the best methods."""
+    marks = Marks(targets=[70, 75], paper_rounds={"fedgmh": [68, 185]})
+    figures.plot_curves(_curves({"fedgmh": 0.40, "fedavg": 0.10}, rounds=8), tmp_path / "f.pdf", marks=marks)
+    full, zoom = drawn[0].axes[:2]
+    assert {float(line.get_ydata()[0]) for line in full.get_lines() if list(line.get_xdata()) == [0, 1]} == {70.0, 75.0}
+    assert zoom.get_ylim()[1] < 70 and "where the curves reach the targets" not in zoom.get_title()
+
+
 def test_the_overlay_and_the_given_names_are_drawn_and_in_the_legend(drawn: list, tmp_path: Path) -> None:
     overlay = _curves({"fedamp": 0.76, "fedgh": 0.55})
     marks = Marks(overlay=overlay[overlay["algorithm"] == "fedamp"], overlay_name="PFLlib's (preset=official)",

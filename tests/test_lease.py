@@ -270,3 +270,22 @@ def test_the_plans_commands_are_the_train_jobs_word_for_word(tmp_path: Path) -> 
     other = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", "results/lease/runs/table9/x/fedavg/seed0"],
                            cwd=root, capture_output=True, text=True, env=env)
     assert other.returncode == 2 and "is not a run that config 'lease' trains" in other.stderr
+
+
+def test_the_plans_batch_command_is_the_batch_jobs_word_for_word(tmp_path: Path) -> None:
+    """With runs_per_job, `fedgmh plan --commands` gives a batch's runs the command of the workflow's
+    batch job (`fedgmh train-group` on its runs file), on the first run's line; the other's line has none."""
+    root = _checkout(tmp_path)
+    runs = ["results/lease/runs/table2/digits_c2_a0.5/fedavg/seed0", "results/lease/runs/table2/digits_c2_a0.5/fedavg/seed1"]
+    settings = ["--configfile", "config/lease.yaml", "--config", "device=cpu", "runs_per_job=2"]
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    planned = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", *runs], cwd=root,
+                             capture_output=True, text=True, env=env)
+    assert planned.returncode == 0, planned.stderr
+    rows = [line.split("\t") for line in planned.stdout.splitlines()]
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *(f"{run}/run.json" for run in runs), *settings,
+                          "--cores", "1"], cwd=root, capture_output=True, text=True, env=env)
+    printed = [line.removeprefix("Shell command: ") for line in (dry.stdout + dry.stderr).splitlines()
+               if line.removeprefix("Shell command: ").startswith("printf ")]
+    assert printed == [rows[0][4]] and "fedgmh train-group " in rows[0][4], dry.stdout + dry.stderr
+    assert rows[1][4] == "" and rows[0][1] == rows[1][1] and rows[0][1].endswith(".log")

@@ -3,7 +3,7 @@
 The campaign file names one workflow config and groups of its runs (`experiment/setting/algorithm/seedN`,
 each checked against the config's plan). An entry is *done* when its record is in the store
 (paper_artifacts/<name>/runs/, where the workflow's train job puts it), *running* while a live
-`fedgmh train` process of this checkout trains its folder, *cut off* when its run folder holds a
+`fedgmh train` (or `train-group`) process of this checkout trains its folder, *cut off* when its run folder holds a
 snapshot, and *to do* otherwise. `run_campaign` hands the runs still to train, as targets, to one
 Snakemake call (`--cores jobs`, `--keep-going`, `--rerun-incomplete`) with `--config campaign=FILE`:
 the train rule's priority then starts runs with a snapshot first and the others in the campaign's
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -133,43 +134,61 @@ def load_campaign(path: Path | str, base: Path | str = ".", snakefile: Path | st
 
 def running_runs(base: Path | str = ".") -> set[Path]:
     """The run folders that live `fedgmh train` processes train (Linux's /proc: a process whose
-    command line holds `train` and `--out FOLDER`, FOLDER taken from its working folder), whoever
-    started them: a campaign, a plain `snakemake`, a person."""
+    command line holds `train` and `--out FOLDER`, or `train-group RUNS` whose runs file names each
+    run's `--out FOLDER`; FOLDER taken from its working folder), whoever started them: a campaign, a
+    plain `snakemake`, a person."""
     found = set()
     for process in Path("/proc").glob("[0-9]*"):
         try:
             argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            cwd = Path(os.readlink(process / "cwd"))
             if "train" in argv and "--out" in argv[:-1]:
-                found.add((Path(os.readlink(process / "cwd")) / argv[argv.index("--out") + 1]).resolve())
-        except OSError:
-            continue  # ended meanwhile, or not ours to read
+                found.add((cwd / argv[argv.index("--out") + 1]).resolve())
+            elif "train-group" in argv[:-1]:
+                for line in (cwd / argv[argv.index("train-group") + 1]).read_text().splitlines():
+                    words = shlex.split(line, comments=True)
+                    if "--out" in words[:-1]:
+                        found.add((cwd / words[words.index("--out") + 1]).resolve())
+        except (OSError, ValueError):
+            continue  # ended meanwhile, not ours to read, or not a runs file
     return found
 
 
 def snakemake_working_in(base: Path | str) -> bool:
     """Whether a live Snakemake process works in `base` (Linux's /proc: `snakemake` in its command line,
-    `base` its working folder or its `--directory`)."""
+    `base` its working folder or its `--directory`/`-d`). Without /proc: True (it cannot be told)."""
+    if not Path("/proc/self").exists():
+        return True
     base = Path(base).resolve()
     for process in Path("/proc").glob("[0-9]*"):
         try:
             argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if not any(Path(word).name == "snakemake" or word == "snakemake" for word in argv):
+            if not any(Path(word).name == "snakemake" for word in argv):
                 continue
-            folder = argv[argv.index("--directory") + 1] if "--directory" in argv[:-1] else "."
-            if (Path(os.readlink(process / "cwd")) / folder).resolve() == base:
+            if (Path(os.readlink(process / "cwd")) / snakemake_directory(argv)).resolve() == base:
                 return True
         except OSError:
             continue  # ended meanwhile, or not ours to read
     return False
 
 
+def snakemake_directory(argv: list[str]) -> str:
+    """The working folder a Snakemake command line names (`--directory D`, `--directory=D`, `-d D`; "." if none)."""
+    for index, word in enumerate(argv):
+        if word in ("--directory", "-d") and index + 1 < len(argv):
+            return argv[index + 1]
+        if word.startswith("--directory="):
+            return word.split("=", 1)[1]
+    return "."
+
+
 def clear_stale_snakemake_lock(base: Path | str, say: Callable[[str], None] = print) -> None:
     """Remove Snakemake's lock of `base` left by a Snakemake that was killed (a machine's session
-    ended), as `snakemake --unlock` would; one held by a live Snakemake stays (its call then fails
-    with Snakemake's own message)."""
+    ended), as `snakemake --unlock` would; it stays while a live Snakemake works there or a training
+    process of the folder still runs (its call then fails with Snakemake's own message)."""
     locks_folder = Path(base) / ".snakemake" / "locks"
     stale = sorted(locks_folder.glob("*.lock")) if locks_folder.is_dir() else []
-    if not stale or snakemake_working_in(base):
+    if not stale or snakemake_working_in(base) or any(Path(base).resolve() in run.parents for run in running_runs(base)):
         return
     for path in stale:
         path.unlink(missing_ok=True)

@@ -33,8 +33,8 @@ def train_commands(plan, run_dirs: list[str]) -> list[str]:
     from fedgmh.errors import UserError
 
     runs = []
-    for run_dir in run_dirs:
-        run = plan.train_jobs.get(os.path.normpath(run_dir))
+    for run_dir in dict.fromkeys(os.path.normpath(run_dir) for run_dir in run_dirs):  # each once
+        run = plan.train_jobs.get(run_dir)
         if run is None:
             raise UserError(f"{run_dir} is not a run that config {plan.name!r} trains")
         runs.append(run)
@@ -45,13 +45,15 @@ def train_commands(plan, run_dirs: list[str]) -> list[str]:
         for run in members if len(members) > 1 else []:
             batch_of[run.run_dir] = (index, members)
 
+    def partition_of(run) -> str:
+        return f"{plan.results}/partitions/{run.partition}.npz"
+
     def arguments(run) -> list[str]:
-        partition = f"{plan.results}/partitions/{run.partition}.npz"
-        return [*plan.train_arguments(run, partition, plan.config["threads_per_job"]), "--put-record", plan.record_destination(run)]
+        return plan.train_words(run, partition_of(run), plan.config["threads_per_job"])
 
     lines = []
     for run in runs:
-        partition = f"{plan.results}/partitions/{run.partition}.npz"
+        partition = partition_of(run)
         if run.run_dir in batch_of:
             index, members = batch_of[run.run_dir]
             log, runs_file = plan.batch_files(index, members)

@@ -80,9 +80,9 @@ class Sizes:
         return cls.of(meta_model(name)[0])
 
 
-def meta_model(name: str):
-    """(the model a run on dataset `name` trains, the dataset's info), the model built on the meta
-    device: shapes only, no weights drawn."""
+def meta_model(name: str) -> tuple[torch.nn.Module, Any]:
+    """(the model a run on dataset `name` trains, the dataset's `data.get_info`), the model built on
+    the meta device: shapes only, no weights drawn."""
     from fedgmh import data
     from fedgmh.model import FedAvgCNN
 

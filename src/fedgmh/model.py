@@ -63,8 +63,9 @@ class ChannelsLastMaxPool2d(nn.MaxPool2d):
     element (the first of tied maxima, the last NaN), so values, indices and hence gradients are the
     same bit for bit (tests/test_model.py). A forward without gradients (evaluation) of a 2x2 window
     with stride 2 skips the layout conversions, which cost more than the pooling: two elementwise
-    maxima, the same values (only a window whose maximum is a zero of both signs may keep the other
-    sign; the CNN's ReLU outputs hold no -0 unless a convolution gives exactly -0). Elsewhere (a
+    maxima, the same values (only the sign bit of a zero maximum in a window of +0 and -0, or of a
+    NaN in a window of NaNs of both signs, may differ; the CNN's ReLU outputs hold no -0 unless a
+    convolution gives exactly -0). Elsewhere (a
     GPU, channels_last input, under vmap) exactly nn.MaxPool2d."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:

@@ -639,6 +639,11 @@ class Plan:
         take as long as one after the other; a limit that is too short would stop all of them."""
         return sum(self.train_runtime(run) for run in batch)
 
+    def train_words(self, run: Run, partition: str, threads: int) -> list[str]:
+        """`train_arguments` and the record's `--put-record` destination: a run's words in a batch's
+        runs file (`fedgmh train-group`) and after `fedgmh train` where there is no Snakemake."""
+        return [*self.train_arguments(run, partition, threads), "--put-record", self.record_destination(run)]
+
     def train_arguments(self, run: Run, partition: str, threads: int) -> list[str]:
         """The arguments of `fedgmh train` for `run` (words, each quoted by the rule), the workflow's
         labels of the run (`--experiment`, ...: recorded in run.json) included."""

@@ -11,13 +11,15 @@ as the budget holds. `run` (there) then
    rounds/s of all J together, for fp32 (what `fedgmh train` runs by default, the evaluation in vmap
    passes included) and each lever alone (`tf32`, `numerics=pytorch` (the authors' TF32 for convolutions
    only), `conv=unfold`, `memory_format=channels_last`) and all of them combined; then fp32 with the J
-   runs in processes of K (`--runs-per-job`, default 4), each process's runs in one batched step
-   (`engine.group`, as `fedgmh train-group` and the workflow's `runs_per_job` train them);
+   runs in processes of K (`--runs-per-job`, default 4; measured after step 2), each process's runs in
+   one batched step (`engine.group`, as `fedgmh train-group` and the workflow's `runs_per_job` train them);
 2. numerics: FedPer, `--numerics-rounds` (default 20) rounds at the paper's protocol on the real
    images of the prepared clients, fp32 with seeds 0, 1 and 2 and every other setting with seed 0; a
    setting passes when its final accuracy is within 2 standard deviations of fp32's seeds' mean;
-3. ends with one line naming the fastest setting that passes (fp32 when none does) and the
-   `runs_per_job` to train with (K when grouped runs were faster, else 1).
+3. ends with one line naming the fastest setting that passes (fp32 when none does), the
+   `runs_per_job` to train with (K when grouped runs were faster, else 1) and the number of jobs
+   sharing the GPU (J / K, else J). The grouped runs are measured last, for fp32 only: a failure
+   there leaves the rest of the decision standing.
 
 Every measurement is also written to `$OUT/decide.jsonl` as it is taken. `--tiny` runs the same
 steps on a CPU in a minute or two (2 runs of the first 5 clients, 1 timed round, 2 rounds of numerics),
@@ -33,6 +35,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import queue
 import statistics
 import tempfile
 import time
@@ -231,20 +234,24 @@ def group_worker(rank: int, args, barrier, results) -> None:
     arrays = load(args.data, args.clients)
     images, labels = random_images(int(arrays["sizes_train"].sum() + arrays["sizes_test"].sum()), rank, device)
     group = RunGroup()
-    members = [group.member() for _ in range(args.runs_per_job)]
     runs = [Rounds(*build(images, labels, arrays["sizes_train"], arrays["sizes_test"], "fp32", args.algorithm,
                           rank * args.runs_per_job + index, device, group)) for index in range(args.runs_per_job)]
 
     def play_all(count: int) -> None:
+        """Each run plays `count` rounds in its own thread; one that fails leaves the group at once
+        (its partners would wait for it), and its error is raised here."""
         errors = []
+        members = [group.member() for _ in runs]
 
-        def play(run) -> None:
+        def play(run, member) -> None:
             try:
                 run.play(count)
             except BaseException as err:  # noqa: BLE001 - raised below, in the process's own thread
                 errors.append(err)
+            finally:
+                member.leave()
 
-        threads = [threading.Thread(target=play, args=(run,)) for run in runs]
+        threads = [threading.Thread(target=play, args=pair) for pair in zip(runs, members)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -257,8 +264,6 @@ def group_worker(rank: int, args, barrier, results) -> None:
     start = time.perf_counter()
     play_all(args.rounds)
     results.put(time.perf_counter() - start)
-    for member in members:
-        member.leave()
     barrier.wait(args.timeout)
 
 
@@ -272,12 +277,20 @@ def measure_grouped(args, context) -> float | None:
                for rank in range(processes)]
     for worker in workers:
         worker.start()
-    slowest = max(results.get(timeout=args.timeout) for _ in workers)
-    for worker in workers:
-        worker.join(30)
+    setting = f"fp32 runs_per_job={args.runs_per_job}"
+    try:
+        slowest = max(results.get(timeout=args.timeout) for _ in workers)
+    except queue.Empty:  # a run failed (its process ended): the decision goes on without grouping
+        note(args, {"phase": "speed", "setting": setting, "error": f"no result within {args.timeout:.0f} s"})
+        return None
+    finally:
+        for worker in workers:
+            worker.join(30)
+            if worker.is_alive():
+                worker.terminate()
     rate = processes * args.runs_per_job * args.rounds / slowest
-    note(args, {"phase": "speed", "setting": f"fp32 runs_per_job={args.runs_per_job}", "jobs": processes * args.runs_per_job,
-                "processes": processes, "rounds_per_s": rate})
+    note(args, {"phase": "speed", "setting": setting, "jobs": processes * args.runs_per_job, "processes": processes,
+                "rounds_per_s": rate})
     return rate
 
 
@@ -329,16 +342,20 @@ def run(args) -> None:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     context = multiprocessing.get_context("spawn")  # no fork of a process that may hold CUDA
     rates = measure_speed(args, context)
-    grouped = measure_grouped(args, context)
     accuracies = measure_numerics(args, context)
+    grouped = measure_grouped(args, context)  # last: the decision above never waits for it
     chosen, passing = decide(rates, accuracies)
     baseline = [accuracies["fp32", seed] for seed in BASELINE_SEEDS]
-    runs_per_job = args.runs_per_job if grouped is not None and grouped > rates["fp32"] else 1
-    together = "" if grouped is None else f", {grouped / rates['fp32']:.2f}x fp32 with {args.runs_per_job} runs per process"
+    if grouped is not None and grouped > rates["fp32"]:
+        jobs = max(1, args.jobs // args.runs_per_job)
+        grouping = (f"runs_per_job: {args.runs_per_job} with {jobs} jobs on the GPU (fp32 grouped "
+                    f"{grouped / rates['fp32']:.2f}x fp32 alone, measured for fp32 only)")
+    else:
+        grouping = f"runs_per_job: 1 with {args.jobs} jobs on the GPU" + ("" if grouped is None else
+                                                                          f" (fp32 grouped {grouped / rates['fp32']:.2f}x fp32 alone)")
     print(f"fastest setting that passes the numerics check: {chosen} ({rates[chosen]:.2f} rounds/s, "
           f"{rates[chosen] / rates['fp32']:.2f}x fp32; accuracy {accuracies[chosen, 0]:.4f}, fp32 "
-          f"{statistics.mean(baseline):.4f} +- {statistics.stdev(baseline):.4f}; passed: {', '.join(passing)}); "
-          f"runs_per_job: {runs_per_job}{together}")
+          f"{statistics.mean(baseline):.4f} +- {statistics.stdev(baseline):.4f}; passed: {', '.join(passing)}); {grouping}")
 
 
 def main() -> None:

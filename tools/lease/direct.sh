@@ -18,7 +18,7 @@ for part in .lease/direct/part-*; do [ -f "$part" ] && cp "$part" "$keep/parts/"
 
 progress() {  # this call's runs only (an earlier call's runs may still be on the machine)
     local finished=0 log out
-    cut -f2 "$meta/runs.tsv" | sort | while read -r log; do
+    cut -f2 "$meta/runs.tsv" | sort -u | while read -r log; do  # a batch's runs share one log
         [ -f "$log" ] && printf '%s: %s\n' "$log" "$(tr '\r' '\n' < "$log" | grep -v '^$' | tail -n 1)"
     done
     while read -r out; do [ -f "$out/run.json" ] && finished=$((finished + 1)); done < <(cut -f1 "$meta/runs.tsv")

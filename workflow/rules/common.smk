@@ -118,10 +118,7 @@ def batch_lines(batch):
     `threads`, so that Snakemake's params trigger ignores it (as rule train's `arguments`)."""
 
     def lines(wildcards, input, threads):
-        return [
-            shlex.join(PLAN.train_arguments(run, input.partition, threads) + ["--put-record", PLAN.record_destination(run)])
-            for run in batch
-        ]
+        return [shlex.join(PLAN.train_words(run, input.partition, threads)) for run in batch]
 
     return lines
 

@@ -12,6 +12,13 @@ CONTROLS = PLAN.experiment_key("controls_summary")
 REFERENCE = PLAN.reference
 OTHER_REFERENCES = PLAN.other_references
 ROUNDS_TO_TARGET = PLAN.rounds_to_target
+#: its targets and the paper's rounds as `fedgmh rounds` and `fedgmh curves` take them
+TARGET_WORDS = (
+    ["--target", *(format_number(t) for t in ROUNDS_TO_TARGET.get("targets", []))]
+    + ["--paper", json.dumps(ROUNDS_TO_TARGET.get("paper") or {})]
+    if ROUNDS_TO_TARGET and ROUNDS_TO_TARGET.get("targets")
+    else []
+)
 UPLOADS_TO_TARGET = PLAN.uploads_to_target
 LAYER_WEIGHTS = PLAN.layer_weights
 CLAIMS = PLAN.claims
@@ -121,10 +128,7 @@ rule curves:
             else []
         ),
         targets=lambda wildcards: (  # the figure of `rounds_to_target`: its targets as lines, the paper's rounds as stars
-            ["--target", *(format_number(t) for t in ROUNDS_TO_TARGET.get("targets", []))]
-            + ["--paper", json.dumps(ROUNDS_TO_TARGET.get("paper") or {})]
-            if ROUNDS_TO_TARGET and ROUNDS_TO_TARGET.get("figure") == wildcards.figure and ROUNDS_TO_TARGET.get("targets")
-            else []
+            TARGET_WORDS if ROUNDS_TO_TARGET and ROUNDS_TO_TARGET.get("figure") == wildcards.figure else []
         ),
     shell:
         "fedgmh curves --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
@@ -209,11 +213,10 @@ rule rounds_to_target:
     params:
         experiment=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["experiment"],
         setting=lambda wildcards: config["figures"][ROUNDS_TO_TARGET["figure"]]["setting"],
-        targets=[format_number(t) for t in ROUNDS_TO_TARGET.get("targets", [])],
-        paper=json.dumps(ROUNDS_TO_TARGET.get("paper") or {}),
+        targets=TARGET_WORDS,
     shell:
         "fedgmh rounds --curves {input.curves:q} --experiment {params.experiment:q} --setting {params.setting:q}"
-        " --target {params.targets:q} --paper {params.paper:q} --out {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
+        " {params.targets:q} --out {output.tex:q} --csv {output.csv:q} > {log:q} 2>&1"
 
 
 rule uploads_to_target:

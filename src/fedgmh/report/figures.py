@@ -146,8 +146,10 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         if band:
             banded_names += [marks.name(a) for a in banded if marks.name(a) not in banded_names]
         first, low, high = zoom_window(stats | {f"{a}@overlay": s for a, s in other.items()}, banded)
-        if marks.targets:  # the zoom shows where the curves cross the targets instead of the last rounds
-            low, high = min(marks.targets) - TARGET_MARGIN, max(high, max(marks.targets) + 1)
+        near = min(marks.targets) - TARGET_MARGIN if marks.targets else None
+        at_targets = near is not None and any((s["mean"] >= near).any() for s in stats.values())
+        if at_targets:  # the zoom shows where the curves cross the targets instead of the last rounds
+            low, high = near, max(high, max(marks.targets) + 1)
             first = int(min(s.index[s["mean"] >= low].min() for s in stats.values() if (s["mean"] >= low).any()))
         _draw(zoom, {a: s[s.index >= first] for a, s in stats.items()}, banded, max(1, (last - first) // 8))
         draw_overlay(zoom, {a: s[s.index >= first] for a, s in other.items()})
@@ -158,7 +160,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         zoom.set_ylim(low, high)
         full.indicate_inset_zoom(zoom, edgecolor="0.4")
         full.set_title(setting_title(data, setting), fontsize=10)
-        zoom.set_title(f"{low + 0.5:.0f}–{high:.0f} %: where the curves reach the targets" if marks.targets
+        zoom.set_title(f"{low + 0.5:.0f}–{high:.0f} %: where the curves reach the targets" if at_targets
                        else f"rounds {first}–{last}, methods within {ZOOM_POINTS:g} points of the best", fontsize=9)
         full.set_ylabel("test accuracy (%)")
         for ax in (full, zoom):
