@@ -43,7 +43,7 @@ def _lines(ax) -> list:
 
 def test_targets_are_lines_and_the_papers_rounds_are_stars_on_them(drawn: list, tmp_path: Path) -> None:
     marks = Marks(targets=[70, 75], paper_rounds={"fedgmh": [68, 185], "fedamp": [120, None], "fedper": [108, 297]})
-    figures.plot_curves(_curves({"fedgmh": 0.78, "fedavg": 0.10, "fedamp": 0.76}), tmp_path / "f.pdf", marks=marks)
+    figures.plot_curves(_curves({"fedgmh": 0.78, "fedavg": 0.10, "fedamp": 0.76}, rounds=300), tmp_path / "f.pdf", marks=marks)
     full, zoom = drawn[0].axes[:2]
     for ax in (full, zoom):
         flat = {float(line.get_ydata()[0]) for line in ax.get_lines() if list(line.get_xdata()) == [0, 1]}
@@ -67,6 +67,8 @@ def test_targets_no_curve_reaches_are_drawn_without_zooming_on_them(drawn: list,
     full, zoom = drawn[0].axes[:2]
     assert {float(line.get_ydata()[0]) for line in full.get_lines() if list(line.get_xdata()) == [0, 1]} == {70.0, 75.0}
     assert zoom.get_ylim()[1] < 70 and "where the curves reach the targets" not in zoom.get_title()
+    assert not [line for line in zoom.get_lines() if line.get_marker() == "*"]  # round 68 is after the last round
+    assert not any(text.get_text().startswith("the paper's round") for text in drawn[0].legends[0].get_texts())
 
 
 def test_the_overlay_and_the_given_names_are_drawn_and_in_the_legend(drawn: list, tmp_path: Path) -> None:

@@ -155,7 +155,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         draw_overlay(zoom, {a: s[s.index >= first] for a, s in other.items()})
         for ax in (full, zoom):
             draw_targets(ax, marks, named=ax is full)
-        star = draw_paper_rounds(zoom, marks, set(stats) | set(other), numbered=True) or star
+        star = draw_paper_rounds(zoom, marks, set(stats) | set(other), numbered=True, last_round=last) or star
         zoom.set_xlim(first, last)
         zoom.set_ylim(low, high)
         full.indicate_inset_zoom(zoom, edgecolor="0.4")

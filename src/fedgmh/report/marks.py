@@ -4,6 +4,8 @@ methods (PFLlib's, `preset=official`) as wide translucent lines, and legend name
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -58,13 +60,15 @@ def draw_targets(ax, marks: Marks, named: bool) -> None:
                         textcoords="offset points", va="center", fontsize=8, color="0.25")
 
 
-def draw_paper_rounds(ax, marks: Marks, drawn: Collection[str], numbered: bool = False) -> object | None:
+def draw_paper_rounds(ax, marks: Marks, drawn: Collection[str], numbered: bool = False,
+                      last_round: float = math.inf) -> object | None:
     """A star on each target line at the paper's round of each method `drawn`, in its colour, with the round
-    written above it when `numbered` (below it when it would touch the previous number); the last
-    star drawn (None: none)."""
+    written above it when `numbered` (below it when it would touch the previous number), up to
+    `last_round` (the curves' end: a later star would be outside the axes); the last star drawn (None: none)."""
     star, written = None, {}
     stars = sorted((target, round_, algorithm) for algorithm, rounds in marks.paper_rounds.items()
-                   for target, round_ in zip(marks.targets, rounds) if round_ is not None and algorithm in drawn)
+                   for target, round_ in zip(marks.targets, rounds)
+                   if round_ is not None and round_ <= last_round and algorithm in drawn)
     span = max((r for _, r, _ in stars), default=1)
     for target, round_, algorithm in stars:
         (star,) = ax.plot([round_], [target], color=method_style(algorithm)["color"], label=f"paper:{algorithm}", **PAPER_STYLE)
