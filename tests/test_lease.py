@@ -246,6 +246,19 @@ def test_direct_puts_the_data_where_the_config_says(tmp_path: Path) -> None:
     assert (root / "my data" / "digits.npz").is_file() and not (root / "data").exists()
 
 
+def _planned_and_printed(root: Path, runs: list[str], settings: list[str], start: str) -> tuple[list, list, dict]:
+    """(`fedgmh plan --commands` rows of `runs`, the dry run's shell commands starting with `start`, the env)."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    planned = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", *runs], cwd=root,
+                             capture_output=True, text=True, env=env)
+    assert planned.returncode == 0, planned.stderr
+    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *(f"{run.rstrip('/')}/run.json" for run in runs), *settings,
+                          "--cores", "1"], cwd=root, capture_output=True, text=True, env=env)
+    printed = [line.removeprefix("Shell command: ") for line in (dry.stdout + dry.stderr).splitlines()
+               if line.removeprefix("Shell command: ").startswith(start)]
+    return [line.split("\t") for line in planned.stdout.splitlines()], printed, env
+
+
 def test_the_plans_commands_are_the_train_jobs_word_for_word(tmp_path: Path) -> None:
     """What prepare_direct.sh hands direct.sh (`fedgmh plan --commands`) is the command the workflow's
     train job runs (its dry run prints it), with the run's folder, log, partition and dataset beside it."""
@@ -254,16 +267,8 @@ def test_the_plans_commands_are_the_train_jobs_word_for_word(tmp_path: Path) -> 
                                                                 "data_root": "my data"}))
     runs = ["results/lease/runs/table2/digits_c2_a0.5/fedgmh/seed1", "results/lease/runs/table2/digits_c2_a0.5/fedavg/seed0/"]
     settings = ["--configfile", "config/lease.yaml", "--config", "device=cpu", "jobs_per_gpu=3"]
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    planned = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", *runs], cwd=root,
-                             capture_output=True, text=True, env=env)
-    assert planned.returncode == 0, planned.stderr
-    rows = [line.split("\t") for line in planned.stdout.splitlines()]
-    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *(f"{run.rstrip('/')}/run.json" for run in runs), *settings,
-                          "--cores", "1"], cwd=root, capture_output=True, text=True, env=env)
-    printed = [line.removeprefix("Shell command: ") for line in (dry.stdout + dry.stderr).splitlines()
-               if line.removeprefix("Shell command: ").startswith("fedgmh train ")]
-    assert sorted(row[4] for row in rows) == sorted(printed) and len(printed) == 2, dry.stdout + dry.stderr
+    rows, printed, env = _planned_and_printed(root, runs, settings, "fedgmh train ")
+    assert sorted(row[4] for row in rows) == sorted(printed) and len(printed) == 2, printed
     assert rows[0][:4] == [runs[0], "logs/lease/train/table2/digits_c2_a0.5/fedgmh/seed1.log",
                            "results/lease/partitions/digits_c2_a0.5.npz", "digits"]
     assert "--root 'my data'" in rows[0][4] and rows[0][4].endswith(" > logs/lease/train/table2/digits_c2_a0.5/fedgmh/seed1.log 2>&1")
@@ -278,14 +283,6 @@ def test_the_plans_batch_command_is_the_batch_jobs_word_for_word(tmp_path: Path)
     root = _checkout(tmp_path)
     runs = ["results/lease/runs/table2/digits_c2_a0.5/fedavg/seed0", "results/lease/runs/table2/digits_c2_a0.5/fedavg/seed1"]
     settings = ["--configfile", "config/lease.yaml", "--config", "device=cpu", "runs_per_job=2"]
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    planned = subprocess.run([sys.executable, "-m", "fedgmh.cli", "plan", *settings, "--commands", *runs], cwd=root,
-                             capture_output=True, text=True, env=env)
-    assert planned.returncode == 0, planned.stderr
-    rows = [line.split("\t") for line in planned.stdout.splitlines()]
-    dry = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", *(f"{run}/run.json" for run in runs), *settings,
-                          "--cores", "1"], cwd=root, capture_output=True, text=True, env=env)
-    printed = [line.removeprefix("Shell command: ") for line in (dry.stdout + dry.stderr).splitlines()
-               if line.removeprefix("Shell command: ").startswith("printf ")]
-    assert printed == [rows[0][4]] and "fedgmh train-group " in rows[0][4], dry.stdout + dry.stderr
+    rows, printed, _ = _planned_and_printed(root, runs, settings, "printf ")
+    assert printed == [rows[0][4]] and "fedgmh train-group " in rows[0][4], printed
     assert rows[1][4] == "" and rows[0][1] == rows[1][1] and rows[0][1].endswith(".log")
