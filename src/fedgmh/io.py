@@ -85,7 +85,8 @@ def check_writable_folder(path: Path | str, what: str = "output folder") -> None
     """Raise UserError unless `path` is, or can be made, a folder this process can write files in.
 
     Tested for real (a temporary file is created and deleted, so permissions, read-only file
-    systems and a file in the way all show up); folders created for the test are removed again.
+    systems and a file in the way all show up). The folder is created with its parents and kept: a
+    run sharing a parent may be creating or using the same folders at the same time.
     """
     from fedgmh.errors import UserError
 
@@ -97,21 +98,13 @@ def check_writable_folder(path: Path | str, what: str = "output folder") -> None
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"{what} {path} cannot be created: {existing} is a file, not a folder")
-    missing = [folder for folder in [path, *path.parents] if folder not in (existing, *existing.parents)]
-    created: list[Path] = []
     try:
-        for folder in reversed(missing):
-            folder.mkdir()
-            created.append(folder)
+        path.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=".fedgmh-write-test.", dir=path)
         os.close(fd)
         os.unlink(name)
     except OSError as err:
         raise UserError(f"{what} {path} is not writable ({err.strerror or err})") from None
-    finally:
-        for folder in reversed(created):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
 
 
 def remove_leftovers(path: Path | str) -> None:
