@@ -84,9 +84,10 @@ def _fsync(path: Path, directory: bool = False) -> None:
 def check_writable_folder(path: Path | str, what: str = "output folder") -> None:
     """Raise UserError unless `path` is, or can be made, a folder this process can write files in.
 
-    Tested for real (a temporary file is created and deleted, so permissions, read-only file
-    systems and a file in the way all show up). The folder is created with its parents and kept: a
-    run sharing a parent may be creating or using the same folders at the same time.
+    Tested for real: a temporary file is created and deleted in `path`, or, while it does not exist,
+    in its nearest existing parent (where its folders would be made), so permissions, read-only file
+    systems and a file in the way all show up. No folder is created or removed here: runs sharing a
+    parent check theirs at the same time (the folders are made when the first file is written).
     """
     from fedgmh.errors import UserError
 
@@ -99,8 +100,7 @@ def check_writable_folder(path: Path | str, what: str = "output folder") -> None
     if not existing.is_dir():
         raise UserError(f"{what} {path} cannot be created: {existing} is a file, not a folder")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=".fedgmh-write-test.", dir=path)
+        fd, name = tempfile.mkstemp(prefix=".fedgmh-write-test.", dir=existing)
         os.close(fd)
         os.unlink(name)
     except OSError as err:

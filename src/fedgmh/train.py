@@ -349,7 +349,6 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     if unknown:
         raise UserError(f"unknown workflow label(s) {', '.join(sorted(unknown))}; known: {', '.join(store.WORKFLOW_LABELS)}")
     out_dir = Path(out_dir)
-    resolve_options(config.algorithm, config.overrides)  # bad options are refused before the folder is made
     check_writable_folder(out_dir)  # now, not when the run ends
     check_read_files(out_dir)
     # 1. what the run is, from its options and partition file alone (run.json records `identity`)
