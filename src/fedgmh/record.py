@@ -316,23 +316,25 @@ def check_identity(run_json: Path, record: dict[str, Any]) -> None:
         raise UserError(f"{run_json}: {differences[0]}: the record was edited")
 
 
+#: stand-ins for the TrainConfig fields without a default that a record's config lacks
+SETTINGS_NOT_CHECKED = {"dataset": "", "root": "", "partition": "", "algorithm": "", "rounds": 1}
+
+
 def check_settings(run_json: Path, record: dict[str, Any]) -> None:
     """The run's settings pass the checks a run's start makes: `config` is a TrainConfig (its types
     and ranges), the recorded options build their algorithm's options and the engine's (types,
-    choices, ranges: `config.build_options`). Keys a record holds of options since removed are left out."""
+    choices, ranges: `config.build_options`). Keys of options since removed are left out."""
     config = record["config"]
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    try:
-        TrainConfig(**{key: value for key, value in config.items() if key in fields})
-    except TypeError as err:
-        raise UserError(f"{run_json}: config is not a fedgmh train config ({err})") from None
+    try:  # the values it holds are checked; one it lacks is not a value out of range
+        TrainConfig(**{**SETTINGS_NOT_CHECKED, **{key: value for key, value in config.items() if key in fields}})
     except UserError as err:
         raise UserError(f"{run_json}: config: {err}") from None
     try:
-        sections = (("algorithm_options", card(str(config["algorithm"])).options), ("engine_options", EngineOptions))
+        algorithm_options = card(str(config.get("algorithm", record.get("algorithm")))).options
     except UserError as err:
         raise UserError(f"{run_json}: {err}") from None
-    for section, options in sections:
+    for section, options in (("algorithm_options", algorithm_options), ("engine_options", EngineOptions)):
         given = record.get(section) or {}
         if not isinstance(given, dict):
             raise UserError(f"{run_json}: {section} is not a mapping")
