@@ -19,8 +19,8 @@ import yaml
 from conftest import SNAKEFILE, stopping_after_a_snapshot, tiny_config
 
 from fedgmh import locks
-from fedgmh.campaign import (CAMPAIGN_LOGS, clear_stale_snakemake_lock, load_campaign, next_runs, run_campaign,
-                             running_runs, snakemake_command, snakemake_directory, state)
+from fedgmh.campaign import (CAMPAIGN_LOGS, load_campaign, next_runs, run_campaign, running_runs, snakemake_command,
+                             state)
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 
@@ -200,29 +200,6 @@ def test_a_run_is_running_only_while_a_live_train_process_of_this_folder_trains_
             process.wait()
 
 
-def test_a_killed_snakemakes_lock_is_removed_a_live_ones_is_kept(tmp_path: Path) -> None:
-    """A session that ends kills Snakemake and leaves .snakemake/locks behind, which would fail every
-    later campaign; the lock of a Snakemake still working in the folder (its --directory) stays."""
-    locks_folder = tmp_path / ".snakemake" / "locks"
-    locks_folder.mkdir(parents=True)
-    (locks_folder / "0.output.lock").write_text("results/x\n")
-    said: list[str] = []
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "snakemake", "--directory",
-                             str(tmp_path)], cwd=tmp_path.parent)
-    try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not (Path("/proc") / str(live.pid) / "cmdline").read_bytes().count(b"snakemake"):
-            time.sleep(0.05)  # the child has not exec'd yet
-        clear_stale_snakemake_lock(tmp_path, said.append)
-        assert (locks_folder / "0.output.lock").is_file() and not said
-    finally:
-        live.kill()
-        live.wait()
-    clear_stale_snakemake_lock(tmp_path, said.append)
-    assert not list(locks_folder.glob("*.lock"))
-    assert len(said) == 1 and "removed Snakemake's lock" in said[0]
-
-
 def test_a_train_group_process_trains_the_runs_of_its_runs_file(tmp_path: Path) -> None:
     """A `fedgmh train-group RUNS` job (config runs_per_job) trains each `--out` of its runs file."""
     runs_file = tmp_path / "batch0.runs"
@@ -236,16 +213,6 @@ def test_a_train_group_process_trains_the_runs_of_its_runs_file(tmp_path: Path) 
     finally:
         group.kill()
         group.wait()
-
-
-@pytest.mark.parametrize(("argv", "folder"), [
-    (["python", "-m", "snakemake", "all", "--directory", "/x"], "/x"),
-    (["snakemake", "-d", "/x", "all"], "/x"),
-    (["snakemake", "--directory=/x"], "/x"),
-    (["snakemake", "all", "--cores", "2"], "."),
-])
-def test_snakemakes_working_folder_is_read_in_each_form(argv, folder) -> None:
-    assert snakemake_directory(argv) == folder
 
 
 def test_a_second_background_campaign_is_refused_with_a_non_zero_exit(tmp_path: Path, capsys) -> None:

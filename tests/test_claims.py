@@ -596,6 +596,8 @@ def test_every_cell_a_claim_needs_is_a_cell_of_the_paper_config() -> None:
     ({"below": {"table2": ["fedavg"]}}, "'table2' is not a cell '<experiment>/<setting id>'"),
     ({"minus": "x/y", "extra": 1}, "unknown field(s) extra"),
     ({"claim": ""}, "lacks claim"),
+    ({"above": {f"table2/{SETTING}": ["fedper"]}, "below": {f"table2/{SETTING}": ["fedavg", "fedper"]}},
+     f"fedper in table2/{SETTING} is both above and below"),
 ])
 def test_a_bad_claims_file_is_one_line_naming_the_claim(tmp_path: Path, change: dict, message: str) -> None:
     claim = dict(TOY_CLAIMS["claims"][0]) | change

@@ -308,3 +308,26 @@ def test_a_repeated_set_key_is_refused_naming_it(digits, tmp_path, capsys):
     err = cli_error(capsys, train_args(digits, tmp_path / "run", "--set", "lr_decay=0.5", "--set", "lr_decay=0.9"))
     assert "--set lr_decay" in err and "more than once" in err, err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("tool", "arguments", "message"), [
+    ("sample_passes.py", ["{partition}", "--batch-size", "0"], "batch size must be >= 1, got 0"),
+    ("sample_passes.py", ["{partition}", "--join-ratio", "1.5"], "join ratio must be in (0, 1], got 1.5"),
+    ("sample_passes.py", ["{missing}"], "partition file {missing} not found"),
+    ("pflib_compare/export_run.py", ["--dataset", "digits", "--root", "{root}", "--partition", "{partition}", "--rounds", "3",
+                                     "--lr", "-1", "--work", "{work}"], "learning rate must be a finite number > 0, got -1.0"),
+    ("pflib_compare/export_run.py", ["--dataset", "digits", "--root", "{root}", "--partition", "{partition}", "--rounds", "0",
+                                     "--work", "{work}"], "rounds must be >= 1"),
+])
+def test_the_tools_refuse_bad_arguments_in_one_line_as_the_cli_does(digits, tmp_path, tool, arguments, message):
+    import subprocess
+    import sys
+
+    places = {"partition": str(digits.partition), "root": str(digits.data), "missing": str(tmp_path / "none.npz"),
+              "work": str(tmp_path / "work")}
+    tools = Path(__file__).resolve().parents[1] / "tools"
+    done = subprocess.run([sys.executable, str(tools / tool), *(word.format(**places) for word in arguments)],
+                          capture_output=True, text=True, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{Path(tool).name}: error: {message.format(**places)}")
+    assert not (tmp_path / "work").exists()

@@ -190,3 +190,13 @@ def test_measured_costs_refuses_an_invalid_record(tmp_path):
     (linked / "metrics.csv").symlink_to(_fake_run(tmp_path / "c", "fedavg", [[0, 1] * 4, [2, 3] * 4], rounds=1) / "metrics.csv")
     with pytest.raises(UserError, match="symbolic link"):
         costs.measured_costs([linked])
+
+
+@pytest.mark.parametrize("labels", ["0", "11", "1000000"])
+def test_labels_outside_the_datasets_classes_are_refused_in_one_line(tmp_path, capsys, labels):
+    out = tmp_path / "costs.csv"
+    assert main(["costs", "--out", str(out), "--dataset", "digits", "--labels", labels]) == 2
+    err = capsys.readouterr().err
+    assert f"--labels {labels}: a client of digits holds 1 to 10 labels" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert main(["costs", "--out", str(out), "--dataset", "digits", "--labels", "10"]) == 0

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
+import torch
 from conftest import make_federation
 
 from fedgmh.algorithms import get_algorithm
@@ -74,6 +77,59 @@ def test_a_snapshot_that_did_not_count_sample_passes_leaves_them_out_of_the_reco
     fed, algo = fresh("fedavg", "paper")
     run_rounds(fed, algo, 4, 0.5, checkpoint=checkpoint)
     assert fed.sample_passes.executed > 0 and fed.sample_passes.record() is None
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory):
+    """FedAvg's and FedPer's snapshots after round 2 of 4 (taken once: the tests edit copies)."""
+    taken = {}
+    for name in ("fedavg", "fedper"):
+        checkpoint = Checkpoint(tmp_path_factory.mktemp(name) / "ck.pt", every=1, identity={"run": name})
+        fed, algo = fresh(name, "paper")
+        with pytest.raises(Stop):
+            run_rounds(fed, algo, 4, 0.5, on_round=lambda row: (_ for _ in ()).throw(Stop) if row["round"] == 2 else None,
+                       checkpoint=checkpoint)
+        taken[name] = checkpoint.load()
+    return taken
+
+
+def resumed_with(tmp_path, name, snapshot):
+    checkpoint = Checkpoint(tmp_path / "ck.pt", every=1, identity={"run": name})
+    checkpoint.save(snapshot)
+    fed, algo = fresh(name, "paper")
+    with pytest.raises(UserError) as err:
+        run_rounds(fed, algo, 4, 0.5, checkpoint=checkpoint)
+    line = str(err.value)
+    assert line.startswith(f"checkpoint {checkpoint.path} is invalid: ") and "\n" not in line
+    return line
+
+
+@pytest.mark.parametrize(("name", "edit", "message"), [
+    ("fedavg", {"sample_passes": (5,)}, "sample_passes (5,) is not (useful, executed)"),
+    ("fedavg", {"sample_passes": ("a", "b")}, "sample_passes ('a', 'b') is not (useful, executed)"),
+    ("fedavg", {"sample_passes": (-50, 10)}, "sample_passes (-50, 10) is not (useful, executed)"),
+    ("fedavg", {"sample_passes": (1, 10**6)}, "executed <= batch size x useful"),
+    ("fedavg", {"next_round": 9}, "next_round 9 is not a round of the run's 4"),
+    ("fedavg", {"next_round": "2"}, "next_round '2' is not a round"),
+    ("fedavg", {"participations": np.array([1, 2])}, "participations must be 6 whole counts >= 0"),
+    ("fedavg", {"participations": np.full(6, -1)}, "participations must be 6 whole counts >= 0"),
+    ("fedavg", {"participations": np.full(6, 0.5)}, "participations must be 6 whole counts >= 0"),
+    ("fedavg", {"rng": ("MT19937", "x")}, "random generators' states cannot be restored"),
+    ("fedavg", {"generator": torch.zeros(3, dtype=torch.uint8)}, "random generators' states cannot be restored"),
+    ("fedavg", {"algorithm": []}, "the algorithm's state is not a mapping"),
+    ("fedper", {"algorithm": "personal"}, "the algorithm's state is not a mapping"),
+])
+def test_a_snapshot_with_impossible_contents_is_refused_in_one_line(tmp_path, snapshots, name, edit, message):
+    """Each part of a snapshot is checked before it is restored (only the metric rows carry a checksum)."""
+    assert message in resumed_with(tmp_path, name, snapshots[name] | edit)
+
+
+def test_an_algorithm_state_of_another_shape_is_refused(tmp_path, snapshots):
+    snapshot = copy.deepcopy(snapshots["fedavg"])
+    key, value = next((k, v) for k, v in snapshot["algorithm"].items() if isinstance(v, dict) and v)
+    inner = next(k for k, v in value.items() if isinstance(v, torch.Tensor))
+    value[inner] = value[inner].reshape(-1)[:1].clone()
+    assert f"algorithm state {key}['{inner}'] must be a torch.float32 tensor of shape" in resumed_with(tmp_path, "fedavg", snapshot)
 
 
 def test_checkpoint_of_another_run_is_refused(tmp_path):

@@ -97,6 +97,17 @@ TAMPERINGS = {
     "wall_time_s 'abc'": (lambda f: write_record(f, wall_time_s="abc"), "wall_time_s"),
     "more useful sample passes than executed": (
         lambda f: write_record(f, sample_passes={"useful": 5, "executed": 4, "useful_share": 1.25}), "useful <= executed"),
+    # settings a run could not have started with (the checks of its start: TrainConfig, the options)
+    "join_ratio 1.5": (lambda f: _edit_config(write_record(f), join_ratio=1.5), "config: join ratio must be in .0, 1., got 1.5"),
+    "lr as text": (lambda f: _edit_config(write_record(f), lr="0.05"), "config: lr must be a number, got '0.05'"),
+    "rounds true": (lambda f: _edit_config(write_record(f), rounds=True), "not a number of rounds"),
+    "an engine option out of its range": (lambda f: write_record(f, engine={"eval_every": 0}), "engine_options"),
+    "an engine option out of its choices": (lambda f: write_record(f, engine={"vectorise": "sometimes"}), "choose one of"),
+    "an algorithm option out of its choices": (lambda f: write_record(f, algorithm_options={"weighting": "random"}),
+                                               "algorithm_options: option weighting='random': choose one of"),
+    "more executed sample passes than whole batches allow": (
+        lambda f: write_record(f, sample_passes={"useful": 1, "executed": 1000, "useful_share": 0.001}),
+        "executed <= batch size x useful"),
     "a useful share that is not useful / executed": (
         lambda f: write_record(f, sample_passes={"useful": 1, "executed": 4, "useful_share": 0.5}), "useful_share"),
 }
@@ -106,6 +117,13 @@ def test_a_record_with_or_without_sample_passes_is_valid(tmp_path: Path) -> None
     passes = {"useful": 3, "executed": 4, "useful_share": 0.75}
     assert run_record.load_record(write_record(tmp_path / "with", sample_passes=passes))[0]["sample_passes"] == passes
     assert "sample_passes" not in run_record.load_record(write_record(tmp_path / "without"))[0]
+
+
+def test_an_algorithm_option_outside_its_cards_range_is_refused(tmp_path: Path) -> None:
+    folder = write_record(tmp_path / "run", algorithm="ditto", algorithm_options={"mu": -1.0})
+    _edit_config(folder, algorithm="ditto")
+    with pytest.raises(UserError, match="algorithm_options: mu must be a finite number >= 0, got -1.0"):
+        run_record.load_record(folder)
 
 
 @pytest.mark.parametrize("tampering", list(TAMPERINGS))

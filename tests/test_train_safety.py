@@ -275,7 +275,43 @@ def test_output_folder_check_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "kept").mkdir()
     check_writable_folder(tmp_path / "kept")
-    assert [p.name for p in tmp_path.iterdir()] == ["kept"] and list((tmp_path / "kept").iterdir()) == []
+    assert list((tmp_path / "kept").iterdir()) == []
+
+
+def test_runs_sharing_a_missing_parent_check_their_folders_at_once(tmp_path):
+    """Two runs whose --out share a parent that does not exist yet: neither fails on the other's
+    folder ("File exists"), nor loses a parent the other removed."""
+    import threading
+
+    from fedgmh.io import check_writable_folder
+
+    failures: list[BaseException] = []
+    for attempt in range(20):
+        start = threading.Barrier(6)
+
+        def check(name: str, attempt: int = attempt, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                check_writable_folder(tmp_path / f"grp{attempt}" / "g1" / name)
+            except BaseException as err:  # noqa: BLE001 - collected for the assertion
+                failures.append(err)
+
+        threads = [threading.Thread(target=check, args=(f"a{i}",)) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not failures, failures[0]
+
+
+def test_a_binary_runs_file_is_refused_in_one_line(tmp_path, capsys):
+    from fedgmh.cli import main
+
+    runs = tmp_path / "batch.runs"
+    runs.write_bytes(b"\x80\xff\x00binary")
+    assert main(["train-group", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert f"{runs} is not UTF-8 text" in err and len(err.strip().splitlines()) == 1
 
 
 # --- item 3: a finished run in --out is not replaced by accident -----------------------------------

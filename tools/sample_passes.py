@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from fedgmh.config import TrainConfig
 from fedgmh.engine import select_clients
+from fedgmh.errors import UserError
 from fedgmh.partition import load_partition
 
 
@@ -32,7 +34,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    partition, _ = load_partition(Path(args.partition))
+    try:  # the checks `fedgmh train` makes of the same flags, and of the partition file
+        TrainConfig(dataset="", root="", partition=args.partition, algorithm="", rounds=args.rounds, join_ratio=args.join_ratio,
+                    local_epochs=args.epochs, batch_size=args.batch_size, seed=args.seed)
+        partition, _ = load_partition(Path(args.partition))
+    except UserError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     sizes = np.array([len(train) for train in partition.train])
     rng, totals = np.random.RandomState(args.seed), np.zeros(3)
     for _ in range(args.rounds):

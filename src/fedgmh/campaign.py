@@ -11,8 +11,9 @@ order (workflow/rules/common.smk). The workflow decides reuse and resumption; no
 
 Locks: the campaign's own (`campaign_lock`, fedgmh.locks: one campaign per folder, refused at once,
 also in the background, where `run --background` hands it to the process it starts) and Snakemake's
-(no other Snakemake call makes the same runs meanwhile;
-one left by a killed Snakemake is removed first, `clear_stale_snakemake_lock`). A stop (SIGTERM, Ctrl-C) reaches Snakemake
+(no other Snakemake call makes the same runs meanwhile). A Snakemake lock is removed first only when
+a Snakemake this campaign started left it and nothing works in the folder any more (fedgmh.snakemake_locks);
+any other is kept and the campaign refuses, naming what it saw. A stop (SIGTERM, Ctrl-C) reaches Snakemake
 and its jobs: each run snapshots at the end of its round and stops, to be resumed by the next call;
 Snakemake runs with --keep-incomplete, so a run stopped after its record was filed keeps it.
 """
@@ -33,7 +34,7 @@ from typing import IO
 
 import yaml
 
-from fedgmh import locks
+from fedgmh import locks, snakemake_locks
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.partition import load_partition
 from fedgmh.plan import Plan, Run
@@ -154,46 +155,19 @@ def running_runs(base: Path | str = ".") -> set[Path]:
     return found
 
 
-def snakemake_working_in(base: Path | str) -> bool:
-    """Whether a live Snakemake process works in `base` (Linux's /proc: `snakemake` in its command line,
-    `base` its working folder or its `--directory`/`-d`). Without /proc: True (it cannot be told)."""
-    if not Path("/proc/self").exists():
-        return True
+def clear_stale_snakemake_lock(base: Path | str, unlock: list[str], say: Callable[[str], None] = print) -> None:
+    """Remove Snakemake's lock of `base` where a Snakemake this campaign started was killed (a
+    machine's session ended) and nothing works there any more (fedgmh.snakemake_locks); otherwise
+    UserError in one line: what was seen and the `unlock` command that clears it by hand."""
     base = Path(base).resolve()
-    for process in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if not any(Path(word).name == "snakemake" for word in argv):
-                continue
-            if (Path(os.readlink(process / "cwd")) / snakemake_directory(argv)).resolve() == base:
-                return True
-        except OSError:
-            continue  # ended meanwhile, or not ours to read
-    return False
-
-
-def snakemake_directory(argv: list[str]) -> str:
-    """The working folder a Snakemake command line names (`--directory D`, `--directory=D`, `-d D`; "." if none)."""
-    for index, word in enumerate(argv):
-        if word in ("--directory", "-d") and index + 1 < len(argv):
-            return argv[index + 1]
-        if word.startswith("--directory="):
-            return word.split("=", 1)[1]
-    return "."
-
-
-def clear_stale_snakemake_lock(base: Path | str, say: Callable[[str], None] = print) -> None:
-    """Remove Snakemake's lock of `base` left by a Snakemake that was killed (a machine's session
-    ended), as `snakemake --unlock` would; it stays while a live Snakemake works there or a training
-    process of the folder still runs (its call then fails with Snakemake's own message)."""
-    locks_folder = Path(base) / ".snakemake" / "locks"
-    stale = sorted(locks_folder.glob("*.lock")) if locks_folder.is_dir() else []
-    if not stale or snakemake_working_in(base) or any(Path(base).resolve() in run.parents for run in running_runs(base)):
-        return
-    for path in stale:
-        path.unlink(missing_ok=True)
-    say(f"campaign: removed Snakemake's lock of {Path(base).resolve()} (no Snakemake process works there: "
-        "one was killed)")
+    training = sorted(run for run in running_runs(base) if base in run.parents)
+    busy = f"a `fedgmh train` process still trains {training[0]}" if training else None
+    try:
+        removed = snakemake_locks.clear_stale_lock(base, busy)
+    except UserError as err:
+        raise UserError(f"campaign: {err}; if no Snakemake works in {base}, clear it with `{shlex.join(unlock)}`") from None
+    if removed:
+        say(f"campaign: removed Snakemake's lock of {base} (left by a campaign's Snakemake that was killed)")
 
 
 def record_problem(entry: Entry, base: Path | str = ".") -> str | None:
@@ -247,6 +221,13 @@ def snakemake_command(targets: list[str], config: str, overrides: list[str], cor
             "--keep-incomplete", *(["--config", *overrides] if overrides else [])]
 
 
+def unlock_command(command: list[str]) -> list[str]:
+    """`snakemake --unlock` for the folder, Snakefile and config of a `snakemake_command`."""
+    keep = {"--snakefile", "--directory", "--configfile"}
+    kept = [word for index, word in enumerate(command) if word in keep or (index and command[index - 1] in keep)]
+    return ["snakemake", "--unlock", *kept]
+
+
 def check_limits(jobs: int, max_runs: int | None) -> None:
     """At least one run at a time, and at least one run to start when a number is given."""
     if jobs < 1:
@@ -289,10 +270,10 @@ def run_campaign(file: Path | str, entries: list[Entry], jobs: int, overrides: l
         for entry in queue:
             how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
             say(f"campaign: {entry.plan.name}/{entry.name} {how} when its turn comes (log {entry.log})")
-        clear_stale_snakemake_lock(base, say)
-        say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
         command = snakemake_command([entry.target for entry in queue], entries[0].config,
                                     [f"campaign={Path(file).resolve()}", *overrides], jobs, snakefile, base)
+        clear_stale_snakemake_lock(base, unlock_command(command), say)
+        say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")  # the rules' `fedgmh`
         started = time.time()
         process = subprocess.Popen(command, cwd=base, env=env, start_new_session=True)  # its group: a stop reaches the runs

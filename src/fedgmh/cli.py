@@ -223,9 +223,11 @@ def group_runs(path: Path) -> list[argparse.Namespace]:
     import shlex
 
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as err:
         raise UserError(f"cannot read the runs file {path} ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"the runs file {path} is not UTF-8 text (byte {err.start}): one `fedgmh train` command line per line") from None
     parser, runs = build_parser(), []
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):

@@ -7,12 +7,9 @@ import argparse
 
 def _cmd_costs(args: argparse.Namespace) -> None:
     from fedgmh import costs
-    from fedgmh.errors import UserError
     from fedgmh.io import write_csv, write_text
     from fedgmh.report.cost_tables import costs_latex
 
-    if args.labels is not None and args.labels < 1:
-        raise UserError(f"--labels must be >= 1, got {args.labels}")
     table = costs.cost_table(args.dataset, labels=args.labels, runs=args.runs or ())
     write_csv(table, args.out)
     if args.tex:

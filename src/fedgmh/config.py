@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from fedgmh.errors import UserError, did_you_mean
 
@@ -196,6 +197,11 @@ class TrainConfig:
     overrides: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        hints = get_type_hints(TrainConfig)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not _of_type(value, hints[f.name]):
+                raise UserError(f"{f.name} must be {_type_text(hints[f.name])}, got {value!r}")
         checks = [
             (self.rounds >= 1, f"rounds must be >= 1 (a run of 0 rounds would record an untrained model), got {self.rounds}"),
             (0 < self.join_ratio <= 1, f"join ratio must be in (0, 1], got {self.join_ratio}"),
@@ -208,6 +214,27 @@ class TrainConfig:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+
+
+def _of_type(value: Any, kind: Any) -> bool:
+    """Whether `value` is of type `kind` (int, float, str, X | None, dict[str, ...]); an int is a
+    float too, a bool neither."""
+    if get_origin(kind) in (Union, UnionType):
+        return any(_of_type(value, part) for part in get_args(kind))
+    if kind is type(None):
+        return value is None
+    if get_origin(kind) is dict:
+        return isinstance(value, dict) and all(isinstance(key, str) for key in value)
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float) if kind is float else kind)
+
+
+def _type_text(kind: Any) -> str:
+    if get_origin(kind) in (Union, UnionType):
+        return " or ".join(_type_text(part) for part in get_args(kind))
+    names = {int: "a whole number", float: "a number", str: "text", bool: "true or false", type(None): "empty"}
+    return names.get(kind, "a mapping" if get_origin(kind) is dict else str(kind))
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, str]:

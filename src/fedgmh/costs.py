@@ -21,6 +21,7 @@ import torch
 from fedgmh.algorithms import Exchange, get_algorithm
 from fedgmh.cards import algorithm_names, card, resolve_options
 from fedgmh.datasets import COST_DATASETS as DEFAULT_DATASETS
+from fedgmh.datasets import get_info
 from fedgmh.errors import UserError
 from fedgmh.record import load_record
 
@@ -207,6 +208,16 @@ def paper_figures(datasets: Sequence[str] = DEFAULT_DATASETS) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def check_labels(datasets: Sequence[str], labels: int | None) -> None:
+    """A client holds 1 to all of each dataset's classes (|S_m| = `labels`; None: all of them)."""
+    if labels is None:
+        return
+    for dataset in datasets:
+        classes = get_info(dataset).num_classes
+        if not 1 <= labels <= classes:
+            raise UserError(f"--labels {labels}: a client of {dataset} holds 1 to {classes} labels (|S_m|)")
+
+
 def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | None = None) -> pd.DataFrame:
     """Per algorithm (paper preset; official preset where it moves other bytes): KB per round that a
     participating client uploads / downloads and that a non-participating client downloads.
@@ -215,6 +226,7 @@ def algorithm_costs(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | No
     (default: all the dataset's classes, the worst case); FedFomo rows assume M models downloaded
     (steady state).
     """
+    check_labels(datasets, labels)
     rows = []
     for dataset in datasets:
         sizes = Sizes.for_dataset(dataset)
@@ -284,7 +296,8 @@ def measured_costs(run_dirs: Sequence[Path | str]) -> pd.DataFrame:
 def cost_table(datasets: Sequence[str] = DEFAULT_DATASETS, labels: int | None = None, runs: Sequence[Path | str] = ()) -> pd.DataFrame:
     """One long table: the model figures, the per-algorithm analytic costs (with the mean measured
     upload per participant of matching runs), and one block per run (analytic vs measured)."""
-    figures, algos = paper_figures(datasets), algorithm_costs(datasets, labels)
+    algos = algorithm_costs(datasets, labels)  # first: it checks `labels`
+    figures = paper_figures(datasets)
     measured = measured_costs(runs) if runs else pd.DataFrame()
     if not measured.empty:
         ups = measured[measured["quantity"] == "up_per_participant"].groupby(["dataset", "algorithm", "preset"])["measured"].mean()

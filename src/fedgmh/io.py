@@ -84,8 +84,10 @@ def _fsync(path: Path, directory: bool = False) -> None:
 def check_writable_folder(path: Path | str, what: str = "output folder") -> None:
     """Raise UserError unless `path` is, or can be made, a folder this process can write files in.
 
-    Tested for real (a temporary file is created and deleted, so permissions, read-only file
-    systems and a file in the way all show up); folders created for the test are removed again.
+    Tested for real: a temporary file is created and deleted in `path`, or, while it does not exist,
+    in its nearest existing parent (where its folders would be made), so permissions, read-only file
+    systems and a file in the way all show up. No folder is created or removed here: runs sharing a
+    parent check theirs at the same time (the folders are made when the first file is written).
     """
     from fedgmh.errors import UserError
 
@@ -97,21 +99,12 @@ def check_writable_folder(path: Path | str, what: str = "output folder") -> None
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"{what} {path} cannot be created: {existing} is a file, not a folder")
-    missing = [folder for folder in [path, *path.parents] if folder not in (existing, *existing.parents)]
-    created: list[Path] = []
     try:
-        for folder in reversed(missing):
-            folder.mkdir()
-            created.append(folder)
-        fd, name = tempfile.mkstemp(prefix=".fedgmh-write-test.", dir=path)
+        fd, name = tempfile.mkstemp(prefix=".fedgmh-write-test.", dir=existing)
         os.close(fd)
         os.unlink(name)
     except OSError as err:
         raise UserError(f"{what} {path} is not writable ({err.strerror or err})") from None
-    finally:
-        for folder in reversed(created):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
 
 
 def remove_leftovers(path: Path | str) -> None:

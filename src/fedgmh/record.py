@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedgmh.cards import resolve_options
-from fedgmh.config import EngineOptions
+from fedgmh.cards import card, resolve_options
+from fedgmh.config import EngineOptions, TrainConfig, build_options, option_names
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_json
 from fedgmh.runspec import with_option_defaults
@@ -246,18 +246,22 @@ def check_numbers(folder: Path, record: dict[str, Any], metrics: pd.DataFrame) -
     if not (_number(wall) and math.isfinite(wall) and wall >= 0):
         raise UserError(f"{run_json}: wall_time_s is {wall!r}, not a number of seconds")
     if "sample_passes" in record:
-        check_sample_passes(run_json, record["sample_passes"])
+        check_sample_passes(run_json, record["sample_passes"], record["config"].get("batch_size"))
 
 
-def check_sample_passes(run_json: Path, passes: Any) -> None:
+def check_sample_passes(run_json: Path, passes: Any, batch_size: Any = None) -> None:
     """run.json's `sample_passes` (a record may predate it): whole numbers of training sample passes,
-    0 <= useful <= executed, executed > 0, and useful_share their quotient."""
+    0 <= useful <= executed <= batch_size x useful (an executed batch holds at least one real sample),
+    executed > 0, and useful_share their quotient."""
     if not isinstance(passes, dict) or set(passes) != {"useful", "executed", "useful_share"}:
         raise UserError(f"{run_json}: sample_passes is {passes!r}, not {{useful, executed, useful_share}}")
     useful, executed, share = passes["useful"], passes["executed"], passes["useful_share"]
     if not (_whole(useful) and _whole(executed) and 0 <= useful <= executed and executed > 0):
         raise UserError(f"{run_json}: sample_passes useful {useful!r} and executed {executed!r} "
                         "are not counts with useful <= executed")
+    if _whole(batch_size) and executed > batch_size * useful:
+        raise UserError(f"{run_json}: sample_passes executed {executed} exceeds batch size {batch_size} x useful {useful}: "
+                        "impossible counts (useful <= executed <= batch size x useful)")
     if share != useful / executed:
         raise UserError(f"{run_json}: sample_passes.useful_share is {share!r} but useful / executed is {useful / executed!r}")
 
@@ -312,6 +316,34 @@ def check_identity(run_json: Path, record: dict[str, Any]) -> None:
         raise UserError(f"{run_json}: {differences[0]}: the record was edited")
 
 
+#: stand-ins for the TrainConfig fields without a default that a record's config lacks
+SETTINGS_NOT_CHECKED = {"dataset": "", "root": "", "partition": "", "algorithm": "", "rounds": 1}
+
+
+def check_settings(run_json: Path, record: dict[str, Any]) -> None:
+    """The run's settings pass the checks a run's start makes: `config` is a TrainConfig (its types
+    and ranges), the recorded options build their algorithm's options and the engine's (types,
+    choices, ranges: `config.build_options`). Keys of options since removed are left out."""
+    config = record["config"]
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    try:  # the values it holds are checked; one it lacks is not a value out of range
+        TrainConfig(**{**SETTINGS_NOT_CHECKED, **{key: value for key, value in config.items() if key in fields}})
+    except UserError as err:
+        raise UserError(f"{run_json}: config: {err}") from None
+    try:
+        algorithm_options = card(str(config.get("algorithm", record.get("algorithm")))).options
+    except UserError as err:
+        raise UserError(f"{run_json}: {err}") from None
+    for section, options in (("algorithm_options", algorithm_options), ("engine_options", EngineOptions)):
+        given = record.get(section) or {}
+        if not isinstance(given, dict):
+            raise UserError(f"{run_json}: {section} is not a mapping")
+        try:
+            build_options(options, {key: value for key, value in given.items() if key in option_names(options)})
+        except UserError as err:
+            raise UserError(f"{run_json}: {section}: {err}") from None
+
+
 def check_clients(path: Path, clients: pd.DataFrame, record: dict[str, Any]) -> None:
     """clients.csv's accuracies, pooled over the clients' test samples, are run.json's best and final."""
     if "test_samples" not in clients.columns or clients["test_samples"].sum() <= 0:
@@ -335,6 +367,7 @@ def load_record(folder: Path | str) -> tuple[dict[str, Any], pd.DataFrame]:
     metrics = read_table(folder / "metrics.csv")
     check_numbers(folder, record, metrics)
     check_identity(folder / "run.json", record)
+    check_settings(folder / "run.json", record)
     options = engine_options(record)
     for name in names:
         table = read_table(folder / name)

@@ -31,6 +31,7 @@ import torch
 
 from fedgmh.config import EngineOptions, TrainConfig
 from fedgmh.engine import select_clients
+from fedgmh.errors import UserError
 from fedgmh.train import build_federation
 
 
@@ -55,9 +56,13 @@ def main() -> None:
     parser.add_argument("--name", help="PFLlib dataset name (default: DATASET, e.g. mnist -> MNIST_fedgmh)")
     args = parser.parse_args()
 
-    config = TrainConfig(dataset=args.dataset, root=args.root, partition=args.partition, algorithm="fedavg",
-                         rounds=args.rounds, join_ratio=args.join_ratio, seed=args.seed, device="cpu")
-    fed, meta = build_federation(config, EngineOptions(), torch.device("cpu"))
+    try:  # the checks `fedgmh train` makes of the same flags, the data and the partition
+        config = TrainConfig(dataset=args.dataset, root=args.root, partition=args.partition, algorithm="fedavg",
+                             rounds=args.rounds, join_ratio=args.join_ratio, local_epochs=args.local_epochs,
+                             batch_size=args.batch_size, lr=args.lr, seed=args.seed, device="cpu")
+        fed, meta = build_federation(config, EngineOptions(), torch.device("cpu"))
+    except UserError as err:
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     # PFLlib's main.py picks the model's input size from the dataset name ("MNIST" / "Cifar10" in it)
     name = args.name or {"mnist": "MNIST_fedgmh", "cifar10": "Cifar10_fedgmh", "cifar100": "Cifar100_fedgmh"}.get(args.dataset, args.dataset)
     work = Path(args.work)

@@ -27,6 +27,11 @@ from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
 from fedgmh.filing import format_number
 from fedgmh.plan import TRAIN_MEM_MB, Plan, read_text_items, schema_problems
+from fedgmh.snakemake_locks import hold_alive, record_own_locks
+
+# Held for this Snakemake's life (in its working folder): a campaign removes a lock that a killed
+# Snakemake left only while no Snakemake holds it (fedgmh.snakemake_locks).
+ALIVE_LOCK = hold_alive()
 
 _SCHEMA = "../schemas/config.schema.yaml"
 with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
@@ -61,6 +66,8 @@ WARM_SERVER = []
 
 
 onstart:
+    if config.get("campaign"):  # this call's lock files, which a campaign may remove once it is gone
+        record_own_locks(getattr(workflow.persistence, "_lockfile", {}).values())
     if PLAN.device_problem and workflow.local_exec:
         raise WorkflowError(PLAN.device_problem)
     if config["warm_train"] and workflow.local_exec and warm.served(config["device"]):

@@ -183,13 +183,79 @@ def _unsafe_globals(path: Path) -> list[str] | None:
         return None
 
 
-def restore_run(fed: Federation, algorithm, snapshot: dict, rng: np.random.RandomState) -> None:
-    """Put a loaded snapshot back: the run's generators, participation counts and the algorithm's state."""
-    fed.generator.set_state(snapshot["generator"])
+def restore_run(fed: Federation, algorithm, snapshot: dict, rng: np.random.RandomState,
+                source: Path | str = "the snapshot") -> None:
+    """Put a loaded snapshot back: the run's generators, participation counts and the algorithm's state,
+    each checked first (`snapshot_problem`); UserError naming `source` (its file) when one is wrong."""
+    problem = snapshot_problem(fed, algorithm, snapshot)
+    if problem is None:
+        try:
+            fed.generator.set_state(snapshot["generator"])
+            rng.set_state(snapshot["rng"])
+        except (TypeError, ValueError, RuntimeError, IndexError, KeyError) as err:
+            problem = f"its random generators' states cannot be restored ({str(err).splitlines()[0] if str(err) else err!r})"
+    if problem is not None:
+        raise UserError(f"checkpoint {source} is invalid: {problem}; delete it to start the run afresh")
     fed.participations[:] = snapshot["participations"]  # in place: algorithms may hold views of fed
-    rng.set_state(snapshot["rng"])
     algorithm.load_state({k: _to_device(v, fed.device) for k, v in snapshot["algorithm"].items()})
-    fed.sample_passes.restore(snapshot.get("sample_passes"))
+    fed.sample_passes.restore(None if snapshot.get("sample_passes") is None else tuple(map(int, snapshot["sample_passes"])))
+
+
+def _count(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0
+
+
+def snapshot_problem(fed: Federation, algorithm, snapshot: dict) -> str | None:
+    """What is wrong with a snapshot's contents for this run (None: nothing): the round to resume from
+    one of its rounds, participations a count per client, sample passes
+    two counts with useful <= executed <= batch size x useful (a batch holds at least one sample), the
+    metric rows a list of rows, and the algorithm's state the tensors (shape, dtype) of a fresh one."""
+    missing = sorted({"next_round", "rows", "rng", "generator", "participations", "algorithm"} - set(snapshot))
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    first, rounds = snapshot["next_round"], fed.total_rounds
+    if not (_count(first) and 1 <= first <= (rounds if rounds is not None else first)):
+        return f"next_round {first!r} is not a round of the run's {rounds}"
+    if not (isinstance(snapshot["rows"], list) and all(isinstance(row, dict) for row in snapshot["rows"])):
+        return "its metric rows are not a list of rows"
+    counts = snapshot["participations"]
+    if not (isinstance(counts, np.ndarray) and counts.dtype.kind in "iu" and counts.shape == fed.participations.shape
+            and (counts >= 0).all()):
+        return (f"participations must be {fed.num_clients} whole counts >= 0, got "
+                f"{getattr(counts, 'dtype', type(counts).__name__)} {getattr(counts, 'shape', '')}")
+    passes = snapshot.get("sample_passes")
+    if passes is not None and not (isinstance(passes, (tuple, list)) and len(passes) == 2 and all(map(_count, passes))
+                                   and passes[0] <= passes[1] <= fed.batch_size * passes[0]):
+        return f"sample_passes {passes!r} is not (useful, executed) with 0 <= useful <= executed <= batch size x useful"
+    if not isinstance(snapshot["algorithm"], dict):
+        return "the algorithm's state is not a mapping"
+    for key, value in snapshot["algorithm"].items():
+        problem = _unlike(getattr(algorithm, key, None), value, f"algorithm state {key}")
+        if problem:
+            return problem
+    return None
+
+
+def _unlike(fresh, value, where: str) -> str | None:
+    """Why `value` cannot stand for `fresh` (a fresh algorithm's attribute; None: it can): a tensor,
+    generator or array must come back as the same kind, a tensor of the same shape and dtype."""
+    if isinstance(fresh, torch.Generator):
+        return None if isinstance(value, torch.Tensor) and value.dtype == torch.uint8 else f"{where} is not a generator's state"
+    if isinstance(fresh, torch.Tensor):
+        if not isinstance(value, torch.Tensor) or value.shape != fresh.shape or value.dtype != fresh.dtype:
+            return f"{where} must be a {fresh.dtype} tensor of shape {tuple(fresh.shape)}"
+        return None
+    if isinstance(fresh, np.ndarray):
+        ok = isinstance(value, np.ndarray) and value.dtype == fresh.dtype and value.shape == fresh.shape
+        return None if ok else f"{where} must be a {fresh.dtype} array of shape {fresh.shape}"
+    if isinstance(fresh, dict):
+        if not isinstance(value, dict):
+            return f"{where} is not a mapping"
+        for key in fresh.keys() & value.keys():
+            problem = _unlike(fresh[key], value[key], f"{where}[{key!r}]")
+            if problem:
+                return problem
+    return None
 
 
 def _to_device(value, device: torch.device):

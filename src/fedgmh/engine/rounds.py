@@ -166,7 +166,7 @@ def run_rounds(
     if snapshot is None and checkpoint is not None:
         snapshot = checkpoint.load()
     if snapshot is not None:
-        restore_run(fed, algorithm, snapshot, rng)
+        restore_run(fed, algorithm, snapshot, rng, checkpoint.path if checkpoint is not None else "the snapshot")
         rows, first = snapshot["rows"], snapshot["next_round"]
     rnd, resume_round = first, first if snapshot is not None else None
     snapshots, stopped = checkpoint is not None and checkpoint.every > 0, False

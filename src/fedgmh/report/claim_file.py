@@ -146,6 +146,10 @@ def _check_spec(where: str, test: str, spec: dict[str, Any]) -> dict[str, Any]:
             if not (isinstance(spec[side], dict) and spec[side]):
                 raise _fail(where, f"{side} must map cells '<experiment>/<setting id>' to lists of algorithms")
             spec[side] = {_cell(where, cell, side): _names(where, algs, f"{side}.{cell}") for cell, algs in spec[side].items()}
+        both = sorted({(cell, alg) for cell, algs in spec["above"].items() for alg in algs}
+                      & {(cell, alg) for cell, algs in spec["below"].items() for alg in algs})
+        if both:
+            raise _fail(where, f"{both[0][1]} in {both[0][0]} is both above and below: a method is not ranked against itself")
         if "minus" in spec:
             _cell(where, spec["minus"], "minus")
     elif test == "rounds":
