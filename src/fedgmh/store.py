@@ -179,18 +179,20 @@ def find(stores: Iterable[Path | str], spec: RunSpec | dict[str, Any]) -> tuple[
     """The record of the run with this spec (or run key), and notes: the run's invalid records and the run.json
     files that give no key (never used), the rule that chose among several equal records (the first
     by store order, then by path), and records of the same run that were not used because their
-    keys differ (the differing fields). Only the run's own records are read whole and checked (the
+    keys differ (the differing fields). Without a record of the run itself, one of a run of the same
+    computation (`RunSpec.computation`: FedProx with mu = 0 is FedAvg) is found. Only the run's own records are read whole and checked (the
     others give their key from run.json; `fedgmh store check` checks every record). Raises
     StoreConflict when two records of the run differ for real."""
     spec = spec if isinstance(spec, RunSpec) else RunSpec.from_key(spec)
     keyed, problems = scan_specs(stores)
+    own = [folder for folder, found in keyed if found == spec]
+    computation = spec.computation()
     matches = []  # scan's order: store order, then path
-    for folder, found in keyed:
-        if found == spec:
-            try:
-                matches.append(read_record(folder))
-            except UserError as err:
-                problems.append(str(err))
+    for folder in own or [folder for folder, found in keyed if found.computation() == computation]:
+        try:
+            matches.append(read_record(folder))
+        except UserError as err:
+            problems.append(str(err))
     notes = [f"{INVALID_NOTE}{line}" for line in problems]
     if conflicts(matches):
         raise StoreConflict(conflict_message(matches))
