@@ -3,13 +3,14 @@
 same run (real data from the offline mirror, the paper's ExDir partition of 100 clients, 20 %
 participation, E = 2, every client evaluated), one per layout, play the same rounds in turns, 1 torch
 thread; CPU time, so a busy machine disturbs it less than wall time. Prints one JSON line per round
-pair, then a summary: the median ratio channels_last / contiguous and whether the two layouts'
-metrics are equal.
+pair, then a summary: the median ratio channels_last / contiguous, a digest of each layout's metrics
+(equal digests from two calls: deterministic) and the largest difference of their test accuracies.
 
     python tools/layout_round_time.py --mirror ../shared/data --work /tmp/layout --dataset cifar100 --rounds 4
 """
 
 import argparse
+import hashlib
 import json
 import statistics
 import time
@@ -39,6 +40,15 @@ def prepare(mirror: str, work: Path, dataset: str) -> tuple[Path, Path]:
         fedgmh_main(["partition", "--dataset", dataset, "--root", str(data), "--clients", "100", "--classes-per-client",
                      str(classes), "--alpha", str(alpha), "--seed", "1", "--out", str(partition)])
     return data, partition
+
+
+def digest(rows: list[dict]) -> str:
+    """A digest of the rounds' metrics (every value's bytes: arrays compare whole)."""
+    h = hashlib.sha256()
+    for row in rows:
+        for key in sorted(row):
+            h.update(key.encode() + np.asarray(row[key]).tobytes())
+    return h.hexdigest()[:16]
 
 
 def main() -> None:
@@ -74,7 +84,9 @@ def main() -> None:
     print(json.dumps({"dataset": args.dataset, "algorithm": args.algorithm, "pairs": args.rounds,
                       "median_ratio_channels_last": round(statistics.median(ratios), 3),
                       "min_ratio": round(min(ratios), 3), "max_ratio": round(max(ratios), 3),
-                      "same_metrics": runs["contiguous"]["rows"] == runs["channels_last"]["rows"]}))
+                      "metrics": {layout: digest(runs[layout]["rows"]) for layout in LAYOUTS},
+                      "max_test_acc_difference": max(abs(a["test_acc"] - b["test_acc"]) for a, b in
+                                                     zip(runs["contiguous"]["rows"], runs["channels_last"]["rows"]))}))
 
 
 if __name__ == "__main__":
