@@ -314,5 +314,5 @@ def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> No
 
 
 def test_a_campaign_lays_out_cpu_runs_channels_last_unless_told_otherwise() -> None:
-    assert with_default_overrides(["device=cpu"]) == ["cpu_channels_last=true", "device=cpu"]
-    assert with_default_overrides(["cpu_channels_last=false", "device=cpu"]) == ["cpu_channels_last=false", "device=cpu"]
+    assert with_default_overrides(["device=cpu"]) == ["cpu_channels_last=True", "device=cpu"]
+    assert with_default_overrides(["cpu_channels_last=False", "device=cpu"]) == ["cpu_channels_last=False", "device=cpu"]

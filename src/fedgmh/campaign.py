@@ -47,7 +47,7 @@ CAMPAIGN_LOGS = Path("logs") / "campaign"
 SNAPSHOT = "checkpoint.pt"
 #: the `--config` values a campaign's runs get unless given: on a CPU, 3-channel images in the faster
 #: layout (an execution option: the same runs, BENCHMARKS.md)
-DEFAULT_OVERRIDES = ("cpu_channels_last=true",)
+DEFAULT_OVERRIDES = ("cpu_channels_last=True",)
 
 
 @dataclass(frozen=True)
