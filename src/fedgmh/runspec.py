@@ -46,7 +46,7 @@ Items = tuple[tuple[str, Any], ...]
 
 #: algorithm -> (the algorithm it computes, the option values that make it so): FedProx's proximal
 #: term (mu/2)||w - w_global||^2 adds mu * (w - w_global) = 0 to each gradient at mu = 0, so its
-#: every number is FedAvg's (tests/test_runspec.py trains both)
+#: every number is FedAvg's (tests/test_store.py trains both)
 SAME_COMPUTATION: dict[str, tuple[str, dict[str, Any]]] = {"fedprox": ("fedavg", {"mu": 0})}
 
 

@@ -207,6 +207,11 @@ def find(stores: Iterable[Path | str], spec: RunSpec | dict[str, Any]) -> tuple[
     return (matches[0] if matches else None), notes
 
 
+def record_files(folder: Path) -> list[str]:
+    """The files of the record in `folder`: its `optional_files` and RECORD_FILES."""
+    return [*optional_files(folder), *RECORD_FILES]
+
+
 def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
     """Copy a record's files (RECORD_FILES and its `optional_files`, or `names`; run.json
     last), each atomically and read without following a link (fedgmh.record.read_bytes); nothing
@@ -214,9 +219,7 @@ def copy_record(source: Path, destination: Path, names: Iterable[str] | None = N
     if destination.is_symlink():
         raise UserError(f"{destination} is a symbolic link; a record is written to a folder of the store only")
     destination.mkdir(parents=True, exist_ok=True)
-    if names is None:
-        names = [*optional_files(source), *RECORD_FILES]
-    for name in sorted(names, key=lambda n: n == "run.json"):
+    for name in sorted(record_files(source) if names is None else names, key=lambda n: n == "run.json"):
         content = read_bytes(source / name)
         with atomic_path(destination / name) as tmp:
             tmp.write_bytes(content)

@@ -139,10 +139,12 @@ def reuse_stored_record(spec: RunSpec, stores: list[Path], out_dir: Path, progre
         (warn if line.startswith(store.INVALID_NOTE) else say)(f"[{spec.algorithm}] {line}")
     if found is None:
         return None
-    store.copy_record(found.folder, out_dir)
-    record = found.record
-    if found.spec != spec:  # a run of the same computation (RunSpec.computation): filed as this run
-        record = as_run(record, spec)
+    if found.spec == spec:
+        store.copy_record(found.folder, out_dir)
+        record = found.record
+    else:  # a run of the same computation (RunSpec.computation): filed as this run, its run.json last
+        record = as_run(found.record, spec)
+        store.copy_record(found.folder, out_dir, [name for name in store.record_files(found.folder) if name != "run.json"])
         write_json(record, out_dir / "run.json")
     say(f"[{spec.algorithm}] reused the record in {found.folder} (trained on {found.record.get('device')}, "
         f"{found.record.get('started_utc')}{', ' + found.spec.algorithm + ': the same computation' if found.spec != spec else ''}); "
