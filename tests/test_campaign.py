@@ -20,7 +20,7 @@ from conftest import SNAKEFILE, stopping_after_a_snapshot, tiny_config
 
 from fedgmh import locks
 from fedgmh.campaign import (CAMPAIGN_LOGS, load_campaign, next_runs, run_campaign, running_runs, snakemake_command,
-                             state)
+                             state, with_default_overrides)
 from fedgmh.cli import main
 from fedgmh.errors import UserError
 
@@ -277,3 +277,8 @@ def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> No
     os.killpg(process.pid, signal.SIGTERM)  # as the campaign stops its runs
     assert process.wait(timeout=120) != 0
     assert (tmp_path / "out" / "run.json").read_text() == "{}\n"
+
+
+def test_a_campaign_lays_out_cpu_runs_channels_last_unless_told_otherwise() -> None:
+    assert with_default_overrides(["device=cpu"]) == ["cpu_channels_last=True", "device=cpu"]
+    assert with_default_overrides(["cpu_channels_last=False", "device=cpu"]) == ["cpu_channels_last=False", "device=cpu"]

@@ -1,4 +1,4 @@
-"""`fedgmh campaign status`: which undecided claims the remaining runs bear on, and their time (fedgmh.campaign_outlook)."""
+"""`fedgmh campaign status`: the claims each group decides, and its time (fedgmh.campaign_outlook)."""
 
 from __future__ import annotations
 
@@ -17,23 +17,50 @@ def entry(experiment="table2", setting="cifar100_c5_a0.5", algorithm="fedgh", da
                                                dataset=dataset, rounds=rounds))
 
 
-def test_a_pflib_experiment_counts_for_its_table_under_the_official_reading():
-    assert outlook.paper_cell(entry("table2_pflib", "cifar100_c5_a0.5@official")) == \
-        ("official", "table2", "cifar100_c5_a0.5", "fedgh")
-    assert outlook.paper_cell(entry("table5", algorithm="gmh_o")) == ("paper", "table5", "cifar100_c5_a0.5", "gmh_o")
+def run(experiment="table2", setting="cifar100_c5_a0.5", algorithm="fedgh", variant=""):
+    return SimpleNamespace(experiment=experiment, setting=setting, algorithm=algorithm, variant=variant)
 
 
-def test_only_undecided_claims_count_and_each_reading_has_its_own_verdicts():
-    claims = read_claims(REPO_ROOT / "reference" / "fedgmh_paper_claims.yaml")
-    verdicts = {"paper": {"f4-gmh-o-late": "does not hold", "t5-ablations-below-fedgmh": "inconclusive"},
-                "official": {"f4-gmh-o-late": "holds"}}
-    cells = outlook.claim_cells(claims, verdicts)
-    gmh_o = cells[("paper", "table5", "cifar100_c5_a0.5", "gmh_o")]
-    assert "f4-gmh-o-late" not in gmh_o and "t5-ablations-below-fedgmh" in gmh_o
-    assert "t5-multihead-matters-more" in gmh_o  # no verdict at all: undecided
-    assert "f4-gmh-o-late" not in cells[("official", "table5", "cifar100_c5_a0.5", "gmh_o")]
-    line = outlook.outlook([entry("table5", algorithm="gmh_o")], cells, {}, {}, 2)
-    assert line.startswith("1 to train; ") and "t5-ablations-below-fedgmh" in line and "f4-gmh-o-late" not in line
+def test_a_run_gives_its_seed_to_its_cell_under_its_reading():
+    official = {("table2_pflib", "official"): "table2", ("table5_pflib", "official"): "table5"}
+    assert outlook.run_cells(run("table2_pflib", "cifar100_c5_a0.5@official", "fedper", "official"), official) == \
+        [("official", "table2", "cifar100_c5_a0.5", "fedper")]
+    assert outlook.run_cells(run("table2_pflib", "cifar100_c5_a0.5@paper", "fedper", "paper"), official) == \
+        [("paper", "table2_pflib", "cifar100_c5_a0.5", "fedper")]  # the paper variant: Table 2's runs, filed there
+    assert outlook.run_cells(run("table5", algorithm="gmh_o"), official) == [("paper", "table5", "cifar100_c5_a0.5", "gmh_o")]
+    assert outlook.run_cells(run("table5_pflib", "cifar100_c5_a0.5@official", "fedgmh", "official"), official) == \
+        [("official", "table5", "cifar100_c5_a0.5", "fedgmh"), ("official", "table2", "cifar100_c5_a0.5", "fedgmh")]
+
+
+SMALL_CLAIMS = """
+claims:
+  - {id: best, where: Table 2, claim: FedGMH beats FedAvg, test: ranking,
+     above: {table2/mnist_c2_a5: [fedgmh]}, below: {table2/mnist_c2_a5: [fedavg]}}
+  - {id: best-of-three, where: Table 2, claim: FedGMH beats FedAvg and FedPer, test: ranking,
+     above: {table2/mnist_c2_a5: [fedgmh]}, below: {table2/mnist_c2_a5: [fedavg, fedper]}}
+  - {id: settled, where: Table 2, claim: FedGMH beats FedPer, test: ranking,
+     above: {table2/mnist_c2_a5: [fedgmh]}, below: {table2/mnist_c2_a5: [fedper]}}
+"""
+
+
+def test_a_group_decides_a_claim_only_when_every_cell_it_needs_has_the_seeds(tmp_path: Path):
+    (tmp_path / "claims.yaml").write_text(SMALL_CLAIMS)
+    claims = read_claims(tmp_path / "claims.yaml")
+    cell = lambda algorithm, reading="paper": (reading, "table2", "mnist_c2_a5", algorithm)  # noqa: E731
+    stored = {cell("fedgmh"): {0, 1, 2}, cell("fedavg"): {0}}
+    verdicts = {"paper": {"settled": "does not hold", "best": "not run"}}
+    groups = [("fedavg seed 1", [(cell("fedavg"), 1)]),
+              ("fedavg seed 2, fedper seed 0", [(cell("fedavg"), 2), (cell("fedper"), 0)]),
+              ("fedper seeds 1-2, twice", [(cell("fedper"), 1), (cell("fedper"), 2), (cell("fedper"), 2)]),
+              ("PFLlib's reading: fedgmh, fedavg", [(cell(a, "official"), s) for a in ("fedgmh", "fedavg") for s in (0, 1, 2)])]
+    decided = outlook.decided_by_group(groups, claims, verdicts, stored)
+    assert decided == {"fedavg seed 1": [], "fedavg seed 2, fedper seed 0": [("paper", "best")],
+                       "fedper seeds 1-2, twice": [("paper", "best-of-three")],  # 'settled' is decided already
+                       "PFLlib's reading: fedgmh, fedavg": [("official", "best")]}
+    assert stored == {cell("fedgmh"): {0, 1, 2}, cell("fedavg"): {0}}  # the store's seeds are not changed
+    # cells complete before the first group: decided by none of them
+    assert outlook.decided_by_group(groups[1:], claims, verdicts, {**stored, cell("fedavg"): {0, 1, 2}})[groups[1][0]] == []
+    assert outlook.claims_text([("paper", "best"), ("official", "best")]) == "2 claim(s) (best; under PFLlib's reading best)"
 
 
 def test_times_fill_the_slots_and_say_what_they_lack():
@@ -46,6 +73,8 @@ def test_times_fill_the_slots_and_say_what_they_lack():
     assert outlook.estimate(runs, seconds, rates, jobs=3).startswith("1 h 00 min at --jobs 3")
     assert "no CPU record" in outlook.estimate([entry(dataset="fmnist")], seconds, rates, 2)
     assert outlook.estimate(runs, seconds, {"mnist": (10.0, "H100")}, 2).endswith("no GPU rate measured for cifar100")
+    line = outlook.worth([("paper", "a")], runs, seconds, rates, 2)
+    assert "3 to train: 1.5 machine-hours at --jobs 2 on CPU" in line and line.endswith("0.67 claims per machine-hour")
 
 
 def test_cpu_times_come_from_whole_cpu_runs_and_gpu_rates_from_the_best_measurement(tmp_path: Path):

@@ -39,6 +39,23 @@ def test_paper_plan_trains_each_run_once() -> None:
         paper.train_job("table5", "cifar100_c5_a0.5", "fedgmh", 0)
 
 
+def test_cpu_channels_last_lays_out_3_channel_images_on_a_cpu_and_keeps_the_run() -> None:
+    """Config cpu_channels_last: `--set memory_format=channels_last` for CIFAR runs trained on a CPU only;
+    an execution option, so every run's spec (its key, the rerun trigger) is the same."""
+    def sets(plan: Plan, dataset: str) -> list[str]:
+        run = next(run for run in plan.train_jobs.values() if run.dataset == dataset and run.experiment == "table2")
+        words = plan.train_arguments(run, "p.npz", 1)
+        return [value for flag, value in zip(words, words[1:]) if flag == "--set"]
+
+    plain = Plan(load("config.yaml", device="cpu"), basedir=REPO)
+    laid_out = Plan(load("config.yaml", device="cpu", cpu_channels_last=True), basedir=REPO)
+    assert "memory_format=channels_last" in sets(laid_out, "cifar100") and "memory_format=channels_last" not in sets(plain, "cifar100")
+    assert "memory_format=channels_last" not in sets(laid_out, "mnist")  # one channel: no faster there
+    assert [run.spec for run in laid_out.runs] == [run.spec for run in plain.runs]
+    on_gpu = Plan(load("config.yaml", device="cuda:0", cpu_channels_last=True), basedir=REPO)
+    assert "memory_format=channels_last" not in sets(on_gpu, "cifar100")
+
+
 def test_train_arguments_are_the_runs(tmp_path: Path) -> None:
     smoke = Plan(load("smoke.yaml", stores=["paper_artifacts", "their store"]), basedir=REPO)
     run = smoke.train_job("audit_beta", "digits_c2_a0.5_beta0.1@official", "fedgmh", 0)

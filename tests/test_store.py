@@ -296,3 +296,26 @@ def test_a_reused_record_is_filed_under_the_jobs_labels(stored, tmp_path: Path) 
     assert train(stored["digits"], tmp_path / "run", *labels[:4]) == 0
     assert json.loads((tmp_path / "run" / "run.json").read_text())["workflow"] == {"config_name": "paper", "experiment": "table2_pflib"}
     assert (tmp_path / "run" / "metrics.csv").read_bytes() == before
+
+
+def test_fedprox_with_mu_0_computes_fedavg_and_reuses_its_record(stored, tmp_path: Path) -> None:
+    """FedProx with mu = 0 trains FedAvg's numbers, so the store files FedAvg's record as it (labelled
+    FedProx, `computed_as` FedAvg); FedProx with mu > 0 is another computation and trains."""
+    fedavg = pd.read_csv(stored["record"] / "metrics.csv").drop(columns="seconds")
+    assert train(stored["digits"], tmp_path / "trained", "--algorithm", "fedprox") == 0
+    trained = pd.read_csv(tmp_path / "trained" / "metrics.csv").drop(columns="seconds")
+    pd.testing.assert_frame_equal(trained, fedavg, check_exact=True)  # the same numbers, trained
+    own = store.read_record(tmp_path / "trained").spec
+    assert own != store.read_record(stored["record"]).spec and own.computation() == store.read_record(stored["record"]).spec
+
+    assert train(stored["digits"], tmp_path / "reused", "--algorithm", "fedprox", "--store", str(stored["store"])) == 0
+    assert (tmp_path / "reused" / "metrics.csv").read_bytes() == (stored["record"] / "metrics.csv").read_bytes()  # not trained
+    reused = store.read_record(tmp_path / "reused")  # a valid record of FedProx with mu = 0
+    assert reused.spec == own and reused.record["algorithm"] == "fedprox" and reused.record["algorithm_options"]["mu"] == 0
+    assert reused.record["computed_as"]["algorithm"] == "fedavg"
+
+    assert train(stored["digits"], tmp_path / "proximal", "--algorithm", "fedprox", "--set", "mu=0.1",
+                 "--store", str(stored["store"])) == 0
+    proximal = pd.read_csv(tmp_path / "proximal" / "metrics.csv").drop(columns="seconds")
+    assert "computed_as" not in json.loads((tmp_path / "proximal" / "run.json").read_text())
+    assert not proximal["train_loss"].equals(fedavg["train_loss"])  # the proximal term changes the training

@@ -46,6 +46,9 @@ from fedgmh.runspec import RunSpec
 CAMPAIGN_LOGS = Path("logs") / "campaign"
 #: a run's snapshot in its folder (`fedgmh train --checkpoint-every`)
 SNAPSHOT = "checkpoint.pt"
+#: the `--config` values a campaign's runs get unless given: on a CPU, 3-channel images in the faster
+#: layout (an execution option: the same runs, BENCHMARKS.md)
+DEFAULT_OVERRIDES = ("cpu_channels_last=True",)
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,12 @@ def next_runs(entries: list[Entry], base: Path | str = ".") -> list[Entry]:
     return [e for e in entries if states[e.name] == "cut off"] + [e for e in entries if states[e.name] == "to do"]
 
 
+def with_default_overrides(overrides: list[str]) -> list[str]:
+    """`overrides` after each of DEFAULT_OVERRIDES whose key they do not set."""
+    given = {override.split("=", 1)[0] for override in overrides}
+    return [*(d for d in DEFAULT_OVERRIDES if d.split("=", 1)[0] not in given), *overrides]
+
+
 def snakemake_command(targets: list[str], config: str, overrides: list[str], cores: int, snakefile: Path,
                       base: Path) -> list[str]:
     """One Snakemake call making `targets`, at most `cores` jobs at once. --keep-incomplete: a job
@@ -271,7 +280,7 @@ def run_campaign(file: Path | str, entries: list[Entry], jobs: int, overrides: l
             how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
             say(f"campaign: {entry.plan.name}/{entry.name} {how} when its turn comes (log {entry.log})")
         command = snakemake_command([entry.target for entry in queue], entries[0].config,
-                                    [f"campaign={Path(file).resolve()}", *overrides], jobs, snakefile, base)
+                                    [f"campaign={Path(file).resolve()}", *with_default_overrides(overrides)], jobs, snakefile, base)
         clear_stale_snakemake_lock(base, unlock_command(command), say)
         say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")  # the rules' `fedgmh`

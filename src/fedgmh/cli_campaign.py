@@ -23,14 +23,18 @@ def _cmd_status(args: argparse.Namespace) -> None:
     from fedgmh.report.claim_file import read_claims
 
     entries = _entries(args)
-    base = Path(args.directory)
+    base, plan = Path(args.directory), entries[0].plan
     claims = read_claims(base / CLAIMS) if (base / CLAIMS).is_file() else []
-    artifacts = base / "paper_artifacts" / entries[0].plan.name
-    cells = outlook.claim_cells(claims, outlook.read_verdicts(artifacts / "so_far"))
+    artifacts = base / plan.artifacts
+    verdicts = outlook.read_verdicts(artifacts / "so_far")
+    official = outlook.official_sources(plan)
+    seeds = outlook.stored_seeds(plan.runs, outlook.stored_computations([base / store for store in plan.config["stores"]]), official)
     cpu_seconds, rates = outlook.cpu_run_seconds(artifacts / "runs"), outlook.gpu_rates(base / outlook.GPU_RATES)
     groups: dict[str, list] = {}
     for entry in entries:
         groups.setdefault(entry.group, []).append(entry)
+    decided = outlook.decided_by_group([(title, outlook.entry_cells([e.run for e in members], plan.runs, official))
+                                        for title, members in groups.items()], claims, verdicts, seeds)
     counts: dict[str, int] = {}
     index, remaining, running = 0, [], running_runs(base)
     for group, members in groups.items():
@@ -45,12 +49,13 @@ def _cmd_status(args: argparse.Namespace) -> None:
             where += f"  ({entry.record}: {problem})" if problem and problem != "no record" else ""
             lines.append(f"{index:3d}. {entry.name:55s} {now}{where}")
         print(f"# {group} ({members[0].config})")
-        if left:
-            print(f"#   {outlook.outlook(left, cells, cpu_seconds, rates, args.jobs)}")
+        print(f"#   {outlook.worth(decided[group], left, cpu_seconds, rates, args.jobs)}")
         print("\n".join(lines))
         remaining += left
     print("campaign: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in ("done", "running", "cut off", "to do"))
           + (f"; the rest: {outlook.estimate(remaining, cpu_seconds, rates, args.jobs)}" if remaining else ""))
+    print(f"campaign: once every group is done, {outlook.claims_text([c for found in decided.values() for c in found])} "
+          "more have every run they need")
 
 
 def _background(args: argparse.Namespace) -> None:

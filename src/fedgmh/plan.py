@@ -644,6 +644,12 @@ class Plan:
         runs file (`fedgmh train-group`) and after `fedgmh train` where there is no Snakemake."""
         return [*self.train_arguments(run, partition, threads), "--put-record", self.record_destination(run)]
 
+    def lays_out_channels_last(self, run: Run) -> bool:
+        """Config `cpu_channels_last`: a run of 3-channel images trained on a CPU (where that layout is faster),
+        its layout not chosen by its options. An execution option: the run's spec is the same."""
+        return (self.config["cpu_channels_last"] and not self.uses_gpu and DATASETS[run.dataset].channels == 3
+                and "memory_format" not in run.options)
+
     def train_arguments(self, run: Run, partition: str, threads: int) -> list[str]:
         """The arguments of `fedgmh train` for `run` (words, each quoted by the rule), the workflow's
         labels of the run (`--experiment`, ...: recorded in run.json) included."""
@@ -659,6 +665,8 @@ class Plan:
             words += ["--checkpoint-every", str(config["checkpoint_every"])]
         for key, value in sorted(run.options.items()):
             words += ["--set", f"{key}={set_text(value)}"]
+        if self.lays_out_channels_last(run):
+            words += ["--set", "memory_format=channels_last"]
         for folder in config["stores"]:
             words += ["--store", folder]
         # --overwrite: Snakemake decided the folder's run must be made (its outputs are already removed); the

@@ -3,7 +3,7 @@ finished record, which will train, and for about how long.
 
 A planned run is reused when a record of it exists: a finished run in its own folder under
 results/<name>/runs/, or a record anywhere in the config's `stores` (paper_artifacts/ by default) whose
-spec equals the run's in everything a plan knows without the data (`Run.spec`; the dataset's
+spec equals the run's, or computes the same (`RunSpec.computation`), in everything a plan knows without the data (`Run.spec`; the dataset's
 fingerprint and the partition's digest are compared by the training job itself). The time of a run
 to train (of every planned run, when none is left to train) is estimated by fedgmh.plan_estimate: on
 CPU cores from the nearest records' wall times, on one GPU the runs share from the measured rates.
@@ -100,14 +100,14 @@ def plan_cost(plan: Plan, jobs: int = 1) -> Cost:
     stored_in: dict[RunSpec, str] = {}  # specs compare and hash as values (alpha 5 == 5.0)
     for source in plan.config["stores"]:  # in config order, as the training job searches them
         for stored in found[source]:
-            stored_in.setdefault(stored.spec.without_data(), source)
+            stored_in.setdefault(stored.spec.without_data().computation(), source)
     reused: dict[str, int] = {}
     to_train = []
     for run in plan.train_jobs.values():
         if finished.get(Path(run.run_dir).resolve()) == run.spec:  # finished in its own folder: the job does not run
             source = results
         else:
-            source = stored_in.get(run.spec)
+            source = stored_in.get(run.spec.computation())
         if source is None:
             to_train.append(run)
         else:

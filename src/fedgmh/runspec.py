@@ -10,6 +10,11 @@ engine options (an option a record predates at its default; not the `EXECUTION_O
 partition's parameters with its data fields (`DATA_FIELDS`: the dataset's fingerprint and the
 digest of the index arrays). A plan knows no data until the partition file is made: its spec has
 None there, and is compared with `without_data()` of the other.
+
+Two different runs can compute the same numbers: an algorithm whose option at a neutral value makes
+it another algorithm (`SAME_COMPUTATION`: FedProx with mu = 0 is FedAvg, its proximal term zero).
+`computation()` is the spec of what a run computes; the store reuses a record of the same
+computation (`as_run`: the record filed as the run it stands for), the plan and the campaign count it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,11 @@ DATA_FIELDS = ("dataset_fingerprint", "digest")
 EXECUTION_OPTIONS = frozenset({"eval_batch_size", "eval_cache", "eval_batched", "vectorise", "memory_format", "conv"})
 
 Items = tuple[tuple[str, Any], ...]
+
+#: algorithm -> (the algorithm it computes, the option values that make it so): FedProx's proximal
+#: term (mu/2)||w - w_global||^2 adds mu * (w - w_global) = 0 to each gradient at mu = 0, so its
+#: every number is FedAvg's (tests/test_store.py trains both)
+SAME_COMPUTATION: dict[str, tuple[str, dict[str, Any]]] = {"fedprox": ("fedavg", {"mu": 0})}
 
 
 def _frozen(value: Any) -> Any:
@@ -148,10 +158,35 @@ class RunSpec:
         mine, theirs = _flat(self.key()), _flat(other.key())
         return [f"{k}: {mine.get(k)!r} vs {theirs.get(k)!r}" for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
 
+    def computation(self) -> RunSpec:
+        """The spec of what this run computes: that of the run it equals by `SAME_COMPUTATION` (its
+        neutral options dropped), else itself. Two runs of equal computation have the same numbers."""
+        other, neutral = SAME_COMPUTATION.get(self.algorithm, (None, {}))
+        options = dict(self.algorithm_options)
+        if other is None or any(options.get(name) != value for name, value in neutral.items()):
+            return self
+        return dataclasses.replace(self, algorithm=other, algorithm_options=tuple(
+            (k, v) for k, v in self.algorithm_options if k not in neutral))
+
     def describe(self) -> str:
         partition = dict(self.partition)
         return (f"{self.algorithm} on {self.dataset} ExDir({partition.get('classes_per_client')}, {partition.get('alpha')}), "
                 f"{self.rounds} rounds, seed {self.seed}")
+
+
+def as_run(record: dict[str, Any], spec: RunSpec) -> dict[str, Any]:
+    """A record of the same computation as `spec` (not the same run) filed as the run of `spec`: its
+    algorithm and options those of `spec`, `computed_as` naming the run whose numbers they are."""
+    found = RunSpec.from_record(record)
+    if found.computation() != spec.computation():
+        raise UserError(f"the record of {found.describe()} does not compute {spec.describe()}")
+    config = {**record["config"], "algorithm": spec.algorithm}
+    computed_as = {"algorithm": found.algorithm, "algorithm_options": dict(found.algorithm_options), "run_key": found.digest}
+    filed = {**record, "algorithm": spec.algorithm, "config": config, "algorithm_options": dict(spec.algorithm_options),
+             "computed_as": computed_as}
+    filed_spec = RunSpec.from_record(filed)
+    assert (filed_spec if spec.knows_data else filed_spec.without_data()) == spec, filed_spec.difference(spec)
+    return filed
 
 
 def _parameters(partition_meta: dict[str, Any]) -> dict[str, Any]:

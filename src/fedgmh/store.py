@@ -179,18 +179,20 @@ def find(stores: Iterable[Path | str], spec: RunSpec | dict[str, Any]) -> tuple[
     """The record of the run with this spec (or run key), and notes: the run's invalid records and the run.json
     files that give no key (never used), the rule that chose among several equal records (the first
     by store order, then by path), and records of the same run that were not used because their
-    keys differ (the differing fields). Only the run's own records are read whole and checked (the
+    keys differ (the differing fields). Without a record of the run itself, one of a run of the same
+    computation (`RunSpec.computation`: FedProx with mu = 0 is FedAvg) is found. Only the run's own records are read whole and checked (the
     others give their key from run.json; `fedgmh store check` checks every record). Raises
     StoreConflict when two records of the run differ for real."""
     spec = spec if isinstance(spec, RunSpec) else RunSpec.from_key(spec)
     keyed, problems = scan_specs(stores)
+    own = [folder for folder, found in keyed if found == spec]
+    computation = spec.computation()
     matches = []  # scan's order: store order, then path
-    for folder, found in keyed:
-        if found == spec:
-            try:
-                matches.append(read_record(folder))
-            except UserError as err:
-                problems.append(str(err))
+    for folder in own or [folder for folder, found in keyed if found.computation() == computation]:
+        try:
+            matches.append(read_record(folder))
+        except UserError as err:
+            problems.append(str(err))
     notes = [f"{INVALID_NOTE}{line}" for line in problems]
     if conflicts(matches):
         raise StoreConflict(conflict_message(matches))
@@ -205,6 +207,11 @@ def find(stores: Iterable[Path | str], spec: RunSpec | dict[str, Any]) -> tuple[
     return (matches[0] if matches else None), notes
 
 
+def record_files(folder: Path) -> list[str]:
+    """The files of the record in `folder`: its `optional_files` and RECORD_FILES."""
+    return [*optional_files(folder), *RECORD_FILES]
+
+
 def copy_record(source: Path, destination: Path, names: Iterable[str] | None = None) -> None:
     """Copy a record's files (RECORD_FILES and its `optional_files`, or `names`; run.json
     last), each atomically and read without following a link (fedgmh.record.read_bytes); nothing
@@ -212,9 +219,7 @@ def copy_record(source: Path, destination: Path, names: Iterable[str] | None = N
     if destination.is_symlink():
         raise UserError(f"{destination} is a symbolic link; a record is written to a folder of the store only")
     destination.mkdir(parents=True, exist_ok=True)
-    if names is None:
-        names = [*optional_files(source), *RECORD_FILES]
-    for name in sorted(names, key=lambda n: n == "run.json"):
+    for name in sorted(record_files(source) if names is None else names, key=lambda n: n == "run.json"):
         content = read_bytes(source / name)
         with atomic_path(destination / name) as tmp:
             tmp.write_bytes(content)

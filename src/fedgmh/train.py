@@ -41,7 +41,7 @@ from fedgmh.record import load_record, new_record, read_json, write_record
 from fedgmh.memory import peak_rss_bytes, tensor_bytes
 from fedgmh.model import FedAvgCNN, use_unfold_convolutions
 from fedgmh.partition import load_partition
-from fedgmh.runspec import RunSpec, run_identity
+from fedgmh.runspec import RunSpec, as_run, run_identity
 
 
 DEVICES = "cpu, cuda, cuda:N, cuda:auto or auto"  # what --device takes
@@ -130,7 +130,8 @@ def label_record(out_dir: Path, record: dict, workflow: dict[str, str] | None) -
 
 
 def reuse_stored_record(spec: RunSpec, stores: list[Path], out_dir: Path, progress: bool) -> dict | None:
-    """Copy the stored record of the run `spec` to `out_dir`; None when none exists."""
+    """Copy the stored record of the run `spec` (or of a run of the same computation, filed as this
+    run: `runspec.as_run`) to `out_dir`; None when none exists."""
     found, notes = store.find(stores, spec)
     warn = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     say = warn if progress else (lambda line: None)
@@ -138,10 +139,17 @@ def reuse_stored_record(spec: RunSpec, stores: list[Path], out_dir: Path, progre
         (warn if line.startswith(store.INVALID_NOTE) else say)(f"[{spec.algorithm}] {line}")
     if found is None:
         return None
-    store.copy_record(found.folder, out_dir)
+    if found.spec == spec:
+        store.copy_record(found.folder, out_dir)
+        record = found.record
+    else:  # a run of the same computation (RunSpec.computation): filed as this run, its run.json last
+        record = as_run(found.record, spec)
+        store.copy_record(found.folder, out_dir, [name for name in store.record_files(found.folder) if name != "run.json"])
+        write_json(record, out_dir / "run.json")
     say(f"[{spec.algorithm}] reused the record in {found.folder} (trained on {found.record.get('device')}, "
-        f"{found.record.get('started_utc')}); no training")
-    return found.record
+        f"{found.record.get('started_utc')}{', ' + found.spec.algorithm + ': the same computation' if found.spec != spec else ''}); "
+        "no training")
+    return record
 
 
 #: the files of the output folder that a run reads (a finished record, a snapshot)
