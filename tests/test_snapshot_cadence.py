@@ -120,7 +120,7 @@ def test_cadence_values_read_as_rounds_or_seconds(text, cadence):
 
 @pytest.mark.parametrize("text", ["-1", "0s", "ten", "1.5", "s", "60 m"])
 def test_a_bad_cadence_is_refused_in_one_line(text):
-    with pytest.raises(UserError, match="expected K rounds") as refused:
+    with pytest.raises(UserError, match="expected K >= 0 rounds") as refused:
         snapshot_cadence(text)
     assert "\n" not in str(refused.value)
 

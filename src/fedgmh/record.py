@@ -245,21 +245,26 @@ def check_numbers(folder: Path, record: dict[str, Any], metrics: pd.DataFrame) -
     wall = record.get("wall_time_s", 0)
     if not (_number(wall) and math.isfinite(wall) and wall >= 0):
         raise UserError(f"{run_json}: wall_time_s is {wall!r}, not a number of seconds")
-    if "sample_passes" in record:
-        check_sample_passes(run_json, record["sample_passes"])
+    for field in SAMPLE_PASS_FIELDS:
+        if field in record:
+            check_sample_passes(run_json, record[field], field)
 
 
-def check_sample_passes(run_json: Path, passes: Any) -> None:
-    """run.json's `sample_passes` (a record may predate it): whole numbers of training sample passes,
+#: run.json's counts of sample passes: training's and evaluation's (a record may predate either)
+SAMPLE_PASS_FIELDS = ("sample_passes", "evaluation_sample_passes")
+
+
+def check_sample_passes(run_json: Path, passes: Any, field: str = "sample_passes") -> None:
+    """run.json's `field` (one of `SAMPLE_PASS_FIELDS`): whole numbers of sample passes,
     0 <= useful <= executed, executed > 0, and useful_share their quotient."""
     if not isinstance(passes, dict) or set(passes) != {"useful", "executed", "useful_share"}:
-        raise UserError(f"{run_json}: sample_passes is {passes!r}, not {{useful, executed, useful_share}}")
+        raise UserError(f"{run_json}: {field} is {passes!r}, not {{useful, executed, useful_share}}")
     useful, executed, share = passes["useful"], passes["executed"], passes["useful_share"]
     if not (_whole(useful) and _whole(executed) and 0 <= useful <= executed and executed > 0):
-        raise UserError(f"{run_json}: sample_passes useful {useful!r} and executed {executed!r} "
+        raise UserError(f"{run_json}: {field} useful {useful!r} and executed {executed!r} "
                         "are not counts with useful <= executed")
     if share != useful / executed:
-        raise UserError(f"{run_json}: sample_passes.useful_share is {share!r} but useful / executed is {useful / executed!r}")
+        raise UserError(f"{run_json}: {field}.useful_share is {share!r} but useful / executed is {useful / executed!r}")
 
 
 def _copies(record: dict[str, Any], field: str) -> list[tuple[str, Any]]:

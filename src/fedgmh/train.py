@@ -433,6 +433,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "threads": torch.get_num_threads(),
         **({"sample_passes": passes} if (passes := fed.sample_passes.record()) else {}),
+        **({"evaluation_sample_passes": passes} if (passes := fed.evaluation_passes.record()) else {}),
         **({"jobs_per_gpu": jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
         "host": platform.node(),
         "machine": machine_facts(device),

@@ -137,12 +137,16 @@ class Checkpoint:
             self.start()
         return self.clock() - self.since >= max(self.seconds, self.write_seconds / SNAPSHOT_SHARE)
 
-    def save(self, snapshot: dict, began: float | None = None) -> None:
+    def save(self, snapshot: dict) -> None:
         """Write the snapshot atomically: a failed or interrupted write (a full disk, Ctrl-C) leaves the
-        previous one as it was and raises what stopped it (`_WriteRecorder`). `began`: when taking the
-        snapshot began (`clock`; its cost counts from there), else now."""
-        began = self.clock() if began is None else began
+        previous one as it was and raises what stopped it (`_WriteRecorder`)."""
+        began = self.clock()
         self._write(snapshot)
+        self.taken(began)
+
+    def taken(self, began: float) -> None:
+        """A snapshot was taken from `began` (`clock`) to now: the next one by time counts from now, and
+        waits for at least this one's cost / `SNAPSHOT_SHARE`."""
         self.since = self.clock()
         self.write_seconds = self.since - began
 
@@ -226,6 +230,7 @@ def restore_run(fed: Federation, algorithm, snapshot: dict, rng: np.random.Rando
     rng.set_state(snapshot["rng"])
     algorithm.load_state({k: _to_device(v, fed.device) for k, v in snapshot["algorithm"].items()})
     fed.sample_passes.restore(snapshot.get("sample_passes"))
+    fed.evaluation_passes.restore(snapshot.get("evaluation_passes"))
 
 
 def _to_device(value, device: torch.device):
@@ -252,5 +257,7 @@ def snapshot_run(checkpoint: Checkpoint, fed: Federation, algorithm, rng: np.ran
         "participations": fed.participations.copy(),
         "algorithm": algorithm.state(),
         "sample_passes": fed.sample_passes.state(),
-    }, began)
+        "evaluation_passes": fed.evaluation_passes.state(),
+    })
+    checkpoint.taken(began)
     return rnd + 1
