@@ -42,7 +42,7 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
     monkeypatch.setattr(engine.evaluation, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
     monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
     together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
-    assert passes == [fed.num_clients]
+    assert passes == [4, 1]  # two buckets: the splits of 3 samples, the split of 1
     _same_evaluation(one_by_one, together)
 
 
@@ -68,8 +68,9 @@ def test_passes_hold_at_most_their_share_of_clients_and_of_each_clients_samples(
         return algorithm.forward(params, x)
 
     together = evaluate_clients(fed, algorithm.eval_params, counted, many=vectorised.evaluate_many)
-    # clients [0, 1], [2, 3], [4]; within each, samples 0-1 then 2: six traced calls of 2 or 1 samples
-    assert calls == [2, 1, 2, 1, 2, 1]
+    # the bucket of 3-sample splits in passes [0, 1], [2, 4], each of samples 0-1 then 2; then client 3's
+    # bucket of 1-sample splits
+    assert calls == [2, 1, 2, 1, 1]
     _same_evaluation(one_by_one, together)
 
 

@@ -89,20 +89,26 @@ def table(folder: Path, name: str = "metrics.csv") -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("seconds",) if c in frame])
 
 
-def same_records(a: Path, b: Path, passes: bool = True) -> None:
-    """The same numbers to float tolerance; `passes`: and the same sample passes (a resumed run counts
-    those since its resume only)."""
+def same_records(a: Path, b: Path, passes: bool = True, acc_atol: float = 1e-4) -> None:
+    """The same numbers to float tolerance (accuracies within `acc_atol`); `passes`: and the same sample
+    passes (a resumed run counts those since its resume only)."""
     for name in ("metrics.csv", "clients.csv"):
-        pd.testing.assert_frame_equal(table(a, name), table(b, name), check_exact=False, rtol=1e-3, atol=1e-4)
+        x, y = table(a, name), table(b, name)
+        accs = [c for c in x if "acc" in c]
+        pd.testing.assert_frame_equal(x.drop(columns=accs), y.drop(columns=accs), check_exact=False, rtol=1e-3, atol=1e-4)
+        pd.testing.assert_frame_equal(x[accs], y[accs], check_exact=False, rtol=0, atol=acc_atol)
     ra, rb = (json.loads((f / "run.json").read_text()) for f in (a, b))
     assert ra["engine_options"] == rb["engine_options"] and ra["config"] == rb["config"]
     assert not passes or ra["sample_passes"] == rb["sample_passes"]
 
 
 @pytest.mark.parametrize("runs", [[("fedavg", 0), ("fedavg", 1), ("fedavg", 2)], [("fedgmh", 0), ("fedgmh", 1), ("fedgmh", 2)],
-                                  [("fedavg", 0), ("fedgmh", 0)]], ids=["fedavg-seeds", "fedgmh-seeds", "two-methods"])
+                                  [("fedavg", 0), ("fedgmh", 0)], [("fedrod", 0), ("fedrod", 1)], [("fedcp", 0), ("fedcp", 1)]],
+                         ids=["fedavg-seeds", "fedgmh-seeds", "two-methods", "fedrod-seeds", "fedcp-seeds"])
 def test_runs_trained_together_equal_the_runs_trained_alone(digits, tmp_path, runs, monkeypatch):
-    """Seeds of one method, and two methods whose local training is the same plain SGD, share steps."""
+    """Seeds of one method, two methods whose local training is the same plain SGD, and seeds of a
+    method whose loss is a bound method (FedRoD, FedCP) share steps: the steps counted are those trained
+    (`RunGroup.steps`, from `train_requests`), not the requests handed over."""
     from fedgmh.engine import group as group_module
 
     steps = []
@@ -117,8 +123,12 @@ def test_runs_trained_together_equal_the_runs_trained_alone(digits, tmp_path, ru
     alone = [run_training(config(digits, seed, name), tmp_path / f"alone{i}", progress=False) for i, (name, seed) in enumerate(runs)]
     together = run_group([GroupRun(config(digits, seed, name), tmp_path / f"group{i}", {"progress": False}) for i, (name, seed) in enumerate(runs)])
     assert all(isinstance(record, dict) for record in together), together
+    # FedCP's policy network (layer norm, softmax over feature pairs) carries the float differences of a
+    # batched step (test losses within 6e-5 after 3 rounds) far enough to flip a test sample's prediction
+    one_sample = 1 / pd.read_csv(tmp_path / "alone0" / "clients.csv")["test_samples"].min()
+    acc_atol = one_sample + 1e-9 if runs[0][0] == "fedcp" else 1e-4
     for i in range(len(runs)):
-        same_records(tmp_path / f"alone{i}", tmp_path / f"group{i}")
+        same_records(tmp_path / f"alone{i}", tmp_path / f"group{i}", acc_atol=acc_atol)
     assert steps and max(steps) == len(runs)  # all runs' clients did share steps
     assert len({r["best_test_acc"] for r in alone}) > 1  # the runs differ
 

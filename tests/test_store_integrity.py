@@ -110,6 +110,11 @@ TAMPERINGS = {
         "executed <= batch size x useful"),
     "a useful share that is not useful / executed": (
         lambda f: write_record(f, sample_passes={"useful": 1, "executed": 4, "useful_share": 0.5}), "useful_share"),
+    "more useful evaluation passes than executed": (
+        lambda f: write_record(f, evaluation_sample_passes={"useful": 5, "executed": 4, "useful_share": 1.25}),
+        "evaluation_sample_passes useful 5"),
+    "evaluation passes without their share": (
+        lambda f: write_record(f, evaluation_sample_passes={"useful": 1, "executed": 4}), "evaluation_sample_passes is"),
 }
 
 
@@ -117,6 +122,8 @@ def test_a_record_with_or_without_sample_passes_is_valid(tmp_path: Path) -> None
     passes = {"useful": 3, "executed": 4, "useful_share": 0.75}
     assert run_record.load_record(write_record(tmp_path / "with", sample_passes=passes))[0]["sample_passes"] == passes
     assert "sample_passes" not in run_record.load_record(write_record(tmp_path / "without"))[0]
+    both = run_record.load_record(write_record(tmp_path / "both", sample_passes=passes, evaluation_sample_passes=passes))[0]
+    assert both["evaluation_sample_passes"] == passes
 
 
 def test_an_algorithm_option_outside_its_cards_range_is_refused(tmp_path: Path) -> None:

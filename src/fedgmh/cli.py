@@ -35,6 +35,7 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from fedgmh.cadence import DEFAULT_CADENCE, SNAPSHOT_SHARE
 from fedgmh.cli_train import ParseStop
 from fedgmh.errors import Interrupted, UserError
 
@@ -189,8 +190,9 @@ def _train_options(args: argparse.Namespace) -> dict:
 
     if args.jobs_per_gpu < 1:
         raise UserError(f"--jobs-per-gpu {args.jobs_per_gpu}: at least 1 job per GPU")
-    if args.checkpoint_every < 0:
-        raise UserError(f"--checkpoint-every {args.checkpoint_every}: must be >= 0 (rounds between snapshots; 0: none)")
+    from fedgmh.cadence import snapshot_cadence
+
+    snapshot_cadence(args.checkpoint_every)  # a bad value is refused before any work
     workflow = {name: getattr(args, name) for name in WORKFLOW_LABELS if getattr(args, name) is not None}
     return {"progress": not args.quiet, "checkpoint_every": args.checkpoint_every, "stores": [Path(s) for s in args.store],
             "overwrite": args.overwrite, "jobs_per_gpu": args.jobs_per_gpu, "workflow": workflow}
@@ -400,10 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument(
         "--checkpoint-every",
-        type=int,
-        default=5,
-        metavar="K",
-        help="snapshot the run every K rounds to OUT/checkpoint.pt; a re-run resumes from it (0: never)",
+        default=DEFAULT_CADENCE,
+        metavar="K|Ss",
+        help="snapshot the run to OUT/checkpoint.pt every K rounds, or (Ss) after S seconds of training since the last "
+        f"snapshot, waiting longer where a snapshot would take over {100 * SNAPSHOT_SHARE:g} %% of the time; a re-run "
+        f"resumes from it (0: never; default {DEFAULT_CADENCE})",
     )
     labels = p.add_argument_group("workflow labels", "where the workflow files the run: recorded in run.json under `workflow` "
                                   "(also in a record reused from a store); not part of the run, never compared")

@@ -245,25 +245,30 @@ def check_numbers(folder: Path, record: dict[str, Any], metrics: pd.DataFrame) -
     wall = record.get("wall_time_s", 0)
     if not (_number(wall) and math.isfinite(wall) and wall >= 0):
         raise UserError(f"{run_json}: wall_time_s is {wall!r}, not a number of seconds")
-    if "sample_passes" in record:
-        check_sample_passes(run_json, record["sample_passes"], record["config"].get("batch_size"))
+    for field in SAMPLE_PASS_FIELDS:
+        if field in record:
+            check_sample_passes(run_json, record[field], field, record["config"].get("batch_size"))
 
 
-def check_sample_passes(run_json: Path, passes: Any, batch_size: Any = None) -> None:
-    """run.json's `sample_passes` (a record may predate it): whole numbers of training sample passes,
-    0 <= useful <= executed <= batch_size x useful (an executed batch holds at least one real sample),
-    executed > 0, and useful_share their quotient."""
+#: run.json's counts of sample passes: training's and evaluation's (a record may predate either)
+SAMPLE_PASS_FIELDS = ("sample_passes", "evaluation_sample_passes")
+
+
+def check_sample_passes(run_json: Path, passes: Any, field: str = "sample_passes", batch_size: Any = None) -> None:
+    """run.json's `field` (one of `SAMPLE_PASS_FIELDS`): whole numbers of sample passes,
+    0 <= useful <= executed, executed > 0, useful_share their quotient, and for training
+    executed <= batch_size x useful (an executed batch holds at least one real sample)."""
     if not isinstance(passes, dict) or set(passes) != {"useful", "executed", "useful_share"}:
-        raise UserError(f"{run_json}: sample_passes is {passes!r}, not {{useful, executed, useful_share}}")
+        raise UserError(f"{run_json}: {field} is {passes!r}, not {{useful, executed, useful_share}}")
     useful, executed, share = passes["useful"], passes["executed"], passes["useful_share"]
     if not (_whole(useful) and _whole(executed) and 0 <= useful <= executed and executed > 0):
-        raise UserError(f"{run_json}: sample_passes useful {useful!r} and executed {executed!r} "
+        raise UserError(f"{run_json}: {field} useful {useful!r} and executed {executed!r} "
                         "are not counts with useful <= executed")
-    if _whole(batch_size) and executed > batch_size * useful:
+    if field == "sample_passes" and _whole(batch_size) and executed > batch_size * useful:
         raise UserError(f"{run_json}: sample_passes executed {executed} exceeds batch size {batch_size} x useful {useful}: "
                         "impossible counts (useful <= executed <= batch size x useful)")
     if share != useful / executed:
-        raise UserError(f"{run_json}: sample_passes.useful_share is {share!r} but useful / executed is {useful / executed!r}")
+        raise UserError(f"{run_json}: {field}.useful_share is {share!r} but useful / executed is {useful / executed!r}")
 
 
 def _copies(record: dict[str, Any], field: str) -> list[tuple[str, Any]]:

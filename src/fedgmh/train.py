@@ -34,6 +34,7 @@ from fedgmh.algorithms import algorithm_classes, get_algorithm
 from fedgmh.cards import resolve_options
 from fedgmh.config import EngineOptions, TrainConfig, selects_a_client
 from fedgmh.engine import Checkpoint, Federation, Member, RunGroup, cuda_flags, run_rounds, set_numerics
+from fedgmh.cadence import DEFAULT_CADENCE, describe_cadence, snapshot_cadence
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.io import check_writable_folder, remove_leftovers, write_json
 from fedgmh.machine import machine_facts
@@ -335,13 +336,14 @@ class SharedRuns:
             return self.datasets[key]
 
 
-def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int = 5,
+def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, checkpoint_every: int | str = DEFAULT_CADENCE,
                  stores: list[Path] | None = None, overwrite: bool = False, jobs_per_gpu: int = 1,
                  workflow: dict[str, str] | None = None, member: Member | None = None, shared: SharedRuns | None = None) -> dict:
     """Run one federated training run and write metrics.csv and run.json into `out_dir`.
 
-    Every `checkpoint_every` rounds the run's state goes to `out_dir/checkpoint.pt`; a run
-    started again with the same settings resumes from it (0 = no checkpoints). When a folder of
+    The run's state goes to `out_dir/checkpoint.pt` every `checkpoint_every` (K rounds, or "Ss": after
+    S seconds of training, `checkpoint.snapshot_cadence`; an execution option, not part of the run); a
+    run started again with the same settings resumes from it (0 = no checkpoints). When a folder of
     `stores` holds the record of exactly this run (fedgmh.store), that record is copied to
     `out_dir` instead of training. When `out_dir` already holds the finished record of this run
     (`finished_run`), it is returned and nothing is trained; a finished run of other settings there
@@ -368,7 +370,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         print(f"[{config.algorithm}] {out_dir} already holds the finished run of these settings; not trained again "
               "(--overwrite trains it again)", file=sys.stderr, flush=True)
         return label_record(out_dir, finished, workflow)
-    checkpoint = Checkpoint(out_dir / "checkpoint.pt", checkpoint_every, identity)
+    every, seconds = snapshot_cadence(checkpoint_every)
+    checkpoint = Checkpoint(out_dir / "checkpoint.pt", every, identity, seconds=seconds)
     if overwrite and checkpoint.holds_other_run():
         checkpoint.remove()
         print(f"[{config.algorithm}] removed {checkpoint.path}, a snapshot of a run with other settings (--overwrite)",
@@ -419,8 +422,8 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         # just before the stop arrived, in the instant before the round loop took note of it
         if stop.details.get("resume_round") is not None or checkpoint.path.is_file():
             stop.message += "; the same command resumes from the checkpoint"
-        elif checkpoint_every > 0:
-            stop.message += f"; no checkpoint yet (one every {checkpoint_every} rounds): the same command starts again"
+        elif checkpoint.periodic:
+            stop.message += f"; no checkpoint yet ({describe_cadence(every, seconds)}): the same command starts again"
         else:
             stop.message += "; checkpoints are off (--checkpoint-every 0): the same command starts again"
         raise
@@ -438,6 +441,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
         "device": str(device) if device.type == "cpu" else f"{device} ({torch.cuda.get_device_name(device)})",
         "threads": torch.get_num_threads(),
         **({"sample_passes": passes} if (passes := fed.sample_passes.record()) else {}),
+        **({"evaluation_sample_passes": passes} if (passes := fed.evaluation_passes.record()) else {}),
         **({"jobs_per_gpu": jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
         "host": platform.node(),
         "machine": machine_facts(device),

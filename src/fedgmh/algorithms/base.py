@@ -50,6 +50,10 @@ class Algorithm:
     #: False when a client that trains uploads nothing (Local): the round row's `clients_up` then
     #: counts only `extra_uploads`
     trained_clients_upload: ClassVar[bool] = True
+    #: True when its phases' bound-method seams (loss_fn, grad_hook, draw) read nothing of the algorithm
+    #: but its `options` and the model's architecture: two runs' seams with equal options are then the
+    #: same function, so `fedgmh train-group` trains their clients in one step (`vectorised._same_function`)
+    seams_read_options_only: ClassVar[bool] = False
     #: uploads this round besides those of the clients that trained (e.g. extra clients of a
     #: cluster round): `engine.play_round` sets it to 0 before `send`, an algorithm adds to it, and
     #: the round row's `clients_up` adds it to the trained clients. Never checkpointed.

@@ -55,6 +55,8 @@ class FedRoD(ParameterAveraging):
     two optimisers (generic step, then personal step on the same batch's detached outputs).
     """
 
+    seams_read_options_only = True  # local_loss: the model and the client's counts (in extra)
+
     def __init__(self, fed, options) -> None:
         super().__init__(fed, options)  # shared: every model key (body + generic head)
         self.initial_local = {"p" + k: v for k, v in self.global_params.items() if is_head(k)}
@@ -153,6 +155,8 @@ class FedCP(ParameterAveraging):
         if options.sync == "round_start":
             return Exchange(part, part, 0)
         return Exchange(part, part, sizes.body)
+
+    seams_read_options_only = True  # local_loss: the model, options lamda; the noise and global body in extra
 
     def __init__(self, fed, options: FedCPOptions) -> None:
         super().__init__(fed, options)  # global: body + head of the initial model

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
+from fedgmh.cadence import SNAPSHOT_SHARE
 from fedgmh.engine.federation import Federation
 from fedgmh.errors import UserError
 from fedgmh.runspec import identity_text, same_snapshot_run
@@ -91,6 +94,11 @@ def rows_digest(identity: dict | str, rows: list[dict]) -> str:
 class Checkpoint:
     """Periodic snapshots of a run (written atomically), so a killed run resumes where it stopped.
 
+    The cadence: after every `every` rounds, or (`seconds` > 0, `every` 0) after the round in which at
+    least `seconds` of training passed since the last snapshot ended (or the rounds started), and at
+    least the last write's time / `SNAPSHOT_SHARE`, so that snapshots take at most that share of the
+    run's time whatever their size. Neither: no periodic snapshot. `clock` measures both.
+
     A snapshot holds the algorithm's state, every RNG state and the metrics so far; resuming
     from it gives exactly the metrics of an uninterrupted run. `identity` describes the run (run.json's
     identity fields, `runspec.run_identity`); a snapshot of another run (`runspec.same_snapshot_run`)
@@ -102,15 +110,47 @@ class Checkpoint:
     Its metric rows carry a checksum (`rows_digest`): a snapshot whose rows were edited is refused.
     """
 
-    def __init__(self, path: Path | str, every: int, identity: dict) -> None:
-        self.path, self.every, self.identity = Path(path), every, identity
+    def __init__(self, path: Path | str, every: int, identity: dict, *, seconds: float = 0.0,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.path, self.every, self.identity, self.seconds, self.clock = Path(path), every, identity, seconds, clock
+        self.since: float | None = None  # when the last snapshot ended, or the rounds started
+        self.write_seconds = 0.0  # how long the last snapshot took to write
+
+    @property
+    def periodic(self) -> bool:
+        """Whether the run snapshots as it goes (by rounds or by time)."""
+        return self.every > 0 or self.seconds > 0
+
+    def start(self) -> None:
+        """The rounds start now: the first snapshot by time counts from here."""
+        self.since = self.clock()
 
     def due(self, rnd: int, rounds: int) -> bool:
-        return self.every > 0 and rnd < rounds and (rnd + 1) % self.every == 0
+        """Whether round `rnd` (of `rounds`; the final evaluation never) ends with a snapshot."""
+        if rnd >= rounds:
+            return False
+        if self.every > 0:
+            return (rnd + 1) % self.every == 0
+        if self.seconds <= 0:
+            return False
+        if self.since is None:
+            self.start()
+        return self.clock() - self.since >= max(self.seconds, self.write_seconds / SNAPSHOT_SHARE)
 
     def save(self, snapshot: dict) -> None:
         """Write the snapshot atomically: a failed or interrupted write (a full disk, Ctrl-C) leaves the
         previous one as it was and raises what stopped it (`_WriteRecorder`)."""
+        began = self.clock()
+        self._write(snapshot)
+        self.taken(began)
+
+    def taken(self, began: float) -> None:
+        """A snapshot was taken from `began` (`clock`) to now: the next one by time counts from now, and
+        waits for at least this one's cost / `SNAPSHOT_SHARE`."""
+        self.since = self.clock()
+        self.write_seconds = self.since - began
+
+    def _write(self, snapshot: dict) -> None:
         from fedgmh.io import atomic_path
 
         with atomic_path(self.path) as tmp, open(tmp, "wb") as handle:
@@ -199,6 +239,8 @@ def restore_run(fed: Federation, algorithm, snapshot: dict, rng: np.random.Rando
     fed.participations[:] = snapshot["participations"]  # in place: algorithms may hold views of fed
     algorithm.load_state({k: _to_device(v, fed.device) for k, v in snapshot["algorithm"].items()})
     fed.sample_passes.restore(None if snapshot.get("sample_passes") is None else tuple(map(int, snapshot["sample_passes"])))
+    fed.evaluation_passes.restore(None if snapshot.get("evaluation_passes") is None
+                                  else tuple(map(int, snapshot["evaluation_passes"])))
 
 
 def _count(value) -> bool:
@@ -227,6 +269,10 @@ def snapshot_problem(fed: Federation, algorithm, snapshot: dict) -> str | None:
     if passes is not None and not (isinstance(passes, (tuple, list)) and len(passes) == 2 and all(map(_count, passes))
                                    and passes[0] <= passes[1] <= fed.batch_size * passes[0]):
         return f"sample_passes {passes!r} is not (useful, executed) with 0 <= useful <= executed <= batch size x useful"
+    passes = snapshot.get("evaluation_passes")
+    if passes is not None and not (isinstance(passes, (tuple, list)) and len(passes) == 2 and all(map(_count, passes))
+                                   and passes[0] <= passes[1]):
+        return f"evaluation_passes {passes!r} is not (useful, executed) with 0 <= useful <= executed"
     if not isinstance(snapshot["algorithm"], dict):
         return "the algorithm's state is not a mapping"
     for key, value in snapshot["algorithm"].items():
@@ -273,6 +319,7 @@ def _to_device(value, device: torch.device):
 
 def snapshot_run(checkpoint: Checkpoint, fed: Federation, algorithm, rng: np.random.RandomState, rows: list[dict], rnd: int) -> int:
     """Snapshot the run after round `rnd`; returns the round it resumes from."""
+    began = checkpoint.clock()  # gathering the state counts as part of the snapshot's cost
     checkpoint.save({
         "next_round": rnd + 1,
         "rows": rows,
@@ -281,5 +328,7 @@ def snapshot_run(checkpoint: Checkpoint, fed: Federation, algorithm, rng: np.ran
         "participations": fed.participations.copy(),
         "algorithm": algorithm.state(),
         "sample_passes": fed.sample_passes.state(),
+        "evaluation_passes": fed.evaluation_passes.state(),
     })
+    checkpoint.taken(began)
     return rnd + 1

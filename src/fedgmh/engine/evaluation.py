@@ -126,6 +126,7 @@ def _evaluation_sums(fed: Federation, clients: list[int], models: list[Params], 
         return many(fed, models, clients, forward, [_label_prior(fed, c) for c in clients] if masked else None)
     sums = []
     for client, params in zip(clients, models):
+        fed.evaluation_passes.add(useful=len(fed.test_idx[client]), executed=len(fed.test_idx[client]))
         hits, sample_losses = predict(fed, params, fed.test_idx[client], with_label_prior(fed, client, forward) if masked else forward)
         sums.append(torch.stack([hits.sum().double(), sample_losses.double().sum()]))
     return torch.stack(sums)

@@ -82,8 +82,9 @@ class LocalResult:
 
 
 class SamplePasses:
-    """Training sample passes of a run: those executed and the useful ones among them (real samples;
-    the batched step also executes the masked padding of partial batches). Client by client every
+    """Sample passes of a run's training or evaluation: those executed and the useful ones among them
+    (real samples; the batched training step also executes the masked padding of partial batches, a
+    batched evaluation pass the padding of its bucket and its filled-up models). Client by client every
     executed pass is useful."""
 
     def __init__(self) -> None:
@@ -103,10 +104,61 @@ class SamplePasses:
         self.useful, self.executed = state if state is not None else (0, 0)
 
     def record(self) -> dict[str, int | float] | None:
-        """run.json's `sample_passes`; None before any pass, or when a resumed snapshot did not count them."""
+        """run.json's `sample_passes` or `evaluation_sample_passes`; None before any pass, or when a resumed
+        snapshot did not count them."""
         if not (self.executed and self.known):
             return None
         return {"useful": self.useful, "executed": self.executed, "useful_share": self.useful / self.executed}
+
+
+#: the least share of real samples among the padded test samples of a bucket (`bucket_by_length`)
+EVAL_BUCKET_FILL = 0.95
+
+
+def bucket_by_length(lengths: list[int], fill: float) -> list[list[int]]:
+    """Clients (by index) grouped by their test-split length, longest first: a bucket takes the next
+    longest clients while padding them to its longest keeps at least `fill` of its samples real. From
+    the lengths alone, so a client's bucket never changes during a run (0: one bucket of all clients)."""
+    order = sorted(range(len(lengths)), key=lambda c: (-lengths[c], c))
+    buckets: list[list[int]] = []
+    real = 0
+    for client in order:
+        if buckets:
+            bucket = buckets[-1]
+            width = lengths[bucket[0]]
+            if real + lengths[client] >= fill * width * (len(bucket) + 1):
+                bucket.append(client)
+                real += lengths[client]
+                continue
+        buckets.append([client])
+        real = lengths[client]
+    return buckets
+
+
+@dataclass
+class EvalBucket:
+    """Clients whose test splits are evaluated together (`Federation.test_buckets`): `index`
+    [clients, width] holds each one's test samples padded with sample 0 to the bucket's longest split,
+    `mask` its real ones, `lengths` (on the host) how many."""
+
+    clients: list[int]
+    index: torch.Tensor
+    mask: torch.Tensor
+    lengths: list[int]
+
+    @staticmethod
+    def of(test_idx: list[torch.Tensor], clients: list[int], device: torch.device) -> EvalBucket:
+        lengths = [len(test_idx[c]) for c in clients]
+        width = max(lengths, default=0)
+        index = torch.zeros(len(clients), width, dtype=torch.long, device=device)
+        for row, client in enumerate(clients):
+            index[row, : lengths[row]] = test_idx[client]
+        mask = torch.arange(width, device=device) < torch.tensor(lengths, device=device)[:, None]
+        return EvalBucket(clients, index, mask, lengths)
+
+    @property
+    def width(self) -> int:
+        return self.index.shape[1]
 
 
 class Channel:
@@ -161,6 +213,8 @@ class Federation:
     channel: Channel = field(init=False)
     #: shared with every `view` (by reference), so the batched step of a view counts for the run
     sample_passes: SamplePasses = field(init=False)
+    #: the evaluation's sample passes (shared with every `view` as `sample_passes` is)
+    evaluation_passes: SamplePasses = field(init=False)
     current_round: int = field(init=False, default=0)  # set by play_round; lr_decay_unit=round reads it
     #: the run's number of rounds, set by `run_rounds` on every start (also on a resume; never
     #: checkpointed): an algorithm that acts in the last training round (rounds - 1) reads it
@@ -175,6 +229,7 @@ class Federation:
         self.participations = np.zeros(self.num_clients, dtype=np.int64)
         self.channel = Channel()
         self.sample_passes = SamplePasses()
+        self.evaluation_passes = SamplePasses()
 
     def view(self, *, train_idx: list[torch.Tensor] | None = None, batch_size: int | None = None,
              lr: Callable[[int], float] | None = None, generator: torch.Generator | None = None,
@@ -204,16 +259,12 @@ class Federation:
         return len(self.train_idx)
 
     @functools.cached_property
-    def padded_test_idx(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every client's test samples padded to the longest split ([clients, longest], padded with
-        sample 0) and the mask of its real ones: built once (test splits are fixed during a run), so a
-        batched evaluation pass gathers its rows in one indexing instead of writes per client."""
-        longest = max((len(idx) for idx in self.test_idx), default=0)
-        index = torch.zeros(self.num_clients, longest, dtype=torch.long, device=self.device)
-        for client, idx in enumerate(self.test_idx):
-            index[client, : len(idx)] = idx
-        lengths = torch.tensor([len(idx) for idx in self.test_idx], device=self.device)
-        return index, torch.arange(longest, device=self.device) < lengths[:, None]
+    def test_buckets(self) -> list[EvalBucket]:
+        """The clients grouped by the length of their test split (`bucket_by_length`), each bucket's
+        splits padded to its longest: built once (test splits are fixed during a run), so a client is
+        always in the same bucket and a batched evaluation pass gathers its rows in one indexing."""
+        lengths = [len(idx) for idx in self.test_idx]
+        return [EvalBucket.of(self.test_idx, clients, self.device) for clients in bucket_by_length(lengths, EVAL_BUCKET_FILL)]
 
     @property
     def device(self) -> torch.device:

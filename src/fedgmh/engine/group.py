@@ -21,12 +21,13 @@ class RunGroup:
     """The meeting point of its runs (`member`, one each, all taken before any run starts); each leaves
     once it stops training (finished, failed or never started), so that the others do not wait for it."""
 
-    def __init__(self, train: Callable[[list[Request]], list] = train_requests) -> None:
+    def __init__(self, train: Callable[[list[Request]], list] | None = None) -> None:
         self.live, self.pending = 0, []
-        self.train_all = train
-        self.condition = threading.Condition()
-        #: the batched steps taken and the requests in each (how many runs shared it)
+        #: the batched steps trained and the number of runs whose clients each held (`train_requests`:
+        #: runs whose steps cannot be joined train in steps of their own)
         self.steps: list[int] = []
+        self.train_all = train or (lambda requests: train_requests(requests, self.steps))
+        self.condition = threading.Condition()
         #: held while a run builds its model and algorithm, which may draw from torch's global generator
         self.setup_lock = threading.Lock()
 
@@ -56,7 +57,6 @@ class RunGroup:
         if not self.pending or len(self.pending) < self.live:
             return
         requests, self.pending = self.pending, []
-        self.steps.append(len(requests))
         try:
             for request, results in zip(requests, self.train_all(requests)):
                 request.outcome = results

@@ -145,7 +145,7 @@ def run_rounds(
     Stopped by Ctrl-C or SIGTERM (a KeyboardInterrupt), it raises `errors.Interrupted` with the
     round it stopped at and `resume_round`, the round its last checkpoint resumes from (None: no
     checkpoint was written). A checkpoint being written at that moment is left as it was (atomic).
-    With a `checkpoint` that snapshots (every > 0), SIGTERM instead stops at the end of the round it
+    With a `checkpoint` that snapshots (`Checkpoint.periodic`: by rounds or by time), SIGTERM instead stops at the end of the round it
     arrives in, after snapshotting that round (`stopping`), and `resume_round` is the next round:
     a scheduler's stop loses no training. Arriving in the last training round or in the final
     evaluation, it lets the run finish. A second SIGTERM stops at once.
@@ -169,7 +169,9 @@ def run_rounds(
         restore_run(fed, algorithm, snapshot, rng, checkpoint.path if checkpoint is not None else "the snapshot")
         rows, first = snapshot["rows"], snapshot["next_round"]
     rnd, resume_round = first, first if snapshot is not None else None
-    snapshots, stopped = checkpoint is not None and checkpoint.every > 0, False
+    snapshots, stopped = checkpoint is not None and checkpoint.periodic, False
+    if snapshots:
+        checkpoint.start()
     try:
         with sigterm_at_round_end(enabled=snapshots) as stop_request:
             for rnd in range(first, rounds + 1):

@@ -39,7 +39,8 @@ class _Plan:
     """One phase's batches of all clients, the clients in `order` (the most steps first): index and
     mask [steps, clients, batch], drawn noise [steps, clients, batch, ...] (zero at padded samples) or
     None, `active[s]`: how many leading clients have a batch at step s, and each client's number of
-    samples in the callers' order (counted on the host: reading the mask back would wait for the device)."""
+    samples in the callers' order (counted on the host: reading the mask back would wait for the device).
+    `empty_batch`: whether some client has a batch without samples (known on the host)."""
 
     index: torch.Tensor
     mask: torch.Tensor
@@ -47,6 +48,7 @@ class _Plan:
     seen: list[int]
     order: list[int]
     active: list[int]
+    empty_batch: bool = False
 
 
 def _step_order(plans: list[list[torch.Tensor]]) -> tuple[list[int], list[int]]:
@@ -77,7 +79,8 @@ def _layout(fed: Federation, plans: list[list[torch.Tensor]], draws: list[list[t
             noise = drawn.new_zeros(steps * n * width, *drawn.shape[1:])
             noise[positions] = drawn
             noise = noise.view(steps, n, width, *drawn.shape[1:])
-    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise, seen, order, active)
+    empty = any(len(batch) == 0 for plan in plans for batch in plan)
+    return _Plan(index.view(steps, n, width), mask.view(steps, n, width), noise, seen, order, active, empty)
 
 
 @dataclass
@@ -119,14 +122,24 @@ def _same_value(x, y) -> bool:
     return x is y or (isinstance(x, _PLAIN) and type(x) is type(y) and x == y)
 
 
+def _same_owner(a, b) -> bool:
+    """Whether two seams are bound to the same object, or to two runs' algorithms of one class that
+    declare their seams read only their options (`Algorithm.seams_read_options_only`), which are equal."""
+    x, y = getattr(a, "__self__", None), getattr(b, "__self__", None)
+    if x is y:
+        return True
+    return (type(x) is type(y) and getattr(type(x), "seams_read_options_only", False)
+            and getattr(x, "options", None) == getattr(y, "options", None))
+
+
 def _same_function(a, b) -> bool:
     """Equal, or the same code over the same captured values and defaults (a per-client value
-    belongs in extra)."""
+    belongs in extra), bound to the same owner (`_same_owner`)."""
     if a is b or a == b:
         return True
     fa, fb = getattr(a, "__func__", a), getattr(b, "__func__", b)
     code = getattr(fa, "__code__", None)
-    if code is None or code is not getattr(fb, "__code__", None) or getattr(a, "__self__", None) is not getattr(b, "__self__", None):
+    if code is None or code is not getattr(fb, "__code__", None) or not _same_owner(a, b):
         return False
     captured = [(x.cell_contents, y.cell_contents) for x, y in zip(fa.__closure__ or (), fb.__closure__ or ())]
     captured += list(zip(fa.__defaults__ or (), fb.__defaults__ or ()))
@@ -212,18 +225,30 @@ def _train_phase(fed: Federation, stacked: Params, phase: Phase, extras: list[Ex
         own = [leaf if dim is None else leaf[:n] for leaf, dim in zip(leaves, dims)]
         grads, losses = step_all(train, frozen, fed.images[batch], fed.labels[batch], mask, noise, own)
         counts = mask.sum(dim=1)
-        # the leading clients' batches hold samples; should one hold none, the client stays where it
-        # is: its gradient hook alone would move it, and its loss over padding alone may be nan
-        active = counts > 0
         with torch.no_grad():
-            for k in moving:
-                shape = (-1, *[1] * (stacked[k].dim() - 1))
-                train[k].copy_(torch.where(active.view(shape), train[k] - lrs[:n].view(shape) * grads[k], train[k]))
-            loss_sums[:n] += torch.where(active, losses * counts, 0.0)
+            # a batch without samples (never from split_batches; `plan.empty_batch`) leaves its client where it
+            # is: its gradient hook alone would move it, and its loss over padding alone may be nan
+            _sgd_step([train[k] for k in moving], [grads[k] for k in moving], lrs[:n], counts > 0 if plan.empty_batch else None)
+            loss_sums[:n] += losses * counts if not plan.empty_batch else torch.where(counts > 0, losses * counts, 0.0)
     if reordered:
         back = torch.argsort(order)
         stacked, loss_sums = {k: v[back] for k, v in stacked.items()}, loss_sums[back]
     return stacked, loss_sums
+
+
+def _sgd_step(params: list[torch.Tensor], grads: list[torch.Tensor], lrs: torch.Tensor, moves: torch.Tensor | None) -> None:
+    """params[i] -= lr * grads[i] in place, with each client's lr (the rows of every tensor): fused into
+    a few multi-tensor kernels (`torch._foreach_*`), the same floats as one tensor at a time; with
+    `moves`, only the clients it marks move."""
+    if not params:
+        return
+    rates = [lrs.view(-1, *[1] * (p.dim() - 1)) for p in params]
+    steps = torch._foreach_mul(grads, rates)
+    if moves is None:
+        torch._foreach_sub_(params, steps)
+        return
+    for param, step in zip(params, steps):
+        param.copy_(torch.where(moves.view(-1, *[1] * (param.dim() - 1)), param - step, param))
 
 
 def train_phases_many(
@@ -236,14 +261,17 @@ def train_phases_many(
     return fed.group.train(request) if fed.group is not None else train_requests([request])[0]
 
 
-def train_requests(requests: list[Request]) -> list[list[list[LocalResult]]]:
+def train_requests(requests: list[Request], shared: list[int] | None = None) -> list[list[list[LocalResult]]]:
     """Each request's results (per client, per phase), all clients trained in one step when the runs
     can share one (`_joinable`, phases alike across runs), else each run's in its own step. Each run's
-    federation counts its own clients' sample passes."""
+    federation counts its own clients' sample passes; `shared` gets, per step trained, the number of
+    runs whose clients it held."""
     lead = requests[0]
     phases = [own for request in requests for own in request.phases]
     if len(requests) > 1 and (not all(_joinable(lead.fed, r.fed) for r in requests[1:]) or _unlike(phases)):
-        return [train_requests([request])[0] for request in requests]
+        return [train_requests([request], shared)[0] for request in requests]
+    if shared is not None:
+        shared.append(len(requests))
     fed, width = lead.fed, lead.fed.batch_size
     for request in requests:
         for batches in request.batches:
@@ -281,24 +309,42 @@ def evaluate_many(fed: Federation, models: list[Params], clients: list[int], for
     tensor (correct predictions, summed cross-entropy) on the device, to float tolerance, from vmap
     passes over the stacked models. `priors[i]` is added to model i's logits (eval_prior).
 
-    Every pass has the same shapes whoever is in it: the same number of models (the last pass is
-    filled up with copies of its first model, which evaluate nothing), each with the federation's
-    longest test split (padded and masked), in chunks of `eval_batch_size` samples. So a client's
-    sums do not depend on which clients it is evaluated with, and a result the evaluation cache kept
-    equals a new one bit for bit, also after a resume. At most `EVAL_SAMPLES_PER_PASS` samples per pass."""
-    index, mask = fed.padded_test_idx
-    width = max(1, min(index.shape[1], fed.options.eval_batch_size))
-    per_pass = max(1, min(fed.num_clients, EVAL_SAMPLES_PER_PASS // width))
-    sums = []
-    for start in range(0, len(models), per_pass):
-        part = slice(start, start + per_pass)
-        filler = per_pass - len(models[part])
-        stacked = {k: torch.stack([m[k] for m in models[part]] + [models[start][k]] * filler) for k in models[start]}
-        rows = to_device(clients[part] + [clients[start]] * filler, fed.device, torch.long)
-        real = mask[rows] & (torch.arange(per_pass, device=fed.device) < per_pass - filler)[:, None]
-        prior = None if priors is None else torch.stack(priors[part] + [priors[start]] * filler)
-        sums.append(_evaluate_pass(fed, stacked, index[rows], real, forward, prior)[: per_pass - filler])
-    return torch.cat(sums) if sums else torch.zeros(0, 2, dtype=torch.float64, device=fed.device)
+    The clients go by their bucket (`Federation.test_buckets`: splits of about the same length, padded
+    to the bucket's longest), each bucket's in passes of the same shapes whoever is in them: the same
+    number of models (the last pass is filled up with copies of its first model, which evaluate
+    nothing), each with the bucket's width, in chunks of `eval_batch_size` samples. A client is always
+    in the same bucket, so its sums do not depend on which clients it is evaluated with, and a result
+    the evaluation cache kept equals a new one bit for bit, also after a resume. At most
+    `EVAL_SAMPLES_PER_PASS` samples per pass. The federation counts the passes' samples
+    (`Federation.evaluation_passes`: the padding and the filled-up models executed, the real ones useful)."""
+    buckets = fed.test_buckets
+    place = {client: (b, row) for b, bucket in enumerate(buckets) for row, client in enumerate(bucket.clients)}
+    by_bucket: dict[int, list[int]] = {}
+    for position, client in enumerate(clients):
+        by_bucket.setdefault(place[client][0], []).append(position)
+    order, sums = [], []
+    for b, positions in sorted(by_bucket.items()):
+        bucket = buckets[b]
+        width = max(1, min(bucket.width, fed.options.eval_batch_size))
+        per_pass = max(1, min(len(bucket.clients), EVAL_SAMPLES_PER_PASS // width))
+        for start in range(0, len(positions), per_pass):
+            part = positions[start : start + per_pass]
+            filler = per_pass - len(part)
+            first = part[0]
+            stacked = {k: torch.stack([models[i][k] for i in part] + [models[first][k]] * filler) for k in models[first]}
+            rows = [place[clients[i]][1] for i in part]
+            rows += [rows[0]] * filler
+            on_device = to_device(rows, fed.device, torch.long)
+            real = bucket.mask[on_device] & (torch.arange(per_pass, device=fed.device) < len(part))[:, None]
+            prior = None if priors is None else torch.stack([priors[i] for i in part] + [priors[first]] * filler)
+            sums.append(_evaluate_pass(fed, stacked, bucket.index[on_device], real, forward, prior)[: len(part)])
+            order += part
+            fed.evaluation_passes.add(useful=sum(bucket.lengths[row] for row in rows[: len(part)]), executed=per_pass * bucket.width)
+    if not sums:
+        return torch.zeros(0, 2, dtype=torch.float64, device=fed.device)
+    result = torch.empty(len(models), 2, dtype=torch.float64, device=fed.device)
+    result[to_device(order, fed.device, torch.long)] = torch.cat(sums)
+    return result
 
 
 def _evaluate_pass(fed: Federation, stacked: Params, index: torch.Tensor, real: torch.Tensor, forward: Forward,
