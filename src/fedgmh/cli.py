@@ -430,13 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone (the workflow's Snakemake)")
     p.set_defaults(func=_cmd_serve)
 
-    from fedgmh import cli_campaign, cli_costs, cli_options, cli_plan, cli_report, cli_store
+    from fedgmh import cli_campaign, cli_costs, cli_lease, cli_options, cli_plan, cli_report, cli_store
 
     cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
     cli_campaign.register(sub)
+    cli_lease.register(sub)
     cli_plan.register(sub)
     return parser
 
