@@ -163,6 +163,7 @@ def _draw_partitions(entries: list[Entry], config: str, overrides: list[str], ba
     wanted = sorted({e.partition for e in entries if not (base / e.partition).is_file()})
     if not wanted:
         return
+    overrides = [item for item in overrides if not item.startswith("device=")] + ["device=cpu"]  # drawn here, no GPU
     done = subprocess.run([sys.executable, "-m", "snakemake", *wanted, "--configfile", config, "--cores", "1", "--quiet",
                            *(["--config", *overrides] if overrides else [])], cwd=base, capture_output=True, text=True)
     if done.returncode != 0:

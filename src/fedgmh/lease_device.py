@@ -196,6 +196,7 @@ class Supervisor:
     def start(self, name: str) -> None:
         run = self.runs[name]
         (self.work / run["log"]).parent.mkdir(parents=True, exist_ok=True)
+        (self.work / run["run_dir"]).parent.mkdir(parents=True, exist_ok=True)  # runs started together share parents
         env = dict(os.environ, PYTHONPATH=str(self.work / "src"), PYTHONUNBUFFERED="1")
         with open(self.work / run["log"], "ab") as log:
             self.processes[name] = subprocess.Popen([sys.executable, "-m", "fedgmh.cli", "train", *run["words"], *self.extra],
@@ -207,8 +208,12 @@ class Supervisor:
         for name, process in list(self.processes.items()):
             if process.poll() is not None:
                 run = self.runs[name]
-                finished = process.returncode == 0 and (self.work / run["record"]).is_file()
-                run["state"] = "finished" if finished else ("stopped" if run["state"] == "stopping" else "failed")
+                if process.returncode == 0 and (self.work / run["record"]).is_file():
+                    run["state"] = "finished"
+                elif run["state"] == "stopping":  # SIGTERM: the round is finished and snapshotted, if one was played
+                    run["state"] = "cut off" if (self.work / run["run_dir"] / "checkpoint.pt").is_file() else "not started"
+                else:
+                    run["state"] = "failed"
                 del self.processes[name]
 
     def stop(self, name: str) -> None:
@@ -216,10 +221,12 @@ class Supervisor:
             os.killpg(self.processes[name].pid, signal.SIGTERM)
             self.runs[name]["state"] = "stopping"
 
-    def correct(self) -> None:
+    def correct(self) -> bool:
         """After the first minute: the rate measured replaces the rate on file."""
         elapsed = time.time() - self.started_at
         played = sum(rounds_played(self.work / r["log"]) for r in self.runs.values() if r["state"] in ("running", "finished"))
+        if played < len(self.processes):  # not every run has played a round yet: measured later
+            return False
         self.measured_rate = rate = played / elapsed
         left = self.deadline - time.time()
         active = [r for r in self.runs.values() if r["state"] in ("running", "waiting")]
@@ -235,6 +242,7 @@ class Supervisor:
             active.append(spares.pop(0))
         say(f"rate measured after {elapsed:.0f} s: {rate:.2f} rounds/s (on file: {self.lease['rate']['rate']:.2f}); "
             f"{len(active)} runs kept to finish in the {left:.0f} s left")
+        return True
 
     def loop(self) -> None:
         while True:
@@ -243,8 +251,7 @@ class Supervisor:
             if now >= self.deadline or (KEEP / "stop").exists():
                 break
             if not self.corrected and now - self.started_at >= self.lease["clock"]["correct_after_s"]:
-                self.correct()
-                self.corrected = True
+                self.corrected = self.correct()
             waiting = [n for n, r in self.runs.items() if r["state"] == "waiting"]
             for name in waiting[: max(0, MAX_AT_ONCE - len(self.processes))]:
                 self.start(name)

@@ -66,6 +66,7 @@ def measure(run: dict, files: Path, seconds: float) -> dict[str, dict]:
 
     from fedgmh.engine import make_eval_cache, play_round, select_clients
 
+    torch.set_num_threads(int(_word(run["words"], "--threads")))
     device = torch.device(_word(run["words"], "--device").split(":")[0] if torch.cuda.is_available() else "cpu")
     join_ratio = float(_word(run["words"], "--join-ratio"))
     rates = {}
