@@ -23,8 +23,8 @@ RUNS = ["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedgmh/seed
 CARRY_LIMIT, CALL_LIMIT_S, BACK_FILES, BACK_FILE, BACK_ALL = 64 * MIB, 600, 8, 16 * MIB, 64 * MIB
 
 
-def _checkout(tmp_path: Path) -> Path:
-    """A git checkout of the repository's workflow, configs and code, with a 6-round digits config."""
+def _checkout(tmp_path: Path, rounds: int = 3, rate: float = 1.0) -> Path:
+    """A git checkout of the repository's workflow, configs and code, with a 3-round digits config."""
     root = tmp_path / "repo"
     root.mkdir()
     for name in ("Snakefile", "workflow", "config", "reference", "src", ".gitignore"):
@@ -33,7 +33,7 @@ def _checkout(tmp_path: Path) -> Path:
             {"ignore": shutil.ignore_patterns("__pycache__", "*.egg-info")} if source.is_dir() else {}))
     (root / "profiles").symlink_to("workflow/profiles")
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
-    config.update(name="lease", rounds=3, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None,
+    config.update(name="lease", rounds=rounds, figures={}, uploads_to_target=None, layer_weights=None, rounds_to_target=None,
                   official_reading={})
     config["experiments"] = {"table2": {**config["experiments"]["table2"], "algorithms": ["fedavg", "fedgmh"], "seeds": [0, 1]}}
     (root / "config" / "lease.yaml").write_text(yaml.safe_dump(config))
@@ -42,7 +42,7 @@ def _checkout(tmp_path: Path) -> Path:
     (root / "benchmarks").mkdir()
     (root / "benchmarks" / "gpu_throughput.csv").write_text(
         "date,device,dataset,setting,runs_at_once,rounds_per_s,useful_share,levers,source\n"
-        "2026-12-01,a stand-in,digits,a made-up rate for the rehearsal,2,1.0,,none,tests/test_lease.py\n")
+        f"2026-12-01,a stand-in,digits,a made-up rate for the rehearsal,2,{rate},,none,tests/test_lease.py\n")
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
     return root
@@ -117,6 +117,27 @@ def test_a_prepared_lease_runs_end_to_end_on_a_stand_in_device_and_its_records_m
     assert json.loads((root / "benchmarks" / "levers.json").read_text())["device"] == "cpu"
 
 
+def test_a_run_the_lease_cannot_finish_comes_back_as_a_snapshot_the_campaign_resumes(tmp_path: Path) -> None:
+    """A run far too long for the lease (5000 rounds), expected to finish by a made-up rate: the device
+    stops it at the lease's end, its snapshot comes back, and here the campaign sees it cut off."""
+    root = _checkout(tmp_path, rounds=5000, rate=1000.0)
+    prepared = _fedgmh(root, "lease", "prepare", "--file", "config/lease_campaign.yaml", "--config", "device=cpu",
+                       "--clock", "lease_s=110", "start_s=0", "gap_s=0", "transfer_s=0", "check_s=20", "levers_s=0",
+                       "launch_s=5", "stop_s=30", "correct_after_s=5")
+    assert prepared.returncode == 0, prepared.stderr
+    (number, carry, timeout_s, command), = [CALL.fullmatch(line).groups() for line in (root / ".lease" / "calls.txt").read_text().splitlines()]
+    _, out = _device(root, tmp_path / "device", int(number), carry.split(), command, int(timeout_s))
+    ends = json.loads((out / "lease.json").read_text())["runs"]
+    # the first stopped at the lease's end; the second too, or earlier when the rate measured said it would not finish
+    assert ends[RUNS[0]] == "cut off" and ends[RUNS[1]] in ("cut off", "not started", "spare"), ends
+    collected = _fedgmh(root, "lease", "collect", str(out), "--into", "paper_artifacts/lease/runs")
+    assert collected.returncode == 0 and "records: " not in collected.stdout, collected.stdout + collected.stderr
+    status = _fedgmh(root, "campaign", "status", "--file", "config/lease_campaign.yaml", "--config", "device=cpu")
+    for name in (name for name, end in ends.items() if end == "cut off"):
+        assert (root / "results" / "lease" / "runs" / name / "checkpoint.pt").is_file()
+        assert re.search(rf"{re.escape(name)}.*cut off", status.stdout), status.stdout + status.stderr
+
+
 def test_the_calls_fit_the_lease_and_the_device(tmp_path: Path) -> None:
     clock = Clock()
     for parts in (0, 1, 2, 3):
@@ -173,7 +194,7 @@ def _planned_and_printed(root: Path, runs: list[str], settings: list[str], start
 
 
 def test_the_plans_commands_are_the_train_jobs_word_for_word(tmp_path: Path) -> None:
-    """What prepare_direct.sh hands direct.sh (`fedgmh plan --commands`) is the command the workflow's
+    """`fedgmh plan --commands` prints the command the workflow's
     train job runs (its dry run prints it), with the run's folder, log, partition and dataset beside it."""
     root = _checkout(tmp_path)
     (root / "config" / "lease.yaml").write_text(yaml.safe_dump({**yaml.safe_load((root / "config" / "lease.yaml").read_text()),

@@ -151,6 +151,9 @@ def choose_levers(lease: dict, seconds: float) -> dict:
         if known.get("engine") == current and known.get("device") == device:
             say(f"levers: {known['choice']} as measured on {known.get('date')} (same engine {current[:12]}, same device): not measured again")
             return {**known, "measured": False}
+    if seconds <= 0:
+        say("levers: not measured (no time for it in the lease's clock); the default options")
+        return {"engine": current, "device": device, "choice": {}, "measured": False}
     from fedgmh.lease_levers import measure
 
     rates = measure(lease["runs"][0], KEEP / "meta" / "files", seconds)
