@@ -100,7 +100,7 @@ def test_a_prepared_lease_runs_end_to_end_on_a_stand_in_device_and_its_records_m
     for number, carry, timeout_s, command in calls:
         output, out = _device(root, tmp_path / "device", int(number), carry.split(), command, int(timeout_s))
         said += output
-    assert "check: every module imports" in said and "levers: " in said and "started: " in said, said
+    assert "check: every module imports; no CUDA test failed" in said and "levers: " in said and "started: " in said, said
     back = json.loads((out / "lease.json").read_text())
     ends = back["runs"]
     assert set(ends.values()) <= {"finished", "cut off", "not started", "spare"}, ends  # none failed or was killed
@@ -136,6 +136,16 @@ def test_a_run_the_lease_cannot_finish_comes_back_as_a_snapshot_the_campaign_res
     for name in (name for name, end in ends.items() if end == "cut off"):
         assert (root / "results" / "lease" / "runs" / name / "checkpoint.pt").is_file()
         assert re.search(rf"{re.escape(name)}.*cut off", status.stdout), status.stdout + status.stderr
+
+
+def test_the_check_names_a_module_that_does_not_import_on_the_device(tmp_path: Path) -> None:
+    """A machine whose filelock lacks `lock_descriptor` (training's locks need it) fails call 1's check."""
+    probe = ("import filelock; del filelock.lock_descriptor; from fedgmh import lease_device; "
+             "print(lease_device.check_environment({'runs': []}, 5))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                          env=_env(PYTHONPATH=str(REPO / "src"), FEDGMH_LEASE_KEEP=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert "import fedgmh.locks: ImportError: cannot import name 'lock_descriptor'" in done.stdout, done.stdout
 
 
 def test_the_calls_fit_the_lease_and_the_device(tmp_path: Path) -> None:
