@@ -141,6 +141,7 @@ class Prepared:
     expected: int
     payload_mib: float
     data_mib: float
+    parts: int
     skipped: list[str]
 
 
@@ -254,7 +255,7 @@ def prepare_lease(campaign: str, base: Path | str = ".", overrides: list[str] = 
              "config": config, "name": entries[0].plan.name}
     (work / "meta" / "lease.json").write_text(json.dumps(lease, indent=1) + "\n")
     (work / "calls.txt").write_text("".join(call_line(call) + "\n" for call in calls))
-    return Prepared(runs, calls, training, rate, expected, payload / MIB, data / MIB, skipped)
+    return Prepared(runs, calls, training, rate, expected, payload / MIB, data / MIB, parts, skipped)
 
 
 def carried(call: dict) -> list[str]:
@@ -275,7 +276,7 @@ def summary(prepared: Prepared) -> list[str]:
              f"training at {rate['rate']:.2f} rounds/s ({rate['device']}, {rate['runs_at_once']} at once, "
              f"benchmarks/gpu_throughput.csv), {len(prepared.runs) - prepared.expected} spares the device starts if it "
              "measures more",
-             f"data: {prepared.data_mib:.1f} MiB in {max(prepared.calls[-1]['call'], 1)} call(s) of at most "
+             f"data: {prepared.data_mib:.1f} MiB in {prepared.parts} part(s), one a call, each at most "
              f"{prepared.payload_mib:.1f} MiB besides the tree"]
     if prepared.skipped:
         lines.append(f"left for a lease of their own dataset: {len(prepared.skipped)} run(s), first {prepared.skipped[0]}")
