@@ -223,7 +223,8 @@ def prepare_lease(campaign: str, base: Path | str = ".", overrides: list[str] = 
     files = _dataset_files(entries, base)
     work = base / LEASE_DIR
     packed = _packed_data(files, base, work / "cache")
-    meta_bytes = sum((base / p).stat().st_size for e in entries for p in (e.partition, e.snapshot) if (base / p).is_file())
+    carried_files = {str(p) for e in entries for p in (e.partition, e.snapshot) if (base / p).is_file()}  # each once
+    meta_bytes = sum((base / p).stat().st_size for p in carried_files)
     first_room = payload - meta_bytes  # call 1 carries the meta folder too
     if first_room <= 0:
         raise UserError(f"the partitions and snapshots ({meta_bytes / MIB:.1f} MiB) do not fit in one call with the tree")
