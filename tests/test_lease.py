@@ -115,6 +115,8 @@ def test_a_prepared_lease_runs_end_to_end_on_a_stand_in_device_and_its_records_m
     for name in (name for name, end in ends.items() if end == "cut off"):  # cut off: resumable here
         assert (root / "results" / "lease" / "runs" / name / "checkpoint.pt").is_file()
     assert json.loads((root / "benchmarks" / "levers.json").read_text())["device"] == "cpu"
+    if back["measured_rate"]:  # measured once every run had played a round: the rate goes on file
+        assert (root / "benchmarks" / "gpu_throughput.csv").read_text().splitlines()[-1].endswith("fedgmh lease collect")
 
 
 def test_a_run_the_lease_cannot_finish_comes_back_as_a_snapshot_the_campaign_resumes(tmp_path: Path) -> None:
