@@ -80,7 +80,7 @@ def test_summarise_reads_the_measurements_kept_one_per_line(tmp_path, monkeypatc
 
 
 def test_summarise_extrapolates_each_labelled_setting_on_its_own(tmp_path):
-    """levers.sh's settings share one file; each gets its own row, from its own rates only."""
+    """Labelled settings (FEDGMH_BENCH_LABEL) share one file; each gets its own row, from its own rates only."""
     benchmarks = []
     for label, rate in (("fp32", 2.0), ("tf32", 4.0)):
         for bench in [_bench(m, s, rate) for m in ("fedavg", "fedgmh") for s in ("mnist", "cifar100")]:

@@ -130,7 +130,7 @@ def test_a_batch_job_trains_each_run_as_its_own_job_would_and_an_edit_retrains_o
 
 
 def test_the_lease_commands_train_a_batchs_chosen_runs_in_one_train_group_command(tmp_path: Path) -> None:
-    """`fedgmh plan --commands` (tools/lease/direct.sh) with runs_per_job: the chosen runs of one batch
+    """`fedgmh plan --commands` with runs_per_job: the chosen runs of one batch
     in one `fedgmh train-group` command, its runs file holding each run's own `fedgmh train` arguments;
     a batch's lone chosen run keeps its own `fedgmh train` command."""
     import shlex

@@ -1,4 +1,4 @@
-"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | seeds | layer-weights | document | costs | store | campaign | plan`.
+"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | seeds | layer-weights | document | costs | store | campaign | lease | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run (on a warm server,
@@ -12,7 +12,8 @@ summary, `clients` the per-client accuracy figure, `dots` each seed beside the p
 weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
-trains the full-protocol campaign's next runs (cli_campaign.py); `plan` tells what a config's
+trains the full-protocol campaign's next runs (cli_campaign.py), `lease` prepares a GPU lease of them
+and takes back what it brought (cli_lease.py); `plan` tells what a config's
 workflow will train and for how long (cli_plan.py); `fedgmh
 --version` prints the version and git commit.
 User errors (bad input, missing files) are reported as one line on stderr with exit status 2, and
@@ -435,13 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parent", type=int, metavar="PID", help="exit when this process is gone (the workflow's Snakemake)")
     p.set_defaults(func=_cmd_serve)
 
-    from fedgmh import cli_campaign, cli_costs, cli_options, cli_plan, cli_report, cli_store
+    from fedgmh import cli_campaign, cli_costs, cli_lease, cli_options, cli_plan, cli_report, cli_store
 
     cli_options.register(sub, algorithms)
     cli_report.register(sub)
     cli_costs.register(sub)
     cli_store.register(sub)
     cli_campaign.register(sub)
+    cli_lease.register(sub)
     cli_plan.register(sub)
     return parser
 

@@ -22,8 +22,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
 
 def train_commands(plan, run_dirs: list[str]) -> list[str]:
     """The training job of each run folder as the workflow runs it, one tab-separated line each: run
-    folder, log, partition, dataset, and the shell command (tools/lease/direct.sh runs it where there
-    is no Snakemake). With config `runs_per_job` > 1 the chosen runs of one of the plan's batches
+    folder, log, partition, dataset, and the shell command (to run it where there is no Snakemake). With config `runs_per_job` > 1 the chosen runs of one of the plan's batches
     (`Plan.train_batches`) train in one `fedgmh train-group` command, on the line of the batch's first
     run; its other runs' lines have the batch's log and no command. A folder that is not a run the
     config trains is a UserError."""
@@ -79,5 +78,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or `fedgmh campaign run --jobs` (default 1: one after the other)")
     p.add_argument("--commands", nargs="+", default=[], metavar="RUN_DIR",
                    help="instead, the training jobs of these run folders as the workflow runs them, one tab-separated "
-                        "line each: run folder, log, partition, dataset, shell command (tools/lease/prepare_direct.sh)")
+                        "line each: run folder, log, partition, dataset, shell command")
     p.set_defaults(func=_cmd_plan)

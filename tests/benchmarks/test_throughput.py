@@ -36,7 +36,7 @@ def test_table2_runs_per_hour(benchmark, algorithm, shape, jobs):
     with RunWorkers(algorithm, shape, jobs, bench_rounds_per_call()) as workers:
         benchmark.pedantic(workers, rounds=1, warmup_rounds=1)  # the warm-up call fills the evaluation cache
         benchmark.extra_info.update(workers.summary(benchmark.stats.stats.mean, shape))
-        if os.environ.get("FEDGMH_BENCH_LABEL"):  # a setting's name (tools/lease/levers.sh): summarise.py tabulates each apart
+        if os.environ.get("FEDGMH_BENCH_LABEL"):  # a setting's name: summarise.py tabulates each apart
             benchmark.extra_info["label"] = os.environ["FEDGMH_BENCH_LABEL"]
     keep_partial(f"test_table2_runs_per_hour[{algorithm}-{shape}-{jobs}]", {"algorithm": algorithm, "shape": shape, "jobs": jobs},
                  benchmark.stats.stats.mean, benchmark.extra_info)
