@@ -396,6 +396,7 @@ def test_claims_cli_writes_verdicts_with_their_numbers(tmp_path: Path) -> None:
     assert ("**the paper's text**: 3 holds, 1 does not hold, 3 inconclusive, 1 not run (of 8); of the 4 decided, 0 exact, "
             "0 robust, 1 fragile, 3 partly tested") in text
     assert "without seed 4: inconclusive" in frame.loc["first", "flips"]
+    assert f"not decided under this reading until these run: table7/{SETTING}_eta_h0.1 (fedgmh)." in text
     assert f"| FedGMH reaches 70 % before FedAvg | holds | earlier in 5, later in 0 of 5 shared seeds" in text
 
 

@@ -77,7 +77,9 @@ def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, 
                       + (f"; {row['robustness']}" if row["robustness"] else "")
                       + (f": flipped by {row['flips']}" if row["flips"] else "")
                       + (f"; evaluated: {row['tested']}" if row["robustness"] and row["tested"] else "")
-                      + (f"; not evaluated: {row['untested']}" if row["robustness"] and row["untested"] else "") + ".", ""]
+                      + (f"; not evaluated: {row['untested']}" if row["robustness"] and row["untested"] else "")
+                      + (f"; not decided under this reading until these run: {row['not_run']}"
+                         if row["verdict"] == kinds.INCONCLUSIVE and row["not_run"] else "") + ".", ""]
             if row["protocol"]:
                 lines += [f"Runs differ from the paper's protocol: {row['protocol']}.", ""]
             if row["verdict"] in (kinds.NOT_RUN, UNAVAILABLE):
