@@ -398,3 +398,19 @@ def test_runs_evaluated_every_round_are_reported_as_their_preset_evaluates():
     assert official["best_round"] == int(last20.loc[last20["test_acc"].idxmax(), "round"]) > 280
     assert official["last10_test_acc"] == row["last10_test_acc"] and official["final_test_acc"] == row["final_test_acc"]
     assert row["options"]["eval_last"] == 0 and official["options"] == {k: v for k, v in row["options"].items() if k != "eval_last"}
+
+
+def test_one_scoring_rule_takes_every_runs_best_over_its_last_rounds():
+    """PFLlib's reading scores every method alike: its best over its last 20 rounds (`--best-of-last 20`),
+    the rounds the official FedGMH code evaluates; PFLlib's FedGH seed 2 peaks at round 249, before them."""
+    from conftest import REPO_ROOT
+
+    run = REPO_ROOT / "paper_artifacts/paper/runs/table2_pflib/cifar100_c5_a0.5@official/fedgh/seed2"
+    row, metrics = report.load_run(run)
+    scored, _ = report.load_run(run, best_of_last=20)
+    last20 = metrics[metrics["round"] > 280]
+    assert row["best_round"] <= 280 and scored["best_test_acc"] == last20["test_acc"].max() < row["best_test_acc"]
+    assert scored["best_round"] > 280 and scored["best_test_acc_mean"] == last20["test_acc_mean"].max()
+    sparse = REPO_ROOT / "paper_artifacts/paper/runs/table2_pflib/mnist_c2_a0.5@official/fedgmh/seed0"
+    with pytest.raises(UserError, match="did not evaluate 10 of its last 30 rounds"):
+        report.load_run(sparse, best_of_last=30)

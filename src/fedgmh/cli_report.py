@@ -17,7 +17,7 @@ def _cmd_aggregate(args: argparse.Namespace) -> None:
 
     results = report.write_aggregate(args.runs, args.out, curves_out=args.curves, experiment=args.experiment,
                                      variants=args.variant, default_clients=args.clients,
-                                     preset_evaluation=args.preset_evaluation)
+                                     preset_evaluation=args.preset_evaluation, best_of_last=args.best_of_last)
     print(f"aggregate: {len(results)} runs, {results['setting'].nunique()} settings, "
           f"{results['algorithm'].nunique()} algorithms -> {args.out}")
     for line in _summary_lines(results):
@@ -238,6 +238,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset-evaluation", action="store_true",
                    help="report runs trained with their own eval_every / eval_last as their preset evaluates: best, final and "
                    "last-10 accuracy over the preset's rounds (the official FedGMH code: the last 20); curves keep every round")
+    p.add_argument("--best-of-last", type=int, metavar="N",
+                   help="each run's best accuracy over its last N rounds only (one scoring rule for runs of codes that "
+                   "evaluate differently); a run that did not evaluate each of them is refused")
     p.set_defaults(func=_cmd_aggregate)
 
     p = sub.add_parser("table", help="LaTeX table (booktabs) of mean ± std best accuracy per algorithm and setting")

@@ -33,8 +33,8 @@ COMMON = frozenset({"id", "where", "claim", "test", "note"})
 #: exactly one per rounds claim (`earlier` with `later`, `after` and `points` with `algorithms`; all but `points` with `curves`)
 ROUNDS_FORMS = ("paper", "after", "earlier", "points")
 DIRECTIONS = ("increasing", "decreasing")
-MEASURES = ("fluctuation", "relative_fluctuation", "decline")
-RELATIVE = ("relative_fluctuation",)  # the measures that need a `reference`
+MEASURES = ("fluctuation", "relative_fluctuation", "not_converged")
+RELATIVE = ("relative_fluctuation", "not_converged")  # the measures that need a `reference`
 EXPECT = ("above", "below")
 DEFAULT_LAST = 20  # evaluated rounds that make "the end of a curve" (convergence)
 CELL = re.compile(r"(?P<experiment>[a-z][a-z0-9_]*)/(?P<setting>[^/\s]+)")

@@ -16,7 +16,8 @@ and why these: docs/claims.md.
 - `cost_value` / `cost_below`: section 2.3's costs, computed from the model: a paper's figure at its
   printed precision, or one quantity below another (no seeds: a computation, not a measurement).
 - `convergence`: a per-seed measure of the curve's end (its swing about its trend, alone or as a multiple
-  of a reference's on the same seed; its decline from the best level it held) against a threshold.
+  of a reference's on the same seed) against a threshold.
+- `not_converged`: still rising at the end, or swinging at least twice as much as a settled reference.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
 ALPHA = 0.05
 #: fewer seeds (shared seeds for paired tests) and a comparison is inconclusive: no spread to judge it by
 MIN_SEEDS = 3
-#: the coverage of the prediction interval a paper's round to a target is held against
+#: the coverage of the prediction interval a paper's round to a target is held against: outside it, refuted
 PREDICTION = 0.90
+#: a paper's round to a target holds when our mean round's 90 % interval lies within +- this share of it
+ROUND_TOLERANCE = 0.10
+#: "not converged": the rounds whose least-squares rise tests "still rising", and the rise (points over
+#: them) within which a curve counts as flat
+RISE_WINDOW = 50
+SETTLED_RISE = 0.5
 
 Cell = Mapping[int, float]
 Curve = Mapping[int, tuple[np.ndarray, np.ndarray]]
@@ -59,6 +66,8 @@ class Part:
     p_value: float = math.nan  # of the claimed direction
     n_seeds: int = 0
     reference: float = math.nan  # the threshold, tolerance or paper value it is held against
+    p_against: float = math.nan  # the smallest level at which it refutes the claim (nan: a rule, not a test)
+    unanimous: bool = False  # every seed points the way of its verdict (no single seed can turn it)
 
     @property
     def tested(self) -> bool:
@@ -126,8 +135,14 @@ def ranking(label: str, above: Cell, below: Cell, against_alpha: float = ALPHA) 
     test = t_test(diffs)
     evidence = (f"{test.mean:+.2f} points (90% CI {test.low:+.2f} to {test.high:+.2f}), one-sided p = {test.p_greater:.2g}"
                 + _against(test, against_alpha) + f", {test.n} shared seeds")
-    return Part(label, decide(test, against_alpha), evidence, "mean paired difference (points)", test.mean, test.low, test.high,
-                test.p_greater, test.n)
+    verdict = decide(test, against_alpha)
+    return Part(label, verdict, evidence, "mean paired difference (points)", test.mean, test.low, test.high,
+                test.p_greater, test.n, p_against=test.p_less, unanimous=_one_way(diffs, verdict))
+
+
+def _one_way(values: Sequence[float], verdict: str, null: float = 0.0) -> bool:
+    """Whether every seed's value lies on the side of `null` its verdict says: above for holds, below for does not hold."""
+    return verdict == HOLDS and all(v > null for v in values) or verdict == FAILS and all(v < null for v in values)
 
 
 # ----------------------------------------------------------------------------- rounds to a target
@@ -168,11 +183,14 @@ def prediction_interval(values: Sequence[float], level: float = PREDICTION) -> t
     return float(x.mean()) - half, float(x.mean()) + half
 
 
-def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], paper: float, level: float = PREDICTION) -> Part:
-    """Claim: the method first reaches the target at round `paper`. Holds when `paper` lies within the
-    `level` prediction interval for a new seed's first round (`prediction_interval` of our seeds'),
-    does not hold when outside it, or when no seed reaches the target in the paper's rounds. A seed
-    whose first round is known only as a range leaves it inconclusive: the interval needs each round."""
+def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], paper: float, level: float = PREDICTION,
+                 tolerance: float = ROUND_TOLERANCE) -> Part:
+    """Claim: the method first reaches the target at round `paper`. Three zones: holds when the 90 %
+    confidence interval for our mean first round lies within paper +- `tolerance` * paper (fixed in
+    advance); does not hold when `paper` lies outside the `level` prediction interval for a new
+    seed's first round (`prediction_interval`), or no seed reaches the target in the paper's rounds;
+    otherwise inconclusive ("not refuted"). A seed whose first round is known only as a range leaves
+    it inconclusive: the intervals need each round."""
     if len(rounds) < MIN_SEEDS:
         return _few(label, len(rounds), "seed")
     spans = [_span(r) for _, r in sorted(rounds.items())]
@@ -182,14 +200,26 @@ def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], pap
     if unknown or any(math.isinf(low) for low in lows):
         never = all(math.isinf(low) for low in lows)
         why = ("; no seed reaches the target in the paper's rounds" if never else
-               "; a prediction interval needs every seed's round" + _unknown(unknown))
+               "; the intervals need every seed's round" + _unknown(unknown))
         return Part(label, FAILS if never else INCONCLUSIVE, seen + why, "mean of the seeds' first rounds", math.nan,
-                    min(lows), max(high for _, high in spans), n_seeds=len(spans), reference=paper)
+                    min(lows), max(high for _, high in spans), n_seeds=len(spans), reference=paper,
+                    unanimous=never)
     low, high = prediction_interval(lows, level)
-    verdict = HOLDS if low <= paper <= high else FAILS
-    evidence = seen + f"; {100 * level:g}% prediction interval for a new seed {low:.0f} to {high:.0f}"
-    return Part(label, verdict, evidence, "mean of the seeds' first rounds", float(np.mean(lows)), low, high,
-                n_seeds=len(spans), reference=paper)
+    mean = t_test(lows)
+    band = (paper * (1 - tolerance), paper * (1 + tolerance))
+    if band[0] <= mean.low and mean.high <= band[1]:
+        verdict, zone = HOLDS, "holds: our mean's 90% interval lies within the tolerance"
+    elif not low <= paper <= high:
+        verdict, zone = FAILS, "does not hold: the paper's round lies outside the prediction interval"
+    else:
+        verdict, zone = INCONCLUSIVE, "not refuted: inside the prediction interval, but our mean's interval is not within the tolerance"
+    evidence = (seen + f"; our mean {mean.mean:.0f} (90% CI {mean.low:.0f} to {mean.high:.0f}), tolerance {band[0]:.0f} to "
+                f"{band[1]:.0f} (paper +-{100 * tolerance:g}%); {100 * level:g}% prediction interval for a new seed {low:.0f} to "
+                f"{high:.0f}: {zone}")
+    unanimous = (all(band[0] <= r <= band[1] for r in lows) if verdict == HOLDS else
+                 verdict == FAILS and (all(r > paper for r in lows) or all(r < paper for r in lows)))
+    return Part(label, verdict, evidence, "mean of the seeds' first rounds", mean.mean, mean.low, mean.high,
+                n_seeds=len(spans), reference=paper, unanimous=unanimous)
 
 
 def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bound: float) -> Part:
@@ -203,7 +233,7 @@ def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bou
     evidence = (f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}): {later} of {len(spans)} "
                 f"after round {bound:g}" + _unknown(len(spans) - later - earlier))
     return Part(label, verdict, evidence, "first round of the mean curve", _exact(mean_round), min(low for low, _ in spans),
-                max(high for _, high in spans), n_seeds=len(spans), reference=bound)
+                max(high for _, high in spans), n_seeds=len(spans), reference=bound, unanimous=verdict in (HOLDS, FAILS))
 
 
 def _order(a: tuple[float, float], b: tuple[float, float]) -> str:
@@ -217,11 +247,20 @@ def _order(a: tuple[float, float], b: tuple[float, float]) -> str:
     return "tie" if a_low == a_high == b_low == b_high else "unknown"
 
 
-def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: tuple[Round, Mapping[int, Round]]) -> Part:
-    """Claim: one method reaches the target before another. Per shared seed, whose first round comes
-    first; a tie (the same round, or both never) is no evidence either way. Holds when the first
-    method is earlier in every seed that is not a tie, does not hold when it is later in every one,
-    with at least MIN_SEEDS such seeds and none whose order a range leaves unknown; else inconclusive."""
+def sign_p(successes: int, n: int) -> float:
+    """The one-sided sign test's p-value: the chance of at least `successes` of `n` seeds going one way
+    when each goes that way with probability 1/2 (a tie counts as not going that way)."""
+    return float(stats.binom.sf(successes - 1, n, 0.5)) if n else 1.0
+
+
+def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: tuple[Round, Mapping[int, Round]],
+                 against_alpha: float = ALPHA) -> Part:
+    """Claim: one method reaches the target strictly before another. Per shared seed, whose first round
+    comes first: earlier, later, tied (the same round, or both never) or unknown (ranges that overlap).
+    A sign test in which a tie counts against the claim: holds when the first method is earlier in so
+    many seeds that P(Binomial(n, 1/2) >= earlier) < ALPHA (every seed of at least 5); does not hold
+    when it is later or tied in so many that the same chance is below `against_alpha`. An unknown
+    seed counts for neither side."""
     (mean_a, a), (mean_b, b) = earlier, later
     shared = sorted(set(a) & set(b))
     if len(shared) < MIN_SEEDS:
@@ -229,22 +268,23 @@ def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: 
     pairs = [(_span(a[s]), _span(b[s])) for s in shared]
     orders = [_order(*pair) for pair in pairs]
     count = {key: orders.count(key) for key in ("earlier", "later", "tie", "unknown")}
-    untied = count["earlier"] + count["later"]
-    if count["unknown"] or untied < MIN_SEEDS or count["earlier"] and count["later"]:
-        verdict = INCONCLUSIVE
-    else:
-        verdict = HOLDS if count["earlier"] else FAILS
+    n = len(shared)
+    p_hold, p_against = sign_p(count["earlier"], n), sign_p(count["later"] + count["tie"], n)
+    verdict = HOLDS if p_hold < ALPHA else FAILS if p_against < against_alpha else INCONCLUSIVE
     # the rounds from the first method's to the other's, seed by seed (never minus never: none)
     gaps = [(b_low - a_high, b_high - a_low) for (a_low, a_high), (b_low, b_high) in pairs]
-    ties = f", {count['tie']} tied (no evidence either way)" if count["tie"] else ""
-    evidence = (f"earlier in {count['earlier']}, later in {count['later']} of {len(shared)} shared seeds{ties} (first rounds "
+    ties = f", tied in {count['tie']} (a tie counts against)" if count["tie"] else ""
+    evidence = (f"earlier in {count['earlier']}, later in {count['later']} of {n} shared seeds{ties} (first rounds "
                 f"{_seed_rounds({s: a[s] for s in shared})} vs {_seed_rounds({s: b[s] for s in shared})}); mean curves "
-                f"{_round_text(mean_a)} vs {_round_text(mean_b)}" + _unknown(count["unknown"]))
-    if untied < MIN_SEEDS and not count["unknown"]:
-        evidence += f"; {untied} untied seeds (need {MIN_SEEDS})"
+                f"{_round_text(mean_a)} vs {_round_text(mean_b)}; sign test p = {p_hold:.2g}, the other way p = {p_against:.2g} "
+                f"(refuting below {against_alpha:.2g})" + _unknown(count["unknown"]))
+    if verdict == INCONCLUSIVE and n < 5 and count["unknown"] == 0:
+        evidence += f"; {n} seeds cannot reach {ALPHA:g} (all {n} one way: p = {sign_p(n, n):.2g}; 5 needed)"
+    one_way = count["earlier"] == n if verdict == HOLDS else count["later"] + count["tie"] == n
     return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", _exact(mean_b) - _exact(mean_a),
                 min((low for low, _ in gaps if not math.isnan(low)), default=math.nan),
-                max((high for _, high in gaps if not math.isnan(high)), default=math.nan), n_seeds=len(shared))
+                max((high for _, high in gaps if not math.isnan(high)), default=math.nan), p_hold, n,
+                p_against=p_against, unanimous=verdict in (HOLDS, FAILS) and one_way)
 
 
 # ----------------------------------------------------------------------------- trend and bound over a swept parameter
@@ -274,22 +314,23 @@ def trend(label: str, points: Sequence[tuple[float, Cell]], increasing: bool, ag
     sign = 1.0 if increasing else -1.0
     means = _means(points)
     rho = spearman([x for x, _ in points], means)
-    steps, against = [], False
+    steps, p_steps = [], 1.0
     for (x0, a), (x1, b) in zip(points, points[1:]):
         diffs = paired(b, a)
         if len(diffs) < MIN_SEEDS:
             return _few(label, len(diffs))
         step = t_test([sign * d for d in diffs])
-        against |= step.p_less < against_alpha / (len(points) - 1)
+        p_steps = min(p_steps, step.p_less * (len(points) - 1))  # each step refutes at against_alpha / steps
         noise = "*" if min(step.p_greater, step.p_less) < ALPHA / 2 else ""  # the two-sided 95 % interval excludes 0
         steps.append(f"{x0:g}→{x1:g} {sign * step.mean:+.2f}{noise}")
     whole = paired(points[-1][1], points[0][1])
     if len(whole) < MIN_SEEDS:
         return _few(label, len(whole))
     overall = t_test([sign * d for d in whole])
-    if overall.p_greater < ALPHA and sign * rho > 0 and not against:
+    p_against = min(1.0, overall.p_less, p_steps)
+    if overall.p_greater < ALPHA and sign * rho > 0 and not p_steps < against_alpha:
         verdict = HOLDS
-    elif overall.p_less < against_alpha or against:
+    elif p_against < against_alpha:
         verdict = FAILS
     else:
         verdict = INCONCLUSIVE
@@ -297,7 +338,7 @@ def trend(label: str, points: Sequence[tuple[float, Cell]], increasing: bool, ag
     evidence = (f"Spearman rho {rho:+.2f}; first to last {sign * overall.mean:+.2f} points (one-sided p = {overall.p_greater:.2g}); "
                 f"steps {', '.join(steps)} (*: beyond noise)")
     return Part(label, verdict, evidence, "change first to last point (points)", sign * overall.mean, low, high, overall.p_greater,
-                few)
+                few, p_against=p_against, unanimous=_one_way([sign * d for d in whole], verdict))
 
 
 def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float, against_alpha: float = ALPHA) -> Part:
@@ -328,8 +369,9 @@ def bound(label: str, points: Sequence[tuple[float, Cell]], tolerance: float, ag
                 f"{test.mean:.2f} points (90% CI {test.low:.2f} to {test.high:.2f}), tolerance {tolerance:g}; every pair within "
                 f"it p = {p_within:.2g}; beyond it most clearly {widest}, p = {p_beyond:.2g}, refuting below {level:.2g} "
                 f"({len(within)} pairs)")
+    inside = all(abs(d) < tolerance for (_, a), (_, b) in combinations(points, 2) for d in paired(b, a))
     return Part(label, verdict, evidence, "highest minus lowest cell (points)", test.mean, test.low, test.high, p_within, few,
-                tolerance)
+                tolerance, p_against=min(1.0, p_beyond * len(points) * (len(points) - 1)), unanimous=verdict == HOLDS and inside)
 
 
 # ----------------------------------------------------------------------------- convergence
@@ -343,29 +385,10 @@ def swing(acc: np.ndarray, last: int) -> float:
     return float(np.std(y - np.polyval(np.polyfit(x, y, 1), x)))
 
 
-def _window_means(acc: np.ndarray, last: int, parity: int) -> np.ndarray:
-    """The mean of the values at evaluations of `parity` (0: even, 1: odd) in every window of `last`."""
-    kept = np.arange(len(acc)) % 2 == parity
-    ones = np.ones(last)
-    return np.convolve(np.where(kept, acc, 0.0), ones, mode="valid") / np.convolve(kept.astype(float), ones, mode="valid")
-
-
-def decline(acc: np.ndarray, last: int) -> float:
-    """How far the curve ends below the best level it held: the mean of its last `last` values subtracted
-    from the level of its best window of `last` consecutive values. The window is picked by the mean
-    of its even-numbered evaluations and its level measured by its odd-numbered ones, so the noise
-    that picks it does not also measure it: on a flat noisy curve the best single round (or the best
-    window, picked and measured on the same values) lies above the level by the noise alone."""
-    acc = np.asarray(acc, dtype=float)
-    picked = int(np.argmax(_window_means(acc, last, 0)))
-    return float(_window_means(acc, last, 1)[picked] - np.mean(acc[-last:]))
-
-
 #: measure -> (what it is, its value for one seed's accuracy curve in percent and the last k evaluated rounds)
 MEASURES = {
     "fluctuation": ("std of the last rounds about their trend line (points)", swing),
     "relative_fluctuation": ("std of the last rounds about their trend line, as a multiple of the reference's", swing),
-    "decline": ("level of the best k consecutive rounds minus the mean of the last k (points)", decline),
 }
 #: the measures held against a reference curve of the same seed (a ratio, tested on the log scale)
 RELATIVE = ("relative_fluctuation",)
@@ -377,7 +400,7 @@ def _values(curve: Curve, seeds: Sequence[int], measure: str, last: int) -> list
 
 def convergence(label: str, curve: Curve, measure: str, last: int, threshold: float, above: bool = True,
                 against_alpha: float = ALPHA, reference: Curve | None = None) -> Part:
-    """Claim: the curve's end swings (or declines) by more than `threshold` (`above`), or by less.
+    """Claim: the curve's end swings by more than `threshold` (`above`), or by less.
     Each seed's measure over its last `last` evaluated rounds, a one-sample t-test of their mean
     against the threshold. A relative measure is each seed's ratio to the `reference` curve's on the
     same seed (another method, or the same method in another setting), tested on the log scale
@@ -397,9 +420,7 @@ def convergence(label: str, curve: Curve, measure: str, last: int, threshold: fl
         base = _values(reference, seeds, measure, last)
         if min(base) <= 0:
             return Part(label, INCONCLUSIVE, "the reference curve does not move at all on some seed", n_seeds=len(seeds))
-        values = [v / b for v, b in zip(values, base)]
-        logs = t_test(np.log(values), null=math.log(threshold))
-        test = TTest(logs.n, math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.p_greater, logs.p_less)
+        values, test = _log_ratio_test(values, base, threshold)
     else:
         test = t_test(values, null=threshold)
     if not above:
@@ -409,7 +430,93 @@ def convergence(label: str, curve: Curve, measure: str, last: int, threshold: fl
     mean = "geometric mean" if relative else "mean"
     evidence = (f"{measure} over the last {last} rounds, {mean} {test.mean:.2f} {unit} (seeds {seeds_text}; 90% CI "
                 f"{test.low:.2f} to {test.high:.2f}), threshold {threshold:g}" + _against(test, against_alpha))
-    return Part(label, decide(test, against_alpha), evidence, what, test.mean, test.low, test.high, test.p_greater, test.n, threshold)
+    verdict = decide(test, against_alpha)
+    sides = [v - threshold if above else threshold - v for v in values]
+    return Part(label, verdict, evidence, what, test.mean, test.low, test.high, test.p_greater, test.n, threshold,
+                p_against=test.p_less, unanimous=_one_way(sides, verdict))
+
+
+def rise(rounds: np.ndarray, acc: np.ndarray, last: int) -> float:
+    """How much the curve still rises over its last `last` evaluated rounds: the least-squares slope of
+    accuracy on round number, times `last` (points over the window)."""
+    x, y = np.asarray(rounds[-last:], dtype=float), np.asarray(acc[-last:], dtype=float)
+    return float(np.polyfit(x, y, 1)[0]) * last
+
+
+def _log_ratio_test(values: Sequence[float], base: Sequence[float], factor: float) -> tuple[list[float], TTest]:
+    """Each seed's value over its reference's, and the t-test of their logs against log(factor), back on the ratio scale."""
+    ratios = [v / b for v, b in zip(values, base)]
+    logs = t_test(np.log(ratios), null=math.log(factor))
+    return ratios, TTest(logs.n, math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.p_greater, logs.p_less)
+
+
+def not_converged(label: str, curve: Curve, reference: Curve, last: int, factor: float, rise_last: int = RISE_WINDOW,
+                  settled_rise: float = SETTLED_RISE, against_alpha: float = ALPHA) -> Part:
+    """Claim: the curve has not converged. Two parts, each on the seeds it shares with a settled
+    `reference` (the same seeds of a method the paper shows settling):
+
+    - rising: each seed's `rise` over its last `rise_last` evaluated rounds, significantly above 0;
+    - swinging: each seed's `swing` over its last `last` rounds, significantly above `factor` times
+      the reference's on the same seed (tested on the log scale).
+
+    Holds when either part does, each at ALPHA / 2 (a union of two tests). Does not hold when both
+    show the curve settled: the rise's 90 % interval within +-`settled_rise` points and the swing
+    significantly below `factor` times the reference's, each at `against_alpha`. A part without
+    the evaluated rounds it needs cannot decide; the evidence names the part that decided."""
+    seeds = sorted(set(curve) & set(reference))
+    if len(seeds) < MIN_SEEDS:
+        return _few(label, len(seeds))
+    evaluated = min(len(curve[s][1]) for s in seeds)
+    notes, held, settled, p_holds, p_settled = [], [], [], [], []
+    estimates: dict[str, tuple[str, TTest]] = {}
+    if evaluated >= rise_last:
+        rises = [rise(curve[s][0], curve[s][1], rise_last) for s in seeds]
+        up = t_test(rises)
+        flat = max(t_test(rises, null=settled_rise).p_less, t_test(rises, null=-settled_rise).p_greater)
+        p_holds.append(up.p_greater)
+        p_settled.append(flat)
+        if up.p_greater < ALPHA / 2:
+            held.append(("rising", all(r > 0 for r in rises)))
+        if flat < against_alpha:
+            settled.append(all(abs(r) < settled_rise for r in rises))
+        estimates["rising"] = (f"rise over the last {rise_last} rounds (points)", up)
+        notes.append(f"rise over the last {rise_last} rounds {up.mean:+.2f} points (seeds {', '.join(f'{r:+.2f}' for r in rises)}; "
+                     f"90% CI {up.low:+.2f} to {up.high:+.2f}; above 0 p = {up.p_greater:.2g}, within +-{settled_rise:g} p = {flat:.2g})")
+    else:
+        notes.append(f"rise: only {evaluated} evaluated rounds (need {rise_last})")
+    if evaluated >= last and min(len(reference[s][1]) for s in seeds) >= last:
+        base = [swing(np.asarray(reference[s][1], dtype=float), last) for s in seeds]
+        if min(base) > 0:
+            ratios, test = _log_ratio_test([swing(np.asarray(curve[s][1], dtype=float), last) for s in seeds], base, factor)
+            p_holds.append(test.p_greater)
+            p_settled.append(test.p_less)
+            if test.p_greater < ALPHA / 2:
+                held.append(("swinging", all(r > factor for r in ratios)))
+            if test.p_less < against_alpha:
+                settled.append(all(r < factor for r in ratios))
+            estimates["swinging"] = (f"swing over the last {last} rounds, times the reference's", test)
+            notes.append(f"swing over the last {last} rounds {test.mean:.2f} times the reference's (seeds "
+                         f"{', '.join(f'{r:.2f}' for r in ratios)}; 90% CI {test.low:.2f} to {test.high:.2f}; above {factor:g} "
+                         f"p = {test.p_greater:.2g}, below it p = {test.p_less:.2g})")
+        else:
+            notes.append("swing: the reference does not move at all on some seed")
+    else:
+        notes.append(f"swing: fewer than {last} evaluated rounds")
+    if held:
+        verdict, why = HOLDS, "decided by: " + " and ".join(name for name, _ in held)
+    elif len(settled) == 2:
+        verdict, why = FAILS, "decided by: both parts (settled: flat and calm)"
+    else:
+        verdict, why = INCONCLUSIVE, "neither part decides"
+    evidence = "; ".join(notes) + f"; each part holds below {ALPHA / 2:g}, refutes below {against_alpha:.2g}: {why}"
+    if not estimates:
+        return Part(label, INCONCLUSIVE, evidence, n_seeds=len(seeds))
+    # the numbers of the part that decided (the first, where both did), else of the rise where measured
+    measure, test = estimates[held[0][0]] if held else estimates.get("rising", estimates.get("swinging"))
+    unanimous = any(one for _, one in held) if verdict == HOLDS else verdict == FAILS and all(settled)
+    p_against = max(p_settled) if len(p_settled) == 2 else math.nan
+    return Part(label, verdict, evidence, measure, test.mean, test.low, test.high, min(1.0, 2 * min(p_holds)), len(seeds),
+                factor if "times" in measure else 0.0, p_against=p_against, unanimous=unanimous)
 
 
 # ----------------------------------------------------------------------------- costs

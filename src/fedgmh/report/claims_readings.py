@@ -36,6 +36,7 @@ def _verdict_cell(rec: dict[str, Any]) -> str:
     text = f"**{rec['verdict']}**"
     if rec["robustness"]:
         text += f", {rec['robustness']}" + (f": {rec['flips']}" if rec["flips"] else "")
+        text += f" (not evaluated: {rec['untested']})" if rec["untested"] else ""
     return text
 
 
@@ -51,10 +52,11 @@ def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, 
              "where there is internet). A claim of several comparisons holds when each does and does not hold when one does not; "
              "its numbers are those of the comparison that decides it. Accuracies in percentage points, pooled over the test "
              "samples as the paper's numbers are (docs/verdicts.md).", "",
-             "Each decided verdict is decided again with the other defensible choices: the mean over clients instead of the "
-             "pooled accuracy, the other reading's runs, an 80 % or 95 % prediction interval instead of 90 %, a curve's last 10 or "
-             "40 rounds instead of 20, each seed left out. *Robust*: the same verdict under each that has the seeds to decide; "
-             "*fragile*: what flips it follows.", ""]
+             "Each decided verdict is decided again with the other defensible choices (docs/claims.md, Robustness): the mean "
+             "over clients instead of the pooled accuracy, the other reading's runs, the rule's other settings, each seed left "
+             "out. *Robust*: every alternative was evaluated and none changes it (with at least 4 seeds, or every seed going "
+             "the verdict's way); *fragile*: what flips it follows; *partly tested*: none flips it, but the alternatives listed "
+             "could not be evaluated; *exact*: a computation.", ""]
     lines += [f"**{names[reading]}**: {counts_text(frame)}" + ("" if i == len(frames) - 1 else "  ") for i, (reading, frame)
               in enumerate(frames.items())]
     lines += ["", "| claim | where | what the paper says (our words) | test | " + " | ".join(names.values())
@@ -74,7 +76,10 @@ def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, 
                       f"on the mean over clients: {row['verdict_client_mean']})"
                       + (f"; {row['robustness']}" if row["robustness"] else "")
                       + (f": flipped by {row['flips']}" if row["flips"] else "")
-                      + (f"; no evidence under {row['untested']}" if row["robustness"] and row["untested"] else "") + ".", ""]
+                      + (f"; evaluated: {row['tested']}" if row["robustness"] and row["tested"] else "")
+                      + (f"; not evaluated: {row['untested']}" if row["robustness"] and row["untested"] else "")
+                      + (f"; not decided under this reading until these run: {row['not_run']}"
+                         if row["verdict"] == kinds.INCONCLUSIVE and row["not_run"] else "") + ".", ""]
             if row["protocol"]:
                 lines += [f"Runs differ from the paper's protocol: {row['protocol']}.", ""]
             if row["verdict"] in (kinds.NOT_RUN, UNAVAILABLE):
@@ -107,12 +112,14 @@ def decide_claims(claims: Sequence[Claim], readings: dict[str, Runs],
         frame, parts[reading] = evaluate_claims(claims, runs)
         others = [(f"{READING_NAMES.get(name, name)}", other) for name, other in readings.items() if name != reading]
         alternative = alternatives(claims, runs, others[0] if others else None)
-        robust = robustness(dict(zip(frame["id"], frame["verdict"])), parts[reading], alternative)
+        robust = robustness(claims, dict(zip(frame["id"], frame["verdict"])), parts[reading], alternative,
+                            {claim.id: runs.claim_seeds(claim) for claim in claims}, others[0][0] if others else None)
         clients = alternative.get(READINGS_OF_ACCURACY["best_clients"][1], parts[reading])
         frame["verdict_client_mean"] = [kinds.combine(clients[claim_id]) for claim_id in frame["id"]]
         frame["robustness"] = [robust[claim_id].status for claim_id in frame["id"]]
         frame["flips"] = ["; ".join(robust[claim_id].flips) for claim_id in frame["id"]]
         frame["untested"] = [", ".join(robust[claim_id].untested) for claim_id in frame["id"]]
+        frame["tested"] = [", ".join(robust[claim_id].tested) for claim_id in frame["id"]]
         frames[reading] = unavailable(frame, claims, runs, datasets_unavailable)
     return frames, parts
 

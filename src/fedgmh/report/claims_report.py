@@ -50,7 +50,9 @@ class Rules:
     (`fedgmh.report.robustness`) re-decides every claim with each changed."""
 
     prediction: float = kinds.PREDICTION  # the coverage of the interval a paper's round is held against
+    tolerance: float = kinds.ROUND_TOLERANCE  # within which share of a paper's round our mean round's interval holds it
     window: int | None = None  # the rounds that make a curve's end (None: the claim's `last`)
+    rise_window: int = kinds.RISE_WINDOW  # the rounds whose rise tests "still rising"
 
 
 class Runs:
@@ -140,6 +142,16 @@ class Runs:
         return (first_round_bounds(mean.index.to_numpy(), mean.to_numpy(), target, horizon),
                 {s: first_round_bounds(rounds, values, target, horizon) for s, (rounds, values) in self.seed_curves(need).items()})
 
+    def claim_seeds(self, claim: Claim) -> set[int]:
+        """The seeds of the runs the claim reads."""
+        found: set[int] = set()
+        for need in claim.needs():
+            if need.curve and need[:3] in self.curves:
+                found |= {int(s) for s in self.curves[need[:3]].columns}
+            elif not need.curve:
+                found |= set(self.values.get(need[:3], {}))
+        return found
+
     def has(self, need: Need) -> bool:
         return need[:3] in (self.curves if need.curve else self.values)
 
@@ -218,7 +230,7 @@ def _rounds(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
         for alg, paper in spec["paper"].items():
             label = f"{algorithm_name(alg)} reaches {at} at round {format_number(paper)}"
             comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
-                               _decided(kinds.rounds_value(label, *reached[alg], paper, rules.prediction)))
+                               _decided(kinds.rounds_value(label, *reached[alg], paper, rules.prediction, rules.tolerance)))
     elif "after" in spec:
         for alg in spec["algorithms"]:
             label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
@@ -229,7 +241,7 @@ def _rounds(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
             for b in (b for b in spec["later"] if b != a):
                 label = f"{algorithm_name(a)} reaches {at} before {algorithm_name(b)}"
                 missing = [need[alg] for alg in (a, b) if reached[alg] is None]
-                comparisons.append(_not_run(label, missing) if missing else _decided(kinds.rounds_order(label, reached[a], reached[b])))
+                comparisons.append(_not_run(label, missing) if missing else partial(kinds.rounds_order, label, reached[a], reached[b]))
     return comparisons
 
 
@@ -245,7 +257,7 @@ def _rounds_over_points(claim: Claim, runs: Runs) -> list[Comparison]:
         needs = [Need(*split_cell(last), alg, True), Need(*split_cell(first), alg, True)]
         reached = [runs.first_rounds(need, spec["target"]) for need in needs]
         missing = [need for need, r in zip(needs, reached) if r is None]
-        comparisons.append(_not_run(label, missing) if missing else _decided(kinds.rounds_order(label, *reached)))
+        comparisons.append(_not_run(label, missing) if missing else partial(kinds.rounds_order, label, *reached))
     return comparisons
 
 
@@ -266,9 +278,11 @@ def _over_points(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
         needs = {x: Need(*split_cell(cell), alg) for x, cell in spec["points"].items()}
         present = [(x, runs.cell(need)) for x, need in needs.items() if runs.has(need)]
         missing = [need for need in needs.values() if not runs.has(need)]
-        if len(present) < 2:
-            comparisons.append(_not_run(label, missing) if not present else _decided(
-                kinds.Part(label, kinds.INCONCLUSIVE, f"only 1 of {len(needs)} points run", n_seeds=len(present[0][1]))))
+        # the claim's own table: the experiment most of its points are in (a point borrowed from Table 2 is not it)
+        experiments = [need.experiment for need in needs.values()]
+        own = max(dict.fromkeys(experiments), key=experiments.count)
+        if not any(runs.has(need) for need in needs.values() if need.experiment == own) or len(present) < 2:
+            comparisons.append(_not_run(label, missing))
             continue
         if claim.test == "trend":
             compare = partial(kinds.trend, label, present, spec["direction"] == "increasing")
@@ -287,10 +301,21 @@ def _convergence(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
             other = reference_need(spec, need) if "reference" in spec else None
             label = f"{_name(need)} ({need.cell})" + (f" against {_name(other)} ({other.cell})" if other else "")
             missing = [n for n in (need, other) if n is not None and not runs.has(n)]
-            comparisons.append(_not_run(label, missing) if missing else partial(
-                kinds.convergence, label, runs.seed_curves(need), spec["measure"], rules.window or spec["last"], spec["threshold"],
-                spec["expect"] == "above", reference=runs.seed_curves(other) if other else None))
+            if missing:
+                comparisons.append(_not_run(label, missing))
+            elif spec["measure"] == "not_converged":
+                comparisons.append(partial(_not_converged, label, runs.seed_curves(need), runs.seed_curves(other),
+                                           rules.window or spec["last"], spec["threshold"], rules.rise_window))
+            else:
+                comparisons.append(partial(
+                    kinds.convergence, label, runs.seed_curves(need), spec["measure"], rules.window or spec["last"], spec["threshold"],
+                    spec["expect"] == "above", reference=runs.seed_curves(other) if other else None))
     return comparisons
+
+
+def _not_converged(label: str, curve: kinds.Curve, reference: kinds.Curve, last: int, factor: float, rise_last: int,
+                   level: float) -> kinds.Part:
+    return kinds.not_converged(label, curve, reference, last, factor, rise_last, against_alpha=level)
 
 
 def _cost(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
@@ -317,11 +342,20 @@ TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound":
 
 
 def _run_comparisons(comparisons: Sequence[Comparison]) -> list[kinds.Part]:
-    """A claim's comparisons, each refuting at ALPHA over the number of them that make a test
-    (Bonferroni over the tests made: one not run, or with too few seeds or rounds, cannot refute)."""
-    first = [compare(kinds.ALPHA) for compare in comparisons]
-    tested = sum(part.tested for part in first)
-    return [compare(kinds.ALPHA / tested) if part.tested and tested > 1 else part for compare, part in zip(comparisons, first)]
+    """A claim's comparisons, refuting by Holm's step-down over its k comparisons, k fixed by the
+    claim's definition (those not run, or with too few seeds, count too): the smallest p-value against
+    the claim refutes below ALPHA / k, the next below ALPHA / (k - 1), and so on while each refutes."""
+    k = max(len(comparisons), 1)
+    first = [compare(kinds.ALPHA / k) for compare in comparisons]
+    order = sorted((i for i, part in enumerate(first) if not math.isnan(part.p_against)), key=lambda i: first[i].p_against)
+    levels: dict[int, float] = {}
+    stopped = None  # once one does not refute, none after it does
+    for step, i in enumerate(order):
+        level = kinds.ALPHA / (k - step)
+        if stopped is None and not first[i].p_against < level:
+            stopped = level
+        levels[i] = level if stopped is None else stopped
+    return [comparisons[i](levels[i]) if i in levels else part for i, part in enumerate(first)]
 
 
 def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
@@ -358,9 +392,10 @@ def counts_text(frame: pd.DataFrame) -> str:
     counts = frame["verdict"].value_counts()
     shown = [v for v in (*kinds.VERDICTS, UNAVAILABLE) if v != UNAVAILABLE or counts.get(v, 0)]
     decided = frame[frame["verdict"].isin([kinds.HOLDS, kinds.FAILS])]
-    robust = int((decided["robustness"] == "robust").sum()) if "robustness" in frame else 0
+    statuses = decided["robustness"].value_counts() if "robustness" in frame else pd.Series(dtype=int)
+    kinds_of = ", ".join(f"{statuses.get(status, 0)} {status}" for status in ("exact", "robust", "fragile", "partly tested"))
     return (", ".join(f"{counts.get(v, 0)} {v}" for v in shown) + f" (of {len(frame)})"
-            + (f"; of the {len(decided)} decided, {robust} robust and {len(decided) - robust} fragile" if len(decided) else ""))
+            + (f"; of the {len(decided)} decided, {kinds_of}" if len(decided) and "robustness" in frame else ""))
 
 
 #: the claims table's columns: ragged right, no word broken by a hyphen ("sec- tion"); needs the array package

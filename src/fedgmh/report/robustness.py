@@ -1,20 +1,20 @@
-"""Whether each decided verdict survives the other defensible choices: robust or fragile.
+"""Whether each decided verdict survives the other defensible choices: robust, fragile, partly tested or exact.
 
 A claim that holds or does not hold is decided again under each alternative (`alternatives`):
 
 - accuracy: the unweighted mean over clients instead of the pooled accuracy (or the other way);
 - reading: the other reading's runs (PFLlib's and the official code's, or the paper's text);
-- rule: a paper's round held against an 80 % or a 95 % prediction interval instead of 90 %; a
-  curve's end as its last 10 or 40 evaluated rounds instead of the claim's (20);
-- seeds: each seed left out in turn.
+- rule: a paper's round held against an 80 % or a 95 % prediction interval instead of 90 %, and
+  within +-5 % or +-20 % instead of +-10 %; a curve's swing over its last 10 or 40 evaluated rounds
+  instead of the claim's (20), its rise over the last 25 or 100 instead of 50;
+- seeds: each seed left out in turn (at least 4 seeds), or every seed going the verdict's way.
 
 Under an alternative the claim is decided on the comparisons that decided it (those with the seeds
 to decide: holds, does not hold, or at least MIN_SEEDS seeds), each as the alternative makes it, and
-only those of them that have the seeds there too. *Robust*: the same verdict under every alternative
-that has evidence; *fragile*: some alternative gives another verdict, and the flips are listed. An
-alternative without evidence (none of those comparisons run there, or all left with fewer than
-MIN_SEEDS seeds: a verdict on 3 seeds with one left out) is listed as untested, not counted: it says
-nothing either way. docs/claims.md, "Robustness".
+only those of them that have the seeds there too. *Robust*: every alternative that applies was
+evaluated and none gives another verdict; *fragile*: some alternative gives another verdict, and the
+flips are listed; *partly tested*: none flips it but some could not be evaluated (listed); *exact*:
+a computation, with no alternative. docs/claims.md, "Robustness".
 """
 
 from __future__ import annotations
@@ -27,17 +27,34 @@ from fedgmh.report.claim_file import Claim
 from fedgmh.report.claims_report import Rules, Runs, evaluate_claims
 from fedgmh.report.summary import READINGS_OF_ACCURACY
 
-ROBUST, FRAGILE = "robust", "fragile"
-#: the rule variants each decided verdict is re-decided under
+ROBUST, FRAGILE, PARTLY, EXACT = "robust", "fragile", "partly tested", "exact"
+#: the rule variants each decided verdict is re-decided under, and the claims each applies to
 RULE_VARIANTS = {"80 % prediction interval": Rules(prediction=0.80), "95 % prediction interval": Rules(prediction=0.95),
-                 "last 10 rounds": Rules(window=10), "last 40 rounds": Rules(window=40)}
+                 "tolerance +-5 %": Rules(tolerance=0.05), "tolerance +-20 %": Rules(tolerance=0.20),
+                 "swing over the last 10 rounds": Rules(window=10), "swing over the last 40 rounds": Rules(window=40),
+                 "rise over the last 25 rounds": Rules(rise_window=25), "rise over the last 100 rounds": Rules(rise_window=100)}
+SEEDS = "each seed left out"
+#: fewer seeds and leaving one out leaves too few to decide: the seeds are tested only when every seed goes one way
+LEAVE_ONE_OUT_SEEDS = kinds.MIN_SEEDS + 1
+
+
+def applies(claim: Claim, variant: str) -> bool:
+    """Whether a rule variant changes anything the claim's test uses."""
+    if "prediction interval" in variant or "tolerance" in variant:
+        return claim.test == "rounds" and "paper" in claim.spec
+    if "swing" in variant:
+        return claim.test == "convergence"
+    if "rise" in variant:
+        return claim.test == "convergence" and claim.spec["measure"] == "not_converged"
+    return True
 
 
 @dataclass(frozen=True)
 class Robustness:
-    status: str  # ROBUST, FRAGILE, or '' for a claim not decided
+    status: str  # ROBUST, FRAGILE, PARTLY, EXACT, or '' for a claim not decided
     flips: tuple[str, ...] = ()  # 'alternative: verdict' for each alternative that decides otherwise
-    untested: tuple[str, ...] = ()  # the alternatives without evidence
+    untested: tuple[str, ...] = ()  # the alternatives that could not be evaluated
+    tested: tuple[str, ...] = ()  # the alternatives evaluated
 
     def text(self) -> str:
         if not self.status:
@@ -52,14 +69,16 @@ def tested(part: kinds.Part) -> bool:
 
 def re_decided(parts: Sequence[kinds.Part], alternative: Sequence[kinds.Part]) -> str | None:
     """The claim's verdict under an alternative (`alternative`: its comparisons there) on the comparisons
-    of `parts` that have the seeds to decide, where they have them there too; None: no evidence."""
+    of `parts` that have the seeds to decide; None (not evaluated) unless each of them has the seeds
+    there too."""
     labels = {part.label for part in parts if tested(part)}
     kept = [part for part in alternative if part.label in labels and tested(part)]
-    return kinds.combine(kept) if kept else None
+    return kinds.combine(kept) if kept and len(kept) == len(labels) else None
 
 
 def alternatives(claims: Sequence[Claim], runs: Runs, other: tuple[str, Runs] | None = None) -> dict[str, dict[str, list[kinds.Part]]]:
-    """alternative -> claim id -> the claim's comparisons under it."""
+    """alternative -> claim id -> the claim's comparisons under it (the other reading: its name, or
+    'the other reading' with no runs, where every claim is untested)."""
     cases: dict[str, tuple[Runs, Rules]] = {}
     for accuracy, (_, words) in READINGS_OF_ACCURACY.items():
         if accuracy != runs.accuracy:
@@ -71,24 +90,52 @@ def alternatives(claims: Sequence[Claim], runs: Runs, other: tuple[str, Runs] | 
     return {name: evaluate_claims(claims, case_runs, rules)[1] for name, (case_runs, rules) in cases.items()}
 
 
-def robustness(verdicts: Mapping[str, str], parts: Mapping[str, Sequence[kinds.Part]],
-               alternative: Mapping[str, Mapping[str, Sequence[kinds.Part]]]) -> dict[str, Robustness]:
-    """Per claim id: robust or fragile when `verdicts` (claim id -> verdict, its comparisons `parts`)
-    decides it, else ''."""
+def _decisive(parts: Sequence[kinds.Part], verdict: str) -> list[kinds.Part]:
+    """The comparisons that make the verdict: every one where it holds, those that do not hold where it does not."""
+    return [part for part in parts if part.verdict == verdict]
+
+
+def robustness(claims: Sequence[Claim], verdicts: Mapping[str, str], parts: Mapping[str, Sequence[kinds.Part]],
+               alternative: Mapping[str, Mapping[str, Sequence[kinds.Part]]], seeds: Mapping[str, set[int]],
+               other_reading: str | None = None) -> dict[str, Robustness]:
+    """Per claim id: exact (a computation), robust, fragile or partly tested when `verdicts` (claim id
+    -> verdict, its comparisons `parts`) decides it, else ''. `seeds`: each claim's seeds;
+    `other_reading`: the other reading's name, or None where it has no runs (untested).
+
+    Robust: every alternative that applies was evaluated and none flips the verdict, the seeds
+    included: each seed left out where the deciding comparisons have at least LEAVE_ONE_OUT_SEEDS
+    seeds, or, with fewer, every seed's difference going the way of the verdict. Fragile: some
+    alternative flips it. Partly tested: none flips it, but some could not be evaluated."""
     out = {}
-    for claim_id, verdict in verdicts.items():
+    for claim in claims:
+        claim_id, verdict = claim.id, verdicts[claim.id]
         if verdict not in (kinds.HOLDS, kinds.FAILS):
             out[claim_id] = Robustness("")
             continue
-        again = {name: re_decided(parts[claim_id], alt[claim_id]) for name, alt in alternative.items()}
+        if claim.test == "cost":
+            out[claim_id] = Robustness(EXACT)
+            continue
+        decisive = _decisive(parts[claim_id], verdict)
+        names = [name for name in alternative if not name.startswith("without seed ")
+                 and (name not in RULE_VARIANTS or applies(claim, name))]
+        again = {name: re_decided(parts[claim_id], alternative[name][claim_id]) for name in names}
+        untested = [name for name, v in again.items() if v is None]
+        if other_reading is None:
+            untested.append("the other reading (no runs)")
+        if all(part.n_seeds >= LEAVE_ONE_OUT_SEEDS for part in decisive):
+            left_out = {f"without seed {s}": re_decided(parts[claim_id], alternative[f"without seed {s}"][claim_id])
+                        for s in sorted(seeds.get(claim_id, ())) if f"without seed {s}" in alternative}
+            again |= left_out
+            untested += [name for name, v in left_out.items() if v is None]
+            seed_check = SEEDS
+        elif decisive and all(part.unanimous for part in decisive):
+            seed_check = "every seed the same way"
+        else:
+            seed_check = ""
+            untested.append(f"{SEEDS} ({min(part.n_seeds for part in decisive)} seeds, not every one the same way)")
         flips = tuple(f"{name}: {v}" for name, v in again.items() if v is not None and v != verdict)
-        untested = _short([name for name, v in again.items() if v is None])
-        out[claim_id] = Robustness(FRAGILE if flips else ROBUST, flips, untested)
+        evaluated = tuple(name for name, v in again.items() if v is not None and not name.startswith("without seed "))
+        evaluated += (seed_check,) if seed_check else ()
+        status = FRAGILE if flips else PARTLY if untested else ROBUST
+        out[claim_id] = Robustness(status, flips, tuple(untested), evaluated)
     return out
-
-
-def _short(names: Sequence[str]) -> tuple[str, ...]:
-    """The untested alternatives, every seed left out said once."""
-    seeds = [name for name in names if name.startswith("without seed ")]
-    rest = tuple(name for name in names if name not in seeds)
-    return rest + (("each seed left out",) if seeds else ())

@@ -35,11 +35,13 @@ CURVE_COLUMNS = ("round", "test_acc", "test_acc_mean", "test_acc_std", "train_lo
 EVALUATION_OPTIONS = ("eval_every", "eval_last")
 
 
-def load_run(run_dir: Path | str, preset_evaluation: bool = False) -> tuple[dict[str, Any], pd.DataFrame]:
+def load_run(run_dir: Path | str, preset_evaluation: bool = False,
+             best_of_last: int | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
     """One run's tidy record (without experiment / setting) and its metrics frame.
 
     With `preset_evaluation`, a run trained with its own `eval_every` / `eval_last` is reported as
     its preset evaluates (`as_preset_evaluates`); the metrics frame keeps every evaluated round.
+    With `best_of_last` N, its best accuracies are over its last N rounds (`over_last_rounds`).
     A missing, incomplete or invalid run (fedgmh.record: its numbers disagree, a file is a link...)
     raises a UserError that names the run directory.
     """
@@ -90,6 +92,8 @@ def load_run(run_dir: Path | str, preset_evaluation: bool = False) -> tuple[dict
     }
     if preset_evaluation:
         row = as_preset_evaluates(row, metrics, run_dir)
+    if best_of_last:
+        row = over_last_rounds(row, metrics, best_of_last, run_dir)
     return row | adaptation_of(run_dir), metrics
 
 
@@ -117,6 +121,22 @@ def as_preset_evaluates(row: dict[str, Any], metrics: pd.DataFrame, run_dir: Pat
                   "best_test_acc_mean": best_client_mean(evaluated)}
 
 
+def over_last_rounds(row: dict[str, Any], metrics: pd.DataFrame, last: int, run_dir: Path) -> dict[str, Any]:
+    """A run's row with its best accuracies (pooled and mean over clients) and their round taken over
+    its last `last` rounds, the one scoring rule that every run of a reading can follow (the official
+    FedGMH code evaluates only its last 20); a run that did not evaluate each of them is refused."""
+    rounds = int(row["rounds"])
+    wanted = set(range(rounds - last + 1, rounds + 1))
+    missing = sorted(wanted - set(metrics["round"].astype(int)))
+    if missing:
+        raise UserError(f"run {run_dir}: it did not evaluate {len(missing)} of its last {last} rounds (e.g. {missing[0]}), "
+                        f"so its best over them is unknown")
+    window = metrics[metrics["round"].isin(wanted)].reset_index(drop=True)
+    results = results_of(window)
+    return row | {"best_test_acc": results["best_test_acc"], "best_round": results["best_round"],
+                  "best_test_acc_mean": best_client_mean(window)}
+
+
 def best_client_mean(metrics: pd.DataFrame) -> float:
     """The best over the evaluated rounds of the unweighted mean of the clients' accuracies
     (`test_acc_mean`), the other reading of the paper's "average accuracy of all clients" beside the
@@ -138,7 +158,7 @@ def adaptation_of(run_dir: Path) -> dict[str, Any]:
 
 def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None,
                    variants: Sequence[str] | None = None, default_clients: int | None = None,
-                   preset_evaluation: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+                   preset_evaluation: bool = False, best_of_last: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy results (one row per run) and curves (one row per run and evaluated round).
 
     `experiment` labels every row (the workflow passes the table id); otherwise each run's own
@@ -146,10 +166,12 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     `variants`, one name per run directory (the workflow passes them for experiments with
     `variants`), become the `variant` column and the `@<variant>` part of the setting ids.
     `default_clients`: the config's number of clients; runs with another get `_n<N>` in their setting
-    id, as the workflow's run folders (None: no such part). `preset_evaluation`: see `load_run`.
+    id, as the workflow's run folders (None: no such part). `preset_evaluation`, `best_of_last`: see `load_run`.
     """
     if not run_dirs:
         raise UserError("no run directories given")
+    if best_of_last is not None and best_of_last < 1:
+        raise UserError(f"--best-of-last {best_of_last}: give a number of rounds >= 1")
     if variants is not None and len(variants) != len(run_dirs):
         raise UserError(f"{len(variants)} variant names for {len(run_dirs)} run directories; give one per run")
     rows, curves = [], []
@@ -160,7 +182,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
             raise UserError(f"run {run_dir} is listed twice")
         seen[key] = str(run_dir)
         with reading(run_dir):
-            row, metrics = load_run(run_dir, preset_evaluation)
+            row, metrics = load_run(run_dir, preset_evaluation, best_of_last)
         row["variant"] = variants[index] if variants is not None else ""
         if experiment is not None:
             row["experiment"] = experiment
@@ -249,9 +271,10 @@ def read_curves(path: Path | str) -> pd.DataFrame:
 
 def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out: Path | str | None = None,
                     experiment: str | None = None, variants: Sequence[str] | None = None,
-                    default_clients: int | None = None, preset_evaluation: bool = False) -> pd.DataFrame:
+                    default_clients: int | None = None, preset_evaluation: bool = False,
+                    best_of_last: int | None = None) -> pd.DataFrame:
     results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants, default_clients=default_clients,
-                                     preset_evaluation=preset_evaluation)
+                                     preset_evaluation=preset_evaluation, best_of_last=best_of_last)
     write_csv(results, out)
     if curves_out:
         write_csv(curves, curves_out)
