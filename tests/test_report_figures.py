@@ -172,3 +172,20 @@ def test_dot_plot_draws_each_seed_beside_the_papers_mean_and_std(tmp_path: Path,
     low, high = fedgmh.get_xlim()
     assert low < 98.3 and high > 99.0 and high - low < 2  # the cell's own range: half a point is visible
     assert not fedavg.containers and fedavg.get_ylabel() == "FedAvg"  # the paper has no FedAvg row here
+
+
+def test_the_client_dots_are_drawn_the_same_whatever_the_global_random_state(tmp_path: Path) -> None:
+    """The dots' jitter comes from a fixed seed: drawing again after numpy's global state moved gives the same bytes
+    (a rerun of the workflow leaves a committed figure unchanged)."""
+    from fedgmh.report.clients import plot_client_accuracy
+
+    dirs = [make_run(tmp_path / "runs", algorithm=alg, best=best) for alg, best in (("fedavg", 0.3), ("fedgmh", 0.8))]
+    for run_dir, best in zip(dirs, (0.3, 0.8)):
+        _with_clients(run_dir, best)
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    drawn = []
+    for seed in (1, 2):
+        np.random.seed(seed)
+        plot_client_accuracy(results, tmp_path / f"c{seed}.pdf", tmp_path / f"c{seed}.png")
+        drawn.append(((tmp_path / f"c{seed}.pdf").read_bytes(), (tmp_path / f"c{seed}.png").read_bytes()))
+    assert drawn[0] == drawn[1]
