@@ -483,3 +483,13 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     assert len(list(runs.rglob("run.json"))) == 12
     # no temporaries left anywhere (a killed job's are removed when it runs again)
     assert not [p for p in runs.rglob("*") if p.is_file() and (p.name.startswith(".") or p.name.endswith(".tmp"))]
+
+
+def test_snakemake_from_a_subfolder_says_to_run_from_the_repository_root() -> None:
+    """`snakemake -s ../Snakefile` in docs/ stops before planning, naming the root, instead of writing results there."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-s", "../Snakefile", "-n", "all_tables", "--configfile",
+                             "../config/smoke.yaml"], cwd=REPO / "docs", capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode != 0
+    assert f"a subfolder of the repository: run from the repository root ({REPO})" in result.stdout + result.stderr
+    assert not (REPO / "docs" / "results").exists() and not (REPO / "docs" / ".snakemake").exists()
