@@ -20,6 +20,7 @@ import sys
 
 import yaml
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import validate
 
 from fedgmh import warm
@@ -27,6 +28,7 @@ from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
 from fedgmh.filing import format_number
 from fedgmh.plan import TRAIN_MEM_MB, Plan, read_text_items, schema_problems
+from fedgmh.stop_summary import StopSummary
 
 _SCHEMA = "../schemas/config.schema.yaml"
 with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
@@ -59,6 +61,10 @@ if PLAN.device_problem:
 # with Snakemake even when no hook runs (Ctrl-C, Snakemake killed), removing its socket and folder.
 WARM_SERVER = []
 
+# Ctrl-C: the stopped jobs' error reports stay off the terminal, and `onerror` prints one line instead (fedgmh.stop_summary)
+STOP_SUMMARY = StopSummary()
+STOP_SUMMARY.install(snakemake_logger)
+
 
 onstart:
     if PLAN.device_problem and workflow.local_exec:
@@ -76,6 +82,8 @@ onsuccess:
 onerror:
     if WARM_SERVER:
         warm.shut_down(*WARM_SERVER)
+    if STOP_SUMMARY.stopping:
+        print(STOP_SUMMARY.summary(LOGS), file=sys.stderr)
 
 
 wildcard_constraints:

@@ -16,6 +16,7 @@ from fedgmh.report.style import method_style
 
 TARGET_STYLE = {"color": "0.35", "linestyle": (0, (6, 3)), "linewidth": 0.9, "zorder": 2}
 PAPER_STYLE = {"marker": "*", "markersize": 13, "markeredgecolor": "black", "markeredgewidth": 0.8, "linestyle": "none", "zorder": 12}
+LABEL_BOX = {"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}  # readable over the curves
 OVERLAY_STYLE = {"linestyle": "-", "linewidth": 4.5, "alpha": 0.35, "zorder": 1}
 
 
@@ -63,8 +64,9 @@ def draw_targets(ax, marks: Marks, named: bool) -> None:
 def draw_paper_rounds(ax, marks: Marks, drawn: Collection[str], numbered: bool = False,
                       last_round: float = math.inf) -> object | None:
     """A star on each target line at the paper's round of each method `drawn`, in its colour, with the round
-    written above it when `numbered` (below it when it would touch the previous number), up to
-    `last_round` (the curves' end: a later star would be outside the axes); the last star drawn (None: none)."""
+    written above it when `numbered` (a line higher when it would touch the previous number: never over a
+    star), up to `last_round` (the curves' end: a later star would be outside the axes); the last star drawn
+    (None: none)."""
     star, written = None, {}
     stars = sorted((target, round_, algorithm) for algorithm, rounds in marks.paper_rounds.items()
                    for target, round_ in zip(marks.targets, rounds)
@@ -73,9 +75,9 @@ def draw_paper_rounds(ax, marks: Marks, drawn: Collection[str], numbered: bool =
     for target, round_, algorithm in stars:
         (star,) = ax.plot([round_], [target], color=method_style(algorithm)["color"], label=f"paper:{algorithm}", **PAPER_STYLE)
         if numbered:
-            near = abs(round_ - written.get(target, -span)) < 0.06 * span
-            edge = round_ >= 0.97 * span  # the last star's number stays inside the axes
-            ax.annotate(f"{round_:g}", (round_, target), xytext=(-5 if edge else 0, -15 if near else 8), textcoords="offset points",
-                        ha="right" if edge else "center", fontsize=8, color="0.1", zorder=13)
-            written[target] = round_
+            previous, level = written.get(target, (-span, 1))
+            level = 1 - level if abs(round_ - previous) < 0.06 * span else 0
+            ax.annotate(f"{round_:g}", (round_, target), xytext=(0, 8 + 11 * level), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=8, color="0.1", zorder=13, bbox=LABEL_BOX)
+            written[target] = (round_, level)
     return star
