@@ -23,7 +23,7 @@ class StopSummary(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.stopping = False
-        self.stopped_jobs = 0
+        self._reports: list[logging.LogRecord] = []  # each counted once, whichever handlers it passes
 
     def stop(self) -> None:
         self.stopping = True
@@ -31,9 +31,13 @@ class StopSummary(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not self.stopping:
             return True
-        if str(getattr(record, "event", "")) == JOB_ERROR:
-            self.stopped_jobs += 1
+        if str(getattr(record, "event", "")) == JOB_ERROR and not any(record is seen for seen in self._reports):
+            self._reports.append(record)
         return record.levelno < logging.WARNING
+
+    @property
+    def stopped_jobs(self) -> int:
+        return len(self._reports)
 
     def summary(self, logs: str) -> str:
         """The line printed after a stop."""
