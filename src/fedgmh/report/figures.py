@@ -14,7 +14,8 @@ from fedgmh.errors import UserError
 from fedgmh.io import FIGURE_NO_DATE, atomic_path
 from fedgmh.cards import algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
-from fedgmh.report.marks import PAPER_STYLE, Marks, draw_overlay, draw_paper_rounds, draw_targets, overlay_stats
+from fedgmh.report.marks import (FINAL_STYLE, PAPER_STYLE, Marks, draw_overlay, draw_paper_finals, draw_paper_rounds, draw_targets,
+                                 overlay_stats, paper_finals)
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
 from fedgmh.report.parsing import order_key
 from fedgmh.report.titles import setting_title
@@ -149,7 +150,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
     fig, axes = plt.subplots(len(panels), 2, figsize=(10.5, 3.8 * len(panels)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.5, 1]})
-    handles, overlays, banded_names, star, hidden = {}, {}, [], None, {}
+    handles, overlays, banded_names, star, final, hidden = {}, {}, [], None, None, {}
     for (full, zoom), setting in zip(axes, panels):
         data = frame[frame["setting"] == setting]
         stats = {a: data[data["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"])
@@ -176,7 +177,10 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
             draw_targets(ax, marks, named=ax is full)
         starred = draw_paper_rounds(zoom, marks, set(stats) | set(other), numbered=True, last_round=last)
         star = starred or star
-        zoom.set_xlim(first, last + (STAR_ROOM * (last - first) if starred else 0))  # a star at the last round stays whole
+        finals = paper_finals(marks, data, stats)
+        for ax in (full, zoom):
+            final = draw_paper_finals(ax, finals, last) or final
+        zoom.set_xlim(first, last + (STAR_ROOM * (last - first) if starred or finals else 0))  # a mark at the last round stays whole
         zoom.set_ylim(low, high)
         full.indicate_inset_zoom(zoom, edgecolor="0.4")
         full.set_title(setting_title(data, setting), fontsize=10)
@@ -200,6 +204,9 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     if star is not None:
         legend.append(plt.Line2D([], [], color="white", **PAPER_STYLE))
         labels.append(f"the paper's round to {' / '.join(f'{t:g}' for t in marks.targets)} %\n(star in the method's colour)")
+    if final is not None:
+        legend.append(plt.Line2D([], [], color="white", **{k: v for k, v in FINAL_STYLE.items() if k not in ("elinewidth", "capsize")}))
+        labels.append(f"the paper's {frame['experiment'].iloc[0].replace('table', 'Table ')} mean ± std\n(diamond in the method's colour)")
     few = frame.groupby(["algorithm", "setting"])["seed"].nunique().groupby("algorithm").max() < FEW_SEEDS
     if title:
         fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
