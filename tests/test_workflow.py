@@ -133,7 +133,7 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # the audit's official FedGMH runs are table2_pflib's (same run, trained once, in the first experiment)
     assert any("--set preset=official" in c and "runs/table2_pflib/cifar10_c2_a0.5@official/fedgmh/seed1" in c for c in train)
     assert not any("runs/audit/cifar10_c2_a0.5@official/fedgmh/" in c for c in train)
-    # Table 5 under the official code's reading: preset=official with every round evaluated (Figure 4's
+    # Table 5 under PFLlib's reading: preset=official with every round evaluated (Figure 4's
     # rounds to target), so FedGMH's are not table2_pflib's (the official code's last 20 rounds only)
     assert any("--algorithm gmh_oa" in c and "--set eval_last=0 --set preset=official" in c
                and "runs/table5_pflib/cifar100_c5_a0.5@official/gmh_oa/seed2" in c for c in train)

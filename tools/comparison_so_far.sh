@@ -128,7 +128,7 @@ if [ ${#official_results[@]} -gt 0 ]; then
     rm "$out/comparison_pflib.md.tmp"
 fi
 # FedGMH and FedPer on MNIST seed by seed (they differ by tenths of a point): Table 2's runs and,
-# where committed, PFLlib's (preset=official), under the paper's mean ± std
+# where committed, PFLlib's reading (preset=official), under the paper's mean ± std
 mnist_pair() { awk -F, '$1 == "table2" && $2 ~ /^mnist_c2_a/ && ($8 == "fedgmh" || $8 == "fedper") {found = 1} END {exit !found}' "$1"; }
 if mnist_pair "$out/table2_results.csv"; then
     seeds=(--results "$out/table2_results.csv" --name "the paper's text")

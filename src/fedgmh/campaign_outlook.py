@@ -2,8 +2,8 @@
 still undecided that each group's runs add seeds to, and how long the group takes.
 
 Claims and their verdicts come from the committed comparison so far (`tools/comparison_so_far.sh`:
-claims.csv under Table 2's reading, claims_pflib.csv under PFLlib's). An experiment named `X_pflib`
-holds experiment X's methods under PFLlib's and the official code's reading (config/config.yaml), so
+claims.csv under the paper's text, claims_pflib.csv under PFLlib's reading). An experiment named `X_pflib`
+holds experiment X's methods under PFLlib's reading (config/config.yaml), so
 its runs count for X's claims under that reading. Times: a run on one CPU core takes the median wall
 time of the committed records trained on a CPU with the same dataset and rounds, from start to end
 (resumed runs left out); on a GPU, the group's rounds at the best rate measured for the dataset

@@ -375,7 +375,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("seeds", help="figure: a few methods seed by seed per setting, on a shared axis, under the paper's mean ± std")
     p.add_argument("--results", nargs="+", required=True, help="results CSVs from `fedgmh aggregate`, one per reading")
-    p.add_argument("--name", nargs="+", help="each results file's reading, for the rows' labels, e.g. \"Table 2's\" \"PFLlib's\"")
+    p.add_argument("--name", nargs="+", help="each results file's reading, for the rows' labels, e.g. \"the paper's text\" \"PFLlib's reading\"")
     p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
     p.add_argument("--experiment", required=True, help="the experiment whose runs are drawn, e.g. table2")
     p.add_argument("--setting", nargs="+", required=True, help="setting ids, one panel each, e.g. mnist_c2_a0.5 mnist_c2_a5")
