@@ -199,6 +199,9 @@ def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> Non
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert "workflow specific profile" in out and job_counts(out)["train"] == 62
+    # BENCHMARKS.md's smoke run counts these jobs
+    stated = re.search(r"from a clean state \((\d+) jobs, (\d+) training runs\)", " ".join((REPO / "BENCHMARKS.md").read_text().split()))
+    assert stated and [int(n) for n in stated.groups()] == [job_counts(out)["total"], job_counts(out)["train"]]
 
 
 def test_a_failed_job_shows_its_one_line_reason(tmp_path: Path) -> None:
