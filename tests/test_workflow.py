@@ -238,6 +238,33 @@ def test_the_smoke_run_leaves_a_clone_clean() -> None:
     assert subprocess.run(["git", "check-ignore", "-q", ".test/config/config.yaml"], cwd=REPO).returncode == 1
 
 
+def test_the_mini_run_leaves_a_clone_clean(tmp_path: Path) -> None:
+    """The README's mini run writes its records and work files to ignored folders and rewrites the committed
+    paper_artifacts/mini/ byte for byte: here its per-client figure (dots jittered from a fixed seed), drawn as
+    the workflow draws it from the committed records, is the committed one."""
+    from conftest import load_config as load
+
+    from fedgmh import report
+    from fedgmh.plan import Plan
+    from fedgmh.report.clients import plot_client_accuracy
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    config = load("mini.yaml")
+    mini = Plan(config, basedir=REPO)
+    for folder in (mini.results, mini.logs, mini.data, ".snakemake"):
+        assert subprocess.run(["git", "check-ignore", "-q", f"{folder}/probe"], cwd=REPO).returncode == 0, f"{folder}/ is tracked"
+    experiment = config.get("clients_figure", "table2")
+    records = [str(REPO / mini.artifacts / "runs" / Path(run_dir).relative_to(Path(mini.results) / "runs"))
+               for run_dir in mini.experiment_run_dirs(experiment)]
+    results, _ = report.aggregate_runs(records, experiment=experiment)
+    title = f"Per-client test accuracy: {config['experiments'][experiment].get('title', experiment)}"
+    drawn = {suffix: tmp_path / f"client_accuracy.{suffix}" for suffix in ("pdf", "png", "csv")}
+    plot_client_accuracy(results, drawn["pdf"], drawn["png"], csv=drawn["csv"], round_="best", title=title)
+    for suffix, path in drawn.items():
+        assert path.read_bytes() == (REPO / mini.artifacts / f"client_accuracy.{suffix}").read_bytes(), suffix
+
+
 def test_warm_train_runs_the_training_jobs_on_one_server_that_ends_with_snakemake(tmp_path: Path) -> None:
     """config warm_train (on in the smoke config): the training job runs on the warm server the workflow
     started, writes its own log as before, and the server and its socket are gone when Snakemake ends."""
