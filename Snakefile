@@ -5,7 +5,8 @@
 #   snakemake all --configfile config/smoke.yaml --report results/smoke/report.html   # afterwards: self-contained HTML report
 #
 # The workflow profile profiles/default (= workflow/profiles/default) gives the flags every call
-# needs (--cores); give more on the command line. The target must come BEFORE --resources:
+# needs (--cores); give more on the command line. On a GPU machine the training jobs at once default to
+# the GPUs x jobs_per_gpu (workflow/rules/common.smk); `--resources gpu=N` must come AFTER the target:
 # `snakemake --cores 8 --resources gpu=2 all_tables` is read as a resource named "all_tables".
 # Keys of the config: config/README.md; the config is checked in workflow/rules/common.smk.
 

@@ -523,3 +523,16 @@ def test_snakemake_from_a_subfolder_says_to_run_from_the_repository_root() -> No
     assert result.returncode != 0
     assert f"a subfolder of the repository: run from the repository root ({REPO})" in result.stdout + result.stderr
     assert not (REPO / "docs" / "results").exists() and not (REPO / "docs" / ".snakemake").exists()
+
+
+def test_a_gpu_run_without_resources_gets_the_gpu_slots_as_its_limit(tmp_path: Path) -> None:
+    """`snakemake all_tables --cores 8` on a GPU machine (here device cuda, which names a GPU): the training jobs at
+    once are the GPUs x jobs_per_gpu without `--resources gpu=N`; with it, N is the user's."""
+    default = snakemake(tmp_path, "-n", "all_runs", "--cores", "8", "--configfile", str(SMOKE), "--config", "device=cuda",
+                        "jobs_per_gpu=3", timeout=120)
+    out = default.stdout + default.stderr
+    assert default.returncode == 0, out[-2000:]
+    assert "training jobs at once: 3 (GPUs x jobs_per_gpu" in out  # no GPU shows here: device cuda counts one
+    given = snakemake(tmp_path, "-n", "all_runs", "--cores", "8", "--resources", "gpu=5", "--configfile", str(SMOKE),
+                      "--config", "device=cuda", "jobs_per_gpu=3", timeout=120)
+    assert given.returncode == 0 and "training jobs at once" not in given.stdout + given.stderr

@@ -27,7 +27,7 @@ from fedgmh import warm
 from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
 from fedgmh.filing import format_number
-from fedgmh.plan import TRAIN_MEM_MB, Plan, read_text_items, schema_problems
+from fedgmh.plan import TRAIN_MEM_MB, Plan, default_gpu_slots, read_text_items, schema_problems
 from fedgmh.stop_summary import StopSummary
 
 _SCHEMA = "../schemas/config.schema.yaml"
@@ -48,6 +48,15 @@ except UserError as _err:
     raise WorkflowError(str(_err)) from None
 
 NAME, DATA, RESULTS, LOGS, ARTIFACTS = PLAN.name, PLAN.data, PLAN.results, PLAN.logs, PLAN.artifacts
+
+# A local run on a GPU machine without `--resources gpu=N`: N = the GPUs x jobs_per_gpu, so that
+# `snakemake all_tables --cores 8` never starts more training jobs than the GPUs' slots.
+if PLAN.uses_gpu and workflow.local_exec and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", default_gpu_slots(config))
+    print(
+        f"training jobs at once: {default_gpu_slots(config)} (GPUs x jobs_per_gpu; --resources gpu=N after the target sets N)",
+        file=sys.stderr,
+    )
 
 # device cuda on a machine without a GPU: a warning while planning (a dry run, or a cluster's login node whose
 # executor sends the training jobs to GPU nodes), an error before the first job of a run on this machine
