@@ -5,13 +5,23 @@
 #   snakemake all --configfile config/smoke.yaml --report results/smoke/report.html   # afterwards: self-contained HTML report
 #
 # The workflow profile profiles/default (= workflow/profiles/default) gives the flags every call
-# needs (--cores); give more on the command line. The target must come BEFORE --resources:
+# needs (--cores); give more on the command line. On a GPU machine the training jobs at once default to
+# the GPUs x jobs_per_gpu (workflow/rules/common.smk); `--resources gpu=N` must come AFTER the target:
 # `snakemake --cores 8 --resources gpu=2 all_tables` is read as a resource named "all_tables".
 # Keys of the config: config/README.md; the config is checked in workflow/rules/common.smk.
 
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.17")  # the train rule's priority is a function
+
+
+# A subfolder of the repository (docs/, with -s ../Snakefile) would find no config and write its results there.
+_workdir, _root = Path.cwd().resolve(), Path(workflow.basedir).resolve()
+if _root in _workdir.parents and not (_workdir / "config").is_dir():
+    raise WorkflowError(f"snakemake runs in {_workdir}, a subfolder of the repository: run from the repository root ({_root})")
 
 
 # The default config applies only when no --configfile is given: Snakemake would otherwise MERGE

@@ -313,3 +313,105 @@ def test_the_docs_stay_a_reference_of_at_most_35000_words() -> None:
                              capture_output=True, text=True, check=True).stdout.split()
     words = sum(len((REPO / name).read_text().split()) for name in sorted(set(tracked)) if name.endswith(".md"))
     assert 10_000 < words <= 35_000, f"{words} words in the docs"
+
+
+SO_FAR = REPO / "paper_artifacts" / "paper" / "so_far"
+#: the README's names of the two readings, and the comparison of each (tools/comparison_so_far.sh)
+READINGS = {"the paper's text": "comparison.csv", "PFLlib's reading": "comparison_pflib.csv"}
+VERDICT_TEXT = {"reproduced": "reproduced", "not reproduced": "**not reproduced**", "inconclusive": "inconclusive"}
+
+
+def judged_cells():
+    """Every cell of the so-far comparisons with 3 or more seeds, under each reading, in the README's order
+    (reading, dataset, table, setting, the paper's order); Table 5's FedGMH cells are Table 2's runs: left out."""
+    import pandas as pd
+
+    frames = []
+    for order, (reading, name) in enumerate(READINGS.items()):
+        frame = pd.read_csv(SO_FAR / name).reset_index(names="paper_order").assign(reading=reading, reading_order=order)
+        frames.append(frame[(frame["n_seeds"] >= 3) & ~((frame["table"] == "table5") & (frame["algorithm"] == "FedGMH"))])
+    cells = pd.concat(frames)
+    cells["dataset_order"] = cells["dataset"].map({"MNIST": 0}).fillna(1)
+    return cells.sort_values(["reading_order", "dataset_order", "table", "setting", "paper_order"])
+
+
+def glance_row(cell) -> str:
+    """One row of the README's "Results at a glance" table."""
+    name = {"FedProx": "FedProx (mu = 0, i.e. FedAvg)"}.get(cell.algorithm, cell.algorithm)
+    name += " (Table 5)" if cell.table == "table5" else ""
+    return (f"| {name} {cell.setting} | {cell.reading} | {cell.paper_mean:.2f} ± {cell.paper_std:.2f} | "
+            f"{cell.our_mean:.2f} ± {cell.our_std:.2f} ({cell.n_seeds}) | {cell.diff:+.2f} [{cell.ci_low:+.2f}, {cell.ci_high:+.2f}] | "
+            f"{VERDICT_TEXT[cell.status]} |")
+
+
+def test_the_readme_table_shows_every_cell_with_3_or_more_seeds() -> None:
+    """The README's "Results at a glance" is the so-far comparisons' cells with 3 or more seeds, row for row
+    (a regenerated so_far that adds or changes a cell fails here: paste the expected rows)."""
+    expected = [glance_row(cell) for cell in judged_cells().itertuples()]
+    _, rows = table_rows((REPO / "README.md").read_text(), "cell")
+    shown = ["| " + " | ".join(row) + " |" for row in rows]
+    assert shown == expected, "the README's table should read:\n" + "\n".join(expected)
+
+
+def test_the_readme_opening_counts_the_so_far_verdicts() -> None:
+    """The README's first lines: the verdicts of the cells in its table and of the claims under the paper's text."""
+    import pandas as pd
+
+    cells = judged_cells()["status"].value_counts()
+    claims = pd.read_csv(SO_FAR / "claims.csv")["verdict"].value_counts()
+    opening = " ".join((REPO / "README.md").read_text().split("## Quick start")[0].split())
+    assert (f"of the {int(cells.sum())} cells run with 3 or more seeds, {cells.get('reproduced', 0)} reproduce, "
+            f"{cells.get('not reproduced', 0)} do not and {cells.get('inconclusive', 0)} are inconclusive") in opening
+    not_run = claims.get("not run", 0) + claims.get("data unavailable offline", 0)
+    assert (f"of the paper's {int(claims.sum())} claims, as its text describes the methods, {claims.get('holds', 0)} hold, "
+            f"{claims.get('does not hold', 0)} do not, {claims.get('inconclusive', 0)} are inconclusive and {not_run} are not run "
+            f"({claims.get('data unavailable offline', 0)} of them need CIFAR-10") in opening
+
+
+def test_the_client_mean_gap_under_pflibs_reading_is_the_comparisons() -> None:
+    """How far the mean over clients of FedGMH and FedPer (PFLlib's reading, MNIST ExDir(2, 0.5)) lies below the
+    paper: the README and docs/verdicts.md state the two gaps of comparison_pflib.csv, rounded to a tenth."""
+    import pandas as pd
+
+    pflib = pd.read_csv(SO_FAR / "comparison_pflib.csv")
+    gaps = pflib[(pflib["table"] == "table2") & (pflib["setting"] == "MNIST ExDir(2, 0.5)")
+                 & pflib["algorithm"].isin(["FedGMH", "FedPer"])]["clients_diff"].abs()
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert f"are {gaps.min():.1f} to {gaps.max():.1f} points below the paper" in text
+    verdicts = " ".join((REPO / "docs" / "verdicts.md").read_text().split())
+    assert f"{gaps.min():.1f} to {gaps.max():.1f} points below it on the mean over clients" in verdicts
+
+
+def clock_minutes(minutes: float) -> str:
+    """36 -> '36 min', 106 -> '1 h 46 min', as the docs write a duration."""
+    whole = round(minutes)
+    return f"{whole // 60} h {whole % 60} min" if whole >= 60 else f"{whole} min"
+
+
+def test_the_cpu_run_times_in_the_docs_are_the_committed_records() -> None:
+    """docs/running.md's time of a full-protocol MNIST run on one core (its range and median) and the README's
+    median for the hand run are those of the committed records trained on a CPU (resumed runs left out)."""
+    import json
+    import statistics
+
+    minutes = []
+    for path in REPO.glob("paper_artifacts/*/runs/**/run.json"):
+        record = json.loads(path.read_text())
+        if (record.get("device") == "cpu" and record.get("dataset") == "mnist" and record["config"].get("rounds") == 200
+                and record.get("resumed_from_round") is None):
+            minutes.append(record["wall_time_s"] / 60)
+    assert len(minutes) >= 3
+    running = " ".join((REPO / "docs" / "running.md").read_text().split())
+    low, median, high = clock_minutes(min(minutes)), clock_minutes(statistics.median(minutes)), clock_minutes(max(minutes))
+    assert f"took {low} to {high} on one core of the 2-core development CPU (median {median};" in running
+    assert f"each seed takes a median {median} on one core" in " ".join((REPO / "README.md").read_text().split())
+
+
+def test_the_gpu_run_time_in_running_md_spans_the_leases_table() -> None:
+    """docs/running.md's "a run takes A-B minutes" on a shared GPU covers every wall time of BENCHMARKS.md's leases."""
+    import math
+
+    _, rows = table_rows((REPO / "BENCHMARKS.md").read_text(), "lease")
+    seconds = [int(s) for row in rows for pair in re.findall(r"(\d+)(?:-(\d+))? s\b", row[2]) for s in pair if s]
+    running = " ".join((REPO / "docs" / "running.md").read_text().split())
+    assert f"a run takes {math.floor(min(seconds) / 60)}-{math.ceil(max(seconds) / 60)} minutes" in running

@@ -313,3 +313,13 @@ def test_a_batch_job_asks_for_its_runs_summed_runtime() -> None:
     smoke = Plan(load("smoke.yaml", runs_per_job=3), basedir=REPO)
     batch = smoke.train_batches[0]
     assert smoke.batch_runtime(batch) == sum(smoke.train_runtime(run) for run in batch)
+
+
+def test_gpu_count_counts_the_driver_entries_cuda_visible_devices_leaves(tmp_path: Path) -> None:
+    driver = tmp_path / "gpus"
+    assert plan.gpu_count({}, driver) == 0 and plan.default_gpu_slots({"jobs_per_gpu": 4}, {}) >= 4
+    for bus in ("0000:01:00.0", "0000:02:00.0", "0000:03:00.0"):
+        (driver / bus).mkdir(parents=True)
+    assert plan.gpu_count({}, driver) == 3
+    assert plan.gpu_count({"CUDA_VISIBLE_DEVICES": "1"}, driver) == 1
+    assert plan.gpu_count({"CUDA_VISIBLE_DEVICES": "-1"}, driver) == 0

@@ -91,3 +91,10 @@ def test_the_dry_run_imports_no_torch(tiny: Path) -> None:
 
 def test_durations_read_as_a_person_would() -> None:
     assert [duration(s) for s in (0.4, 59, 61, 3600, 3721)] == ["1 s", "59 s", "2 min", "1 h 00 min", "1 h 03 min"]
+
+
+def test_plan_from_a_subfolder_says_to_run_from_the_repository_root(monkeypatch, capsys) -> None:
+    monkeypatch.chdir(REPO / "docs")
+    assert main(["plan", "--configfile", "../config/mini.yaml"]) != 0
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].endswith("run from the repository root, the folder with the Snakefile"), error

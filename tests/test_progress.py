@@ -47,9 +47,9 @@ def test_a_terminal_gets_one_line_redrawn_after_every_round_and_ended_by_a_newli
     drawn = text[:-1].split("\r")
     assert drawn[0] == "" and len(drawn) == 5  # one redraw per round played
     lines = [line.rstrip() for line in drawn[1:]]
-    assert lines[0] == "[fedavg] round 0/3  25% | 2s elapsed, ETA 6s | acc n/a"
-    assert lines[1] == "[fedavg] round 1/3  50% | 4s elapsed, ETA 4s | acc 50.00 % best 50.00 % train_loss 1.2500"
-    assert lines[3] == "[fedavg] round 3/3 100% | 8s elapsed, ETA 0s | acc 62.50 % best 75.00 % train_loss n/a"
+    assert lines[0] == "[fedavg] round 0/3  25% | 0:00:02 elapsed, ETA 0:00:06 | acc n/a"
+    assert lines[1] == "[fedavg] round 1/3  50% | 0:00:04 elapsed, ETA 0:00:04 | acc 50.00 % best 50.00 % train_loss 1.2500"
+    assert lines[3] == "[fedavg] round 3/3 100% | 0:00:08 elapsed, ETA 0:00:00 | acc 62.50 % best 75.00 % train_loss n/a"
     # a shorter line covers what is left of the longer one before it
     assert all(len(now) >= len(before.rstrip()) for before, now in zip(drawn[1:], drawn[2:]))
 
@@ -58,9 +58,9 @@ def test_a_log_gets_todays_plain_lines_and_no_live_line(monkeypatch, colour_term
     out = io.StringIO()
     _play(monkeypatch, out)
     assert out.getvalue() == (
-        "[fedavg] round 1/3 acc 50.00 % best 50.00 % train_loss 1.2500 | 2s elapsed, ETA 2s\n"
-        "[fedavg] round 2/3 acc 75.00 % best 75.00 % train_loss 0.5000 | 4s elapsed, ETA 1s\n"
-        "[fedavg] round 3/3 acc 62.50 % best 75.00 % train_loss n/a | 6s elapsed, ETA 0s\n")
+        "[fedavg] round 1/3 acc 50.00 % best 50.00 % train_loss 1.2500 | 0:00:02 elapsed, ETA 0:00:02\n"
+        "[fedavg] round 2/3 acc 75.00 % best 75.00 % train_loss 0.5000 | 0:00:04 elapsed, ETA 0:00:01\n"
+        "[fedavg] round 3/3 acc 62.50 % best 75.00 % train_loss n/a | 0:00:06 elapsed, ETA 0:00:00\n")
 
 
 @pytest.mark.parametrize("variable,value", [("NO_COLOR", "1"), ("TERM", "dumb")])

@@ -127,6 +127,9 @@ def test_a_method_with_adaptation_shows_its_accuracy_before_it_and_its_budget(tm
     wide = report.make_table(results, "more")["wide"].set_index("Method")
     assert wide.loc["FedBABU"].iloc[0] == "90.00 ± 0.00 (n=2); before adaptation 42.50, adapted 5 epochs (all, lr 0.001, momentum 0.9)"
     assert wide.loc["FedAvg"].iloc[0] == "90.00 ± 0.00 (n=2)"
+    latex = report.make_table(results, "more")["latex"]  # the page's table: the number and a mark, the rest in a note below
+    assert "(n=2) [1]}" in latex and "before adaptation" not in latex.split(r"\bottomrule")[0]
+    assert "[1] FedBABU" in latex and "before adaptation 42.50, adapted 5 epochs (all, lr 0.001, momentum 0.9)." in latex
 
 
 def test_cell_text_says_how_many_seeds() -> None:

@@ -14,6 +14,8 @@ from fedgmh.report.style import HIGHLIGHT, method_style
 
 from test_report import make_run
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def test_every_method_has_its_own_style_and_fedgmh_stands_out() -> None:
     styles = {a: method_style(a) for a in report.algorithm_order()}
@@ -172,3 +174,46 @@ def test_dot_plot_draws_each_seed_beside_the_papers_mean_and_std(tmp_path: Path,
     low, high = fedgmh.get_xlim()
     assert low < 98.3 and high > 99.0 and high - low < 2  # the cell's own range: half a point is visible
     assert not fedavg.containers and fedavg.get_ylabel() == "FedAvg"  # the paper has no FedAvg row here
+
+
+def test_the_client_dots_are_drawn_the_same_whatever_the_global_random_state(tmp_path: Path) -> None:
+    """The dots' jitter comes from a fixed seed: drawing again after numpy's global state moved gives the same bytes
+    (a rerun of the workflow leaves a committed figure unchanged)."""
+    from fedgmh.report.clients import plot_client_accuracy
+
+    dirs = [make_run(tmp_path / "runs", algorithm=alg, best=best) for alg, best in (("fedavg", 0.3), ("fedgmh", 0.8))]
+    for run_dir, best in zip(dirs, (0.3, 0.8)):
+        _with_clients(run_dir, best)
+    results, _ = report.aggregate_runs(dirs, experiment="table2")
+    drawn = []
+    for seed in (1, 2):
+        np.random.seed(seed)
+        plot_client_accuracy(results, tmp_path / f"c{seed}.pdf", tmp_path / f"c{seed}.png")
+        drawn.append(((tmp_path / f"c{seed}.pdf").read_bytes(), (tmp_path / f"c{seed}.png").read_bytes()))
+    assert drawn[0] == drawn[1]
+
+
+def test_curves_mark_the_papers_table_value_of_each_method_and_fade_few_seeds(tmp_path: Path, monkeypatch) -> None:
+    """--reference: a diamond at the last round at the paper's mean of each method its table gives for the setting
+    (FedAvg and FedGMH on Table 2's MNIST ExDir(2, 0.5); Ditto's row is removed here: no diamond); a method with
+    fewer than 3 seeds is drawn faded, and the legend says so."""
+    import matplotlib.figure
+
+    from fedgmh.report.marks import Marks
+    from fedgmh.report.paper import read_reference
+
+    drawn = []
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, *a, **k: drawn.append(self))
+    reference = read_reference(REPO / "reference" / "fedgmh_paper_tables.csv")
+    reference = reference[reference["algorithm"] != "Ditto"]
+    paper = reference.set_index(["table", "dataset", "C", "alpha", "algorithm"])["mean"]
+    report.plot_curves(_curves({"fedavg": (0.85, 3), "ditto": (0.9, 1), "fedgmh": (0.989, 3)}), tmp_path / "f.pdf",
+                       marks=Marks(reference=reference))
+    full, zoom = drawn[0].axes
+    diamonds = sorted(float(line.get_ydata()[0]) for line in full.lines if line.get_marker() == "D")
+    assert diamonds == sorted([paper["table2", "MNIST", 2, 0.5, "FedAvg"], paper["table2", "MNIST", 2, 0.5, "FedGMH"]])
+    assert {line.get_xdata()[0] for line in full.lines if line.get_marker() == "D"} == {40}
+    assert zoom.get_xlim()[1] > 40  # the zoom's diamonds stay whole
+    assert drawn[0].legends[0].get_title().get_text() == "faded: fewer than 3 seeds"
+    faded = [line for line in full.lines if line.get_alpha() is not None and line.get_alpha() < 1]
+    assert [line.get_color() for line in faded] == [method_style("ditto")["color"]]

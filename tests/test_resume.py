@@ -217,8 +217,8 @@ def test_progress_eta_of_a_resumed_run_counts_only_the_rounds_it_ran(monkeypatch
     log({"round": 100, "test_acc": 0.5, "train_loss": 1.0})
     log({"round": 101, "test_acc": 0.6, "train_loss": 0.9})
     lines = capsys.readouterr().err.splitlines()
-    assert lines[0].endswith("10s elapsed, ETA 1000s")
-    assert lines[1].endswith("20s elapsed, ETA 990s")
+    assert lines[0].endswith("0:00:10 elapsed, ETA 0:16:40")
+    assert lines[1].endswith("0:00:20 elapsed, ETA 0:16:30")
 
 
 def test_progress_goes_on_through_rounds_that_are_not_evaluated(monkeypatch, capsys):
@@ -237,7 +237,7 @@ def test_progress_goes_on_through_rounds_that_are_not_evaluated(monkeypatch, cap
         "[fedgmh] round 9/30 not evaluated", "[fedgmh] round 19/30 not evaluated",
         "[fedgmh] round 28/30 acc 50.00 % best 50.00 % train_loss 1.0000", "[fedgmh] round 29/30 acc 50.00 % best 50.00 % train_loss 1.0000",
         "[fedgmh] round 30/30 acc 50.00 % best 50.00 % train_loss 1.0000"]
-    assert lines[0].endswith("1s elapsed, ETA 2s")  # 1 s for 10 rounds, 21 left
+    assert lines[0].endswith("0:00:01 elapsed, ETA 0:00:02")  # 1 s for 10 rounds, 21 left
 
 
 def test_fedgmh_train_reports_progress_while_no_round_is_evaluated(tmp_path, capsys):

@@ -133,7 +133,7 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     # the audit's official FedGMH runs are table2_pflib's (same run, trained once, in the first experiment)
     assert any("--set preset=official" in c and "runs/table2_pflib/cifar10_c2_a0.5@official/fedgmh/seed1" in c for c in train)
     assert not any("runs/audit/cifar10_c2_a0.5@official/fedgmh/" in c for c in train)
-    # Table 5 under the official code's reading: preset=official with every round evaluated (Figure 4's
+    # Table 5 under PFLlib's reading: preset=official with every round evaluated (Figure 4's
     # rounds to target), so FedGMH's are not table2_pflib's (the official code's last 20 rounds only)
     assert any("--algorithm gmh_oa" in c and "--set eval_last=0 --set preset=official" in c
                and "runs/table5_pflib/cifar100_c5_a0.5@official/gmh_oa/seed2" in c for c in train)
@@ -199,6 +199,9 @@ def test_the_dag_is_built_without_torch_and_without_flags(tmp_path: Path) -> Non
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert "workflow specific profile" in out and job_counts(out)["train"] == 62
+    # BENCHMARKS.md's smoke run counts these jobs
+    stated = re.search(r"from a clean state \((\d+) jobs, (\d+) training runs\)", " ".join((REPO / "BENCHMARKS.md").read_text().split()))
+    assert stated and [int(n) for n in stated.groups()] == [job_counts(out)["total"], job_counts(out)["train"]]
 
 
 def test_a_failed_job_shows_its_one_line_reason(tmp_path: Path) -> None:
@@ -233,6 +236,33 @@ def test_the_smoke_run_leaves_a_clone_clean() -> None:
     tracked = subprocess.run(["git", "ls-files", "--", *folders], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert tracked == "", tracked
     assert subprocess.run(["git", "check-ignore", "-q", ".test/config/config.yaml"], cwd=REPO).returncode == 1
+
+
+def test_the_mini_run_leaves_a_clone_clean(tmp_path: Path) -> None:
+    """The README's mini run writes its records and work files to ignored folders and rewrites the committed
+    paper_artifacts/mini/ byte for byte: here its per-client figure (dots jittered from a fixed seed), drawn as
+    the workflow draws it from the committed records, is the committed one."""
+    from conftest import load_config as load
+
+    from fedgmh import report
+    from fedgmh.plan import Plan
+    from fedgmh.report.clients import plot_client_accuracy
+
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    config = load("mini.yaml")
+    mini = Plan(config, basedir=REPO)
+    for folder in (mini.results, mini.logs, mini.data, ".snakemake"):
+        assert subprocess.run(["git", "check-ignore", "-q", f"{folder}/probe"], cwd=REPO).returncode == 0, f"{folder}/ is tracked"
+    experiment = config.get("clients_figure", "table2")
+    records = [str(REPO / mini.artifacts / "runs" / Path(run_dir).relative_to(Path(mini.results) / "runs"))
+               for run_dir in mini.experiment_run_dirs(experiment)]
+    results, _ = report.aggregate_runs(records, experiment=experiment)
+    title = f"Per-client test accuracy: {config['experiments'][experiment].get('title', experiment)}"
+    drawn = {suffix: tmp_path / f"client_accuracy.{suffix}" for suffix in ("pdf", "png", "csv")}
+    plot_client_accuracy(results, drawn["pdf"], drawn["png"], csv=drawn["csv"], round_="best", title=title)
+    for suffix, path in drawn.items():
+        assert path.read_bytes() == (REPO / mini.artifacts / f"client_accuracy.{suffix}").read_bytes(), suffix
 
 
 def test_warm_train_runs_the_training_jobs_on_one_server_that_ends_with_snakemake(tmp_path: Path) -> None:
@@ -483,3 +513,26 @@ def test_rerun_after_a_crash_recomputes_only_what_is_missing(tmp_path: Path) -> 
     assert len(list(runs.rglob("run.json"))) == 12
     # no temporaries left anywhere (a killed job's are removed when it runs again)
     assert not [p for p in runs.rglob("*") if p.is_file() and (p.name.startswith(".") or p.name.endswith(".tmp"))]
+
+
+def test_snakemake_from_a_subfolder_says_to_run_from_the_repository_root() -> None:
+    """`snakemake -s ../Snakefile` in docs/ stops before planning, naming the root, instead of writing results there."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-s", "../Snakefile", "-n", "all_tables", "--configfile",
+                             "../config/smoke.yaml"], cwd=REPO / "docs", capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode != 0
+    assert f"a subfolder of the repository: run from the repository root ({REPO})" in result.stdout + result.stderr
+    assert not (REPO / "docs" / "results").exists() and not (REPO / "docs" / ".snakemake").exists()
+
+
+def test_a_gpu_run_without_resources_gets_the_gpu_slots_as_its_limit(tmp_path: Path) -> None:
+    """`snakemake all_tables --cores 8` on a GPU machine (here device cuda, which names a GPU): the training jobs at
+    once are the GPUs x jobs_per_gpu without `--resources gpu=N`; with it, N is the user's."""
+    default = snakemake(tmp_path, "-n", "all_runs", "--cores", "8", "--configfile", str(SMOKE), "--config", "device=cuda",
+                        "jobs_per_gpu=3", timeout=120)
+    out = default.stdout + default.stderr
+    assert default.returncode == 0, out[-2000:]
+    assert "training jobs at once: 3 (GPUs x jobs_per_gpu" in out  # no GPU shows here: device cuda counts one
+    given = snakemake(tmp_path, "-n", "all_runs", "--cores", "8", "--resources", "gpu=5", "--configfile", str(SMOKE),
+                      "--config", "device=cuda", "jobs_per_gpu=3", timeout=120)
+    assert given.returncode == 0 and "training jobs at once" not in given.stdout + given.stderr

@@ -69,7 +69,8 @@ fi
 # Figure 4 so far: FedGMH and its ablations per round (Table 5's records, FedGMH's from Table 2's runs)
 if grep -q '^table5,cifar100_c5_a0.5,' "$curves/table5.csv" 2>/dev/null; then
     fedgmh curves --curves "$curves/table5.csv" --experiment table5 --setting cifar100_c5_a0.5 \
-        --title="Figure 4 so far: CIFAR-100 ExDir(5, 0.5), the paper's text" --out "$out/figure4.pdf" --png "$out/figure4.png"
+        --title="Figure 4 so far: CIFAR-100 ExDir(5, 0.5), the paper's text" --reference reference/fedgmh_paper_tables.csv \
+        --out "$out/figure4.pdf" --png "$out/figure4.png"
 fi
 
 official_results=() official_curves=()
@@ -88,7 +89,7 @@ if [ ${#official[@]} -gt 0 ]; then
     official_curves+=("$curves/pflib.csv")
     if grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
         fedgmh curves --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
-            --paper "$(paper_rounds)" --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib's reading and the official code (preset=official)" \
+            --paper "$(paper_rounds)" --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), PFLlib's reading (preset=official)" \
             --out "$out/figure3_official.pdf" --png "$out/figure3_official.png"
         fedgmh rounds --curves "$curves/pflib.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 \
             --paper "$(paper_rounds)" --out "$out/rounds_to_target_official.tex" --csv "$out/rounds_to_target_official.csv"
@@ -99,11 +100,11 @@ fi
 if grep -q ',cifar100_c5_a0.5,' "$curves/table2.csv"; then
     overlay=()
     if [ -e "$curves/pflib.csv" ] && grep -q '^table2,cifar100_c5_a0.5,' "$curves/pflib.csv"; then
-        overlay=(--overlay-curves "$curves/pflib.csv" --overlay-algorithm fedamp fedgh --overlay-name "PFLlib's (preset=official)")
+        overlay=(--overlay-curves "$curves/pflib.csv" --overlay-algorithm fedamp fedgh --overlay-name "PFLlib's reading")
     fi
     fedgmh curves --curves "$curves/table2.csv" --experiment table2 --setting cifar100_c5_a0.5 --target 70 75 --paper "$(paper_rounds)" \
         "${overlay[@]}" --label "fedprox=FedProx (mu = 0, = FedAvg)" \
-        --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), Table 2's reading (the original papers' methods)" \
+        --title="Figure 3 so far: CIFAR-100 ExDir(5, 0.5), the paper's text" \
         --out "$out/figure3.pdf" --png "$out/figure3.png"
 fi
 mapfile -t official5 < <(find paper_artifacts/paper/runs/table5_pflib -path '*@official/*' -regextype posix-extended \
@@ -116,7 +117,8 @@ if [ ${#official5[@]} -gt 0 ]; then
     official_curves+=("$curves/pflib5.csv")
     if grep -q '^table5,cifar100_c5_a0.5,' "$curves/pflib5.csv"; then
         fedgmh curves --curves "$curves/pflib5.csv" --experiment table5 --setting cifar100_c5_a0.5 \
-            --title="Figure 4 so far: CIFAR-100 ExDir(5, 0.5), the official code (preset=official)" \
+            --title="Figure 4 so far: CIFAR-100 ExDir(5, 0.5), PFLlib's reading (preset=official)" \
+            --reference reference/fedgmh_paper_tables.csv \
             --out "$out/figure4_official.pdf" --png "$out/figure4_official.png"
     fi
 fi
@@ -133,12 +135,12 @@ if [ ${#official_results[@]} -gt 0 ]; then
     rm "$out/comparison_pflib.md.tmp"
 fi
 # FedGMH and FedPer on MNIST seed by seed (they differ by tenths of a point): Table 2's runs and,
-# where committed, PFLlib's (preset=official), under the paper's mean ± std
+# where committed, PFLlib's reading (preset=official), under the paper's mean ± std
 mnist_pair() { awk -F, '$1 == "table2" && $2 ~ /^mnist_c2_a/ && ($8 == "fedgmh" || $8 == "fedper") {found = 1} END {exit !found}' "$1"; }
 if mnist_pair "$out/table2_results.csv"; then
-    seeds=(--results "$out/table2_results.csv" --name "Table 2's reading")
+    seeds=(--results "$out/table2_results.csv" --name "the paper's text")
     if [ -e "$out/table2_pflib_results.csv" ] && mnist_pair "$out/table2_pflib_results.csv"; then
-        seeds=(--results "$out/table2_results.csv" "$out/table2_pflib_results.csv" --name "Table 2's reading" "PFLlib's (preset=official)")
+        seeds=(--results "$out/table2_results.csv" "$out/table2_pflib_results.csv" --name "the paper's text" "PFLlib's reading")
     fi
     fedgmh seeds "${seeds[@]}" --reference reference/fedgmh_paper_tables.csv --experiment table2 \
         --setting mnist_c2_a0.5 mnist_c2_a5 --algorithm fedgmh fedper \

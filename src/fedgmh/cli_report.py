@@ -74,6 +74,7 @@ def _cmd_curves(args: argparse.Namespace) -> None:
     from fedgmh import report
     from fedgmh.errors import UserError
     from fedgmh.report.marks import Marks
+    from fedgmh.report.paper import read_reference
 
     bad = [text for text in args.label if "=" not in text]
     if bad:
@@ -82,7 +83,8 @@ def _cmd_curves(args: argparse.Namespace) -> None:
     if overlay is not None and args.overlay_algorithm:
         overlay = overlay[overlay["algorithm"].isin(args.overlay_algorithm)]
     marks = Marks(targets=args.target, paper_rounds=_paper_rounds(args.paper) or {}, overlay=overlay,
-                  overlay_name=args.overlay_name, labels=dict(text.split("=", 1) for text in args.label))
+                  overlay_name=args.overlay_name, labels=dict(text.split("=", 1) for text in args.label),
+                  reference=read_reference(args.reference) if args.reference else None)
     curves = report.read_curves(args.curves)
     panels = report.plot_curves(curves, args.out, png=args.png, settings=args.setting, experiment=args.experiment,
                                 algorithms=args.algorithm, title=args.title, marks=marks)
@@ -267,9 +269,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--paper", help='the paper\'s rounds to --target per algorithm, drawn as stars, as JSON: {"fedgmh": [68, 185]}')
     p.add_argument("--overlay-curves", help="curves CSV of another reading (e.g. preset=official runs), drawn as wide lines")
     p.add_argument("--overlay-algorithm", nargs="+", help="only these algorithms of --overlay-curves (default: all)")
-    p.add_argument("--overlay-name", default="other reading", help="the overlay's name in the legend, e.g. \"PFLlib's (preset=official)\"")
+    p.add_argument("--overlay-name", default="other reading", help="the overlay's name in the legend, e.g. \"PFLlib's reading (preset=official)\"")
     p.add_argument("--label", action="append", default=[], metavar="ALGORITHM=NAME",
                    help="legend name of a method, e.g. 'fedprox=FedProx (mu = 0, = FedAvg)' (repeatable)")
+    p.add_argument("--reference", help="the paper's numbers (reference/fedgmh_paper_tables.csv): each method's value in the table "
+                   "named like the experiment, as a diamond with its ±std at the last round")
     p.set_defaults(func=_cmd_curves)
 
     p = sub.add_parser("rounds", help="table: first round at which each method's accuracy curve reaches target accuracies")
@@ -374,7 +378,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("seeds", help="figure: a few methods seed by seed per setting, on a shared axis, under the paper's mean ± std")
     p.add_argument("--results", nargs="+", required=True, help="results CSVs from `fedgmh aggregate`, one per reading")
-    p.add_argument("--name", nargs="+", help="each results file's reading, for the rows' labels, e.g. \"Table 2's\" \"PFLlib's\"")
+    p.add_argument("--name", nargs="+", help="each results file's reading, for the rows' labels, e.g. \"the paper's text\" \"PFLlib's reading\"")
     p.add_argument("--reference", required=True, help="the paper's numbers (reference/fedgmh_paper_tables.csv)")
     p.add_argument("--experiment", required=True, help="the experiment whose runs are drawn, e.g. table2")
     p.add_argument("--setting", nargs="+", required=True, help="setting ids, one panel each, e.g. mnist_c2_a0.5 mnist_c2_a5")

@@ -30,7 +30,7 @@ import functools
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from fedgmh.config import parse_overrides, selects_a_client
 from fedgmh.datasets import DATASETS
 from fedgmh.errors import UserError, did_you_mean
 from fedgmh.filing import assign_setting_ids, format_number, partition_id, run_subfolder
+from fedgmh.gpu_slots import visible_devices
 from fedgmh.report.claim_file import read_claims
 from fedgmh.runspec import RunSpec
 
@@ -157,6 +158,20 @@ def gpu_visible() -> bool:
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
     return (gpus.is_dir() and any(gpus.iterdir())) or any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def gpu_count(env: Mapping[str, str] | None = None, driver: Path = Path("/proc/driver/nvidia/gpus")) -> int:
+    """How many NVIDIA GPUs this machine shows (the driver's /proc entries), as CUDA_VISIBLE_DEVICES limits
+    them, told without importing torch; 0 without a driver entry."""
+    shown = len(list(driver.iterdir())) if driver.is_dir() else 0
+    visible = visible_devices(env)
+    return shown if visible is None else min(shown, len(visible))
+
+
+def default_gpu_slots(config: dict[str, Any], env: Mapping[str, str] | None = None) -> int:
+    """The training jobs at once on a GPU machine when `--resources gpu=N` is not given: the GPUs x
+    `jobs_per_gpu` (at least one GPU: device cuda names one even where none shows)."""
+    return max(1, gpu_count(env)) * int(config.get("jobs_per_gpu", 1))
 
 
 @dataclass(frozen=True)

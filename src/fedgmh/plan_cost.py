@@ -58,6 +58,9 @@ def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str 
     `basedir`). Each problem of the config is one line naming the file or the key."""
     basedir = Path(basedir)
     workflow_dir = Path(workflow_dir) if workflow_dir is not None else basedir
+    if not (workflow_dir / SCHEMA).is_file():
+        raise UserError(f"{workflow_dir.resolve()} is not the repository's root (it has no {SCHEMA}): "
+                        "run from the repository root, the folder with the Snakefile")
     config: dict[str, Any] = {}
     for name in configfiles or [DEFAULT_CONFIG]:
         path = basedir / name

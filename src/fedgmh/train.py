@@ -217,6 +217,12 @@ def live_terminal(stream) -> bool:
     return bool(isatty and isatty()) and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
 
 
+def clock(seconds: float) -> str:
+    """A duration as h:mm:ss (8:34:07), the form a long run's ETA is read at a glance."""
+    whole = max(0, round(seconds))
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
 class ProgressLog:
     """Progress on `stream` (stderr). In a log: one concise line per evaluated round (accuracy, best
     so far, speed, ETA) and, in a stretch of rounds that are not evaluated (eval_every, eval_last),
@@ -262,7 +268,7 @@ class ProgressLog:
         done_here = rnd + 1 - self.first_round  # rounds this process ran
         elapsed = time.perf_counter() - self.start
         eta = elapsed / done_here * (self.rounds - rnd)
-        return f"{elapsed:.0f}s elapsed, ETA {eta:.0f}s"
+        return f"{clock(elapsed)} elapsed, ETA {clock(eta)}"
 
     def _line(self, rnd: int, what: str) -> None:
         print(f"[{self.algorithm}] round {rnd}/{self.rounds} {what} | {self._timing(rnd)}", file=self.stream, flush=True)

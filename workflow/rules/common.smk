@@ -20,14 +20,16 @@ import sys
 
 import yaml
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger as snakemake_logger
 from snakemake.utils import validate
 
 from fedgmh import warm
 from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
 from fedgmh.filing import format_number
-from fedgmh.plan import TRAIN_MEM_MB, Plan, read_text_items, schema_problems
+from fedgmh.plan import TRAIN_MEM_MB, Plan, default_gpu_slots, read_text_items, schema_problems
 from fedgmh.snakemake_locks import hold_alive, record_own_locks
+from fedgmh.stop_summary import StopSummary
 
 # Held for this Snakemake's life (in its working folder): a campaign removes a lock that a killed
 # Snakemake left only while no Snakemake holds it (fedgmh.snakemake_locks).
@@ -52,6 +54,15 @@ except UserError as _err:
 
 NAME, DATA, RESULTS, LOGS, ARTIFACTS = PLAN.name, PLAN.data, PLAN.results, PLAN.logs, PLAN.artifacts
 
+# A local run on a GPU machine without `--resources gpu=N`: N = the GPUs x jobs_per_gpu, so that
+# `snakemake all_tables --cores 8` never starts more training jobs than the GPUs' slots.
+if PLAN.uses_gpu and workflow.local_exec and "gpu" not in workflow.global_resources:
+    workflow.register_resource("gpu", default_gpu_slots(config))
+    print(
+        f"training jobs at once: {default_gpu_slots(config)} (GPUs x jobs_per_gpu; --resources gpu=N after the target sets N)",
+        file=sys.stderr,
+    )
+
 # device cuda on a machine without a GPU: a warning while planning (a dry run, or a cluster's login node whose
 # executor sends the training jobs to GPU nodes), an error before the first job of a run on this machine
 if PLAN.device_problem:
@@ -63,6 +74,10 @@ if PLAN.device_problem:
 # Still one job per run; a job that finds no server trains in its own process. The server exits
 # with Snakemake even when no hook runs (Ctrl-C, Snakemake killed), removing its socket and folder.
 WARM_SERVER = []
+
+# Ctrl-C: the stopped jobs' error reports stay off the terminal, and `onerror` prints one line instead (fedgmh.stop_summary)
+STOP_SUMMARY = StopSummary()
+STOP_SUMMARY.install(snakemake_logger)
 
 
 onstart:
@@ -83,6 +98,8 @@ onsuccess:
 onerror:
     if WARM_SERVER:
         warm.shut_down(*WARM_SERVER)
+    if STOP_SUMMARY.stopping:
+        print(STOP_SUMMARY.summary(LOGS), file=sys.stderr)
 
 
 wildcard_constraints:

@@ -11,6 +11,7 @@ import math
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
@@ -20,6 +21,15 @@ from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
 from fedgmh.report.parsing import order_key
+
+#: the dots' vertical spread about their method's row, and the seed of its draw (the same figure every time)
+JITTER, JITTER_SEED = 0.2, 0
+
+
+def _jitter(count: int) -> np.ndarray:
+    """Vertical offsets of `count` dots, drawn from a fixed seed: the figure's bytes depend on the data alone."""
+    return np.random.default_rng(JITTER_SEED).uniform(-JITTER, JITTER, count)
+
 
 CLIENT_COLUMNS = ("client", "test_samples", "test_acc_best", "test_acc_last")
 ROUNDS = {"best": "test_acc_best", "last": "test_acc_last"}
@@ -103,7 +113,8 @@ def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str
                 warnings.simplefilter("ignore", DeprecationWarning)
                 sns.boxplot(data=here, x="accuracy", y="method", hue="method", order=names, hue_order=names, palette=palette, ax=ax,
                             width=0.6, fliersize=0, linewidth=1.0, legend=False, boxprops={"alpha": 0.55})
-            sns.stripplot(data=here, x="accuracy", y="method", order=names, color="0.15", size=1.8, alpha=0.45, jitter=0.2, ax=ax)
+            rows = here["method"].map(names.index).to_numpy()
+            ax.scatter(here["accuracy"], rows + _jitter(len(rows)), s=1.8**2, color="0.15", alpha=0.45, linewidths=0, zorder=3)
             absent = set(missing.loc[missing["setting"] == setting, "algorithm"].map(algorithm_name)) - set(here["method"])
             for name in absent:
                 ax.text(50, names.index(name), "no clients.csv", ha="center", va="center", fontsize=7, color="0.4")

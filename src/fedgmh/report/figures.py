@@ -14,7 +14,8 @@ from fedgmh.errors import UserError
 from fedgmh.io import FIGURE_NO_DATE, atomic_path
 from fedgmh.cards import algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
-from fedgmh.report.marks import PAPER_STYLE, Marks, draw_overlay, draw_paper_rounds, draw_targets, overlay_stats
+from fedgmh.report.marks import (FINAL_STYLE, PAPER_STYLE, Marks, draw_overlay, draw_paper_finals, draw_paper_rounds, draw_targets,
+                                 overlay_stats, paper_finals)
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
 from fedgmh.report.parsing import order_key
 from fedgmh.report.titles import setting_title
@@ -50,6 +51,8 @@ def _select(curves: pd.DataFrame, settings: Sequence[str] | None, experiment: st
 ZOOM_SHARE = 0.25  # the zoom panel shows the last quarter of the rounds...
 ZOOM_POINTS = 5.0  # ...and the methods within this many points of the best one there
 TARGET_MARGIN = 4.0  # with targets, the zoom starts this many points below the lowest one
+STAR_ROOM = 0.03  # with the paper's rounds starred, the zoom runs this share of its width past the last round
+LEGEND_COLUMNS = 4  # the legend sits below the panels in at most this many columns, never wider than they are
 
 
 def seed_counts(frame: pd.DataFrame) -> dict[str, str]:
@@ -97,12 +100,17 @@ def hidden_gaps(stats: dict[str, pd.DataFrame]) -> dict[str, float]:
     return {a: gap for a, gap in gaps.items() if gap < HIDDEN_POINTS}
 
 
+FEW_SEEDS, FADED = 3, 0.4  # a mean over fewer seeds than a verdict needs is drawn at this opacity
+
+
 def _draw(ax, stats: dict[str, pd.DataFrame], banded: Sequence[str], markevery: int) -> tuple[dict, bool]:
-    """The mean curves on `ax`, bands for `banded`: (algorithm -> line, whether a band was drawn)."""
+    """The mean curves on `ax` (faded below FEW_SEEDS seeds), bands for `banded`: (algorithm -> line,
+    whether a band was drawn)."""
     handles, any_band = {}, False
     for algorithm, data in stats.items():
         style = method_style(algorithm)
-        (handles[algorithm],) = ax.plot(data.index, data["mean"], markevery=markevery, **style)
+        alpha = FADED if data["count"].max() < FEW_SEEDS else 1.0
+        (handles[algorithm],) = ax.plot(data.index, data["mean"], markevery=markevery, alpha=alpha, **style)
         if algorithm in banded and (data["count"] > 1).any():
             std = data["std"].fillna(0)
             ax.fill_between(data.index, data["mean"] - std, data["mean"] + std, color=style["color"], alpha=0.18,
@@ -110,6 +118,18 @@ def _draw(ax, stats: dict[str, pd.DataFrame], banded: Sequence[str], markevery: 
             any_band = True
     ax.grid(alpha=0.3)
     return handles, any_band
+
+
+def _legend_below(fig, handles: list, labels: list[str], title: str | None) -> None:
+    """The legend centred below the panels, in the most columns (up to LEGEND_COLUMNS) that keep it within the
+    figure's width."""
+    renderer = fig.canvas.get_renderer()
+    for columns in range(LEGEND_COLUMNS, 0, -1):
+        legend = fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=columns, frameon=False,
+                            fontsize=8.5, title=title, title_fontsize=8.5)
+        if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width:
+            return
+        legend.remove()
 
 
 def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = None, settings: Sequence[str] | None = None,
@@ -130,7 +150,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     panels = sorted(set(frame["setting"]), key=lambda s: (ds_key(frame.loc[frame["setting"] == s, "dataset"].iloc[0]), s))
     fig, axes = plt.subplots(len(panels), 2, figsize=(10.5, 3.8 * len(panels)), squeeze=False,
                              gridspec_kw={"width_ratios": [1.5, 1]})
-    handles, overlays, banded_names, star, hidden = {}, {}, [], None, {}
+    handles, overlays, banded_names, star, final, hidden = {}, {}, [], None, None, {}
     for (full, zoom), setting in zip(axes, panels):
         data = frame[frame["setting"] == setting]
         stats = {a: data[data["algorithm"] == a].groupby("round")["acc"].agg(["mean", "std", "count"])
@@ -155,8 +175,12 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
         draw_overlay(zoom, {a: s[s.index >= first] for a, s in other.items()})
         for ax in (full, zoom):
             draw_targets(ax, marks, named=ax is full)
-        star = draw_paper_rounds(zoom, marks, set(stats) | set(other), numbered=True, last_round=last) or star
-        zoom.set_xlim(first, last)
+        starred = draw_paper_rounds(zoom, marks, set(stats) | set(other), numbered=True, last_round=last)
+        star = starred or star
+        finals = paper_finals(marks, data, stats)
+        for ax in (full, zoom):
+            final = draw_paper_finals(ax, finals, last) or final
+        zoom.set_xlim(first, last + (STAR_ROOM * (last - first) if starred or finals else 0))  # a mark at the last round stays whole
         zoom.set_ylim(low, high)
         full.indicate_inset_zoom(zoom, edgecolor="0.4")
         full.set_title(setting_title(data, setting), fontsize=10)
@@ -180,10 +204,14 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
     if star is not None:
         legend.append(plt.Line2D([], [], color="white", **PAPER_STYLE))
         labels.append(f"the paper's round to {' / '.join(f'{t:g}' for t in marks.targets)} %\n(star in the method's colour)")
-    fig.legend(legend, labels, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=9)
+    if final is not None:
+        legend.append(plt.Line2D([], [], color="white", **{k: v for k, v in FINAL_STYLE.items() if k not in ("elinewidth", "capsize")}))
+        labels.append(f"the paper's {frame['experiment'].iloc[0].replace('table', 'Table ')} mean ± std\n(diamond in the method's colour)")
+    few = frame.groupby(["algorithm", "setting"])["seed"].nunique().groupby("algorithm").max() < FEW_SEEDS
     if title:
         fig.suptitle(title, parse_math=False)  # the user's text as given, `$` included
     fig.tight_layout()
+    _legend_below(fig, legend, labels, f"faded: fewer than {FEW_SEEDS} seeds" if any(few.get(a, False) for a in handles) else None)
     save_figure(fig, out, png)
     plt.close(fig)
     return panels

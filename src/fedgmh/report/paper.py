@@ -4,7 +4,7 @@ Where the protocol lives: the reference CSV's columns give each cell's local epo
 and FedGMH's beta and eta_h; the rounds, clients and seeds are below; the batch size and learning
 rate are `fedgmh train`'s defaults (`TrainConfig`) and the lr decay, the evaluation and every
 algorithm option are the options' defaults (`fedgmh.cards`: the paper's text is every
-default; `preset=official` is PFLlib's / the official code's reading) - the code's defaults are the
+default; `preset=official` is PFLlib's reading, also the official FedGMH code's) - the code's defaults are the
 paper's protocol (protocol.md), so they are read, not copied.
 """
 
