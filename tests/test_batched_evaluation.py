@@ -1,4 +1,4 @@
-"""Many clients' evaluation in a few vmap passes (`vectorised.evaluate_many`, engine option
+"""Many clients' evaluation in a few vmap passes (`batched_evaluation.evaluate_many`, engine option
 eval_batched) against one pass per client (`engine.predict`)."""
 
 import dataclasses
@@ -12,7 +12,7 @@ from conftest import make_federation
 from fedgmh import engine
 from fedgmh.algorithms import get_algorithm
 from fedgmh.cards import algorithm_names
-from fedgmh.engine import Checkpoint, evaluate_clients, play_round, run_rounds, vectorised
+from fedgmh.engine import Checkpoint, batched_evaluation, evaluate_clients, play_round, run_rounds, vectorised
 from fedgmh.train import resolve_options
 
 # unequal test splits (3, 3, 3, 1, 3 samples): padding and masking are exercised
@@ -40,8 +40,8 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
     passes = []
     monkeypatch.setattr(engine.evaluation, "predict", lambda *a, **k: pytest.fail("evaluated client by client"))
-    monkeypatch.setattr(vectorised, "_evaluate_pass", lambda *a, f=vectorised._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
-    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
+    monkeypatch.setattr(batched_evaluation, "_evaluate_pass", lambda *a, f=batched_evaluation._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
+    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=batched_evaluation.evaluate_many)
     assert passes == [4, 1]  # two buckets: the splits of 3 samples, the split of 1
     _same_evaluation(one_by_one, together)
 
@@ -50,24 +50,24 @@ def test_every_algorithms_clients_evaluate_in_vmap_passes_as_one_by_one(name, fl
 def test_batched_evaluation_with_the_label_prior_mask(name, float64):
     fed, algorithm = _trained(name, eval_prior="mask")
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
-    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
+    together = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=batched_evaluation.evaluate_many)
     _same_evaluation(one_by_one, together)
     fed.options = dataclasses.replace(fed.options, eval_prior="none")
-    unmasked = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
+    unmasked = evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=batched_evaluation.evaluate_many)
     assert unmasked["test_loss"] > together["test_loss"]  # the mask took part: absent labels' logits removed
 
 def test_passes_hold_at_most_their_share_of_clients_and_of_each_clients_samples(float64, monkeypatch):
     fed, algorithm = _trained("fedgmh")
     one_by_one = evaluate_clients(fed, algorithm.eval_params, algorithm.forward)
     fed.options = dataclasses.replace(fed.options, eval_batch_size=2)  # each client's 3 samples: 2 + 1
-    monkeypatch.setattr(vectorised, "EVAL_SAMPLES_PER_PASS", 4)  # 2 clients of 2 samples per pass
+    monkeypatch.setattr(batched_evaluation, "EVAL_SAMPLES_PER_PASS", 4)  # 2 clients of 2 samples per pass
     calls = []
 
     def counted(params, x):
         calls.append(x.shape[0])
         return algorithm.forward(params, x)
 
-    together = evaluate_clients(fed, algorithm.eval_params, counted, many=vectorised.evaluate_many)
+    together = evaluate_clients(fed, algorithm.eval_params, counted, many=batched_evaluation.evaluate_many)
     # the bucket of 3-sample splits in passes [0, 1], [2, 4], each of samples 0-1 then 2; then client 3's
     # bucket of 1-sample splits
     assert calls == [2, 1, 2, 1, 1]
@@ -80,7 +80,7 @@ def test_a_padded_copy_of_a_sample_with_an_infinite_loss_adds_nothing(float64):
     forward = lambda params, x: params["logits"].expand(len(x), -1)  # noqa: E731
     # client 3's one test sample (label 2) is padded with dataset sample 0 (label 0)
     assert fed.labels[0] == 0 and len(fed.test_idx[3]) == 1
-    sums = vectorised.evaluate_many(fed, [{"logits": logits}] * 2, [0, 3], forward)
+    sums = batched_evaluation.evaluate_many(fed, [{"logits": logits}] * 2, [0, 3], forward)
     assert sums[1, 1] == pytest.approx(math.log(2))
     assert sums[0, 1] == math.inf
 
@@ -102,7 +102,7 @@ def test_models_that_cannot_be_stacked_are_evaluated_one_by_one(float64):
 
 def test_the_round_loop_evaluates_in_passes_with_eval_batched_unless_evaluation_draws_at_random(float64, monkeypatch):
     passes = []
-    monkeypatch.setattr(vectorised, "evaluate_many", lambda *a, f=vectorised.evaluate_many: passes.append(1) or f(*a))
+    monkeypatch.setattr(batched_evaluation, "evaluate_many", lambda *a, f=batched_evaluation.evaluate_many: passes.append(1) or f(*a))
     for name, overrides, batched, expected in [("fedavg", {}, True, True), ("fedavg", {}, False, False),
                                                ("fedcp", {"policy": "gumbel"}, True, False), ("fedcp", {}, True, True)]:
         options, _ = resolve_options(name, overrides)
@@ -137,9 +137,9 @@ def test_on_cuda_a_clients_sums_do_not_depend_on_the_clients_it_is_evaluated_wit
 
 def _same_bits_whatever_the_pass_mates(fed, algorithm):
     models = [algorithm.eval_params(c) for c in range(fed.num_clients)]
-    alone = vectorised.evaluate_many(fed, [models[2]], [2], algorithm.forward)
+    alone = batched_evaluation.evaluate_many(fed, [models[2]], [2], algorithm.forward)
     for clients in ([0, 1, 2, 3, 4], [2, 4], [4, 3, 2]):
-        together = vectorised.evaluate_many(fed, [models[c] for c in clients], clients, algorithm.forward)
+        together = batched_evaluation.evaluate_many(fed, [models[c] for c in clients], clients, algorithm.forward)
         assert torch.equal(together[clients.index(2)], alone[0]), clients
 
 

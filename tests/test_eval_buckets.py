@@ -6,8 +6,8 @@ import pytest
 from conftest import make_federation
 
 from fedgmh.algorithms import get_algorithm
-from fedgmh.engine import evaluate_clients, federation, run_rounds, vectorised
-from fedgmh.engine.federation import bucket_by_length
+from fedgmh.engine import batched_evaluation, evaluate_clients, federation, run_rounds
+from fedgmh.engine.eval_buckets import bucket_by_length
 from fedgmh.train import resolve_options
 
 # test splits of 8, 3, 7, 1, 5, 6, 8, 2 samples (each client's first 8 labels)
@@ -59,7 +59,7 @@ def test_evaluation_counts_its_sample_passes_and_buckets_keep_them_useful(monkey
     fed = fed_of()
     algorithm = get_algorithm(name)(fed, options)
     lengths = [len(idx) for idx in fed.test_idx]
-    evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=vectorised.evaluate_many)
+    evaluate_clients(fed, algorithm.eval_params, algorithm.forward, many=batched_evaluation.evaluate_many)
     useful, executed = fed.evaluation_passes.state()
     assert useful == sum(lengths)
     assert useful / executed >= federation.EVAL_BUCKET_FILL  # every client evaluated: no filled-up model
@@ -68,7 +68,7 @@ def test_evaluation_counts_its_sample_passes_and_buckets_keep_them_useful(monkey
     assert client_by_client.evaluation_passes.state() == (sum(lengths), sum(lengths))
     monkeypatch.setattr(federation, "EVAL_BUCKET_FILL", 0.0)
     padded = fed_of()
-    evaluate_clients(padded, get_algorithm(name)(padded, options).eval_params, many=vectorised.evaluate_many)
+    evaluate_clients(padded, get_algorithm(name)(padded, options).eval_params, many=batched_evaluation.evaluate_many)
     assert padded.evaluation_passes.state() == (sum(lengths), max(lengths) * len(lengths))
 
 

@@ -13,7 +13,7 @@ from conftest import prepare_digits, train_args
 from fedgmh.cards import resolve_options
 from fedgmh.cli import main
 from fedgmh.config import EngineOptions
-from fedgmh.engine import Federation, cuda_flags, evaluator, set_numerics, vectorised
+from fedgmh.engine import Federation, batched_evaluation, cuda_flags, evaluator, set_numerics, vectorised
 from fedgmh.errors import UserError
 from fedgmh.runspec import run_key, same_snapshot_run
 
@@ -73,7 +73,7 @@ def test_auto_evaluates_in_passes_on_cuda_only(monkeypatch):
     assert not fed.evaluates_batched and evaluator(fed, object()) is None
     assert make_federation([[0, 1]], eval_batched=True).evaluates_batched
     monkeypatch.setattr(Federation, "device", property(lambda self: torch.device("cuda")))
-    assert fed.evaluates_batched and evaluator(fed, object()) is vectorised.evaluate_many
+    assert fed.evaluates_batched and evaluator(fed, object()) is batched_evaluation.evaluate_many
     assert not make_federation([[0, 1]], eval_batched="off").evaluates_batched
 
 

@@ -1,6 +1,7 @@
 """The engine every algorithm runs on, in rooms: the federation (`federation`: the run's fixed data
 and its views), seeds (`seeds`), local training (`training`), all chosen clients' local training in
-one vmap step (`vectorised`), evaluation (`evaluation`), checkpoints (`checkpoint`), the float arithmetic on CUDA
+one vmap step (`vectorised`), evaluation (`evaluation`; in a few vmap passes: `batched_evaluation`, by the
+test splits' buckets of `eval_buckets`), checkpoints (`checkpoint`), the float arithmetic on CUDA
 (`numerics`), the round loop (`rounds`) and several runs' batched steps shared (`group`); `contract` types what the engine calls on
 an algorithm. Each name other modules use is re-exported here: `from fedgmh.engine import X`.
 A test that replaces an engine function patches it in its room (e.g. `fedgmh.engine.rounds.play_round`).

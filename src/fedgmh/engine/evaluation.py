@@ -85,7 +85,7 @@ def evaluate_clients(
     One pass per client, also when clients share a model: a sample's logits then never depend on
     which other clients happen to be in the same batch, so a cached result is bit-identical to a
     fresh one (and on CPU batches of a client's ~150-200 samples run as fast as batches of 1000).
-    With `many` (`rounds.evaluator`: `vectorised.evaluate_many` under engine option
+    With `many` (`rounds.evaluator`: `batched_evaluation.evaluate_many` under engine option
     eval_batched) the clients to evaluate go through a few vmap passes instead, where their models
     can be stacked (the same sums to float tolerance, and as independent of the other clients). Each
     client's counts are summed on the device and all of them read in one transfer at the end (one

@@ -21,7 +21,7 @@ from fedgmh.engine.federation import EvaluateMany, LocalResult
 from fedgmh.engine.training import Diverged, check_trained
 from fedgmh.errors import Interrupted, UserError
 from fedgmh.stopping import sigterm_at_round_end
-from fedgmh.engine import vectorised  # looked up at call time: tests count the batched passes
+from fedgmh.engine import batched_evaluation, vectorised  # looked up at call time: tests count the batched passes
 
 
 def train_clients(fed: Federation, algorithm, rnd: int, clients: list[int]) -> list[LocalResult]:
@@ -54,10 +54,10 @@ def train_chosen(fed: Federation, algorithm, rnd: int, clients: list[int], *, ex
 
 
 def evaluator(fed: Federation, algorithm) -> EvaluateMany | None:
-    """The engine's choice of how clients are evaluated: `vectorised.evaluate_many` (vmap passes) under
+    """The engine's choice of how clients are evaluated: `batched_evaluation.evaluate_many` (vmap passes) under
     engine option eval_batched (`Federation.evaluates_batched`: by default on CUDA), unless the algorithm
     evaluates at random (its draws follow the client-by-client order); None: one pass per client."""
-    return vectorised.evaluate_many if fed.evaluates_batched and getattr(algorithm, "deterministic_eval", True) else None
+    return batched_evaluation.evaluate_many if fed.evaluates_batched and getattr(algorithm, "deterministic_eval", True) else None
 
 
 def play_round(
