@@ -5,6 +5,7 @@ killed by SIGKILL is removed (fedgmh.snakemake_locks)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -27,6 +28,19 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 UNLOCK = ["snakemake", "--unlock", "--directory", "repo"]
 #: a workflow of its own (not this project's: it takes no ALIVE lock), whose one job sleeps
 FOREIGN = 'rule busy:\n    output: "busy.txt"\n    shell: "sleep 120 && touch {output}"\n'
+
+
+def _free(path: Path) -> bool:
+    """Whether no process holds the kernel lock on `path` (a killed process group lets go of it only
+    when its last member is gone, which on a loaded machine can take a moment)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def wait_for(condition, what: str, seconds: float = 90) -> None:
@@ -176,6 +190,7 @@ def test_the_lock_of_a_killed_campaign_snakemake_is_removed(tmp_path: Path) -> N
     left = sorted(path.name for path in (tmp_path / LOCKS).iterdir())
     assert left == ["0.input.lock", "0.output.lock"]
     wait_for(lambda: not any(run.is_relative_to(tmp_path) for run in running_runs(tmp_path)), "its jobs to end")
+    wait_for(lambda: _free(tmp_path / ALIVE), "the last of its processes to let go of the workflow's lock")
     said: list[str] = []
     clear_stale_snakemake_lock(tmp_path, UNLOCK, said.append)
     assert not list((tmp_path / LOCKS).iterdir()) and said == [
