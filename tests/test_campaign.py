@@ -282,3 +282,28 @@ def test_a_job_stopped_after_making_its_outputs_keeps_them(tmp_path: Path) -> No
 def test_a_campaign_lays_out_cpu_runs_channels_last_unless_told_otherwise() -> None:
     assert with_default_overrides(["device=cpu"]) == ["cpu_channels_last=True", "device=cpu"]
     assert with_default_overrides(["cpu_channels_last=False", "device=cpu"]) == ["cpu_channels_last=False", "device=cpu"]
+
+
+def test_the_partitions_are_drawn_before_any_run_starts(tmp_path: Path, monkeypatch) -> None:
+    """A run whose partition is being drawn is not ready, and Snakemake would start a later run in its
+    slot: the campaign makes the missing partitions in a call of their own first, and skips that call
+    when they exist."""
+    from fedgmh import campaign
+
+    config = camp_config(tmp_path)
+    runs = ["table2/digits_c2_a0.5/fedper/seed0", "table2/digits_c2_a0.5/fedavg/seed0"]
+    entries = load_campaign(write(tmp_path, [{"runs": runs}], config), tmp_path, SNAKEFILE)
+    calls: list[list[str]] = []
+    monkeypatch.setattr(campaign, "_run_stoppable", lambda command, *args: calls.append(command) or 0)
+    lines: list[str] = []
+    run_campaign(tmp_path / "campaign.yaml", entries, 2, [], SNAKEFILE, tmp_path, say=lines.append)
+    targets = [[word for word in command if word.startswith("results/")] for command in calls]
+    assert targets == [[entries[0].partition], [entry.target for entry in entries]]
+    assert "campaign: 1 partition(s) first, then the runs" in lines
+
+    calls.clear()
+    (tmp_path / entries[0].partition).parent.mkdir(parents=True)
+    (tmp_path / entries[0].partition).write_bytes(b"")
+    run_campaign(tmp_path / "campaign.yaml", entries, 2, [], SNAKEFILE, tmp_path, say=lines.append)
+    assert [[word for word in command if word.startswith("results/")] for command in calls] == [
+        [entry.target for entry in entries]]

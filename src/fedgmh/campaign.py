@@ -279,26 +279,23 @@ def run_campaign(file: Path | str, entries: list[Entry], jobs: int, overrides: l
         for entry in queue:
             how = "resumes from its snapshot" if (base / entry.snapshot).is_file() else "starts"
             say(f"campaign: {entry.plan.name}/{entry.name} {how} when its turn comes (log {entry.log})")
-        command = snakemake_command([entry.target for entry in queue], entries[0].config,
-                                    [f"campaign={Path(file).resolve()}", *with_default_overrides(overrides)], jobs, snakefile, base)
+        config_words = [f"campaign={Path(file).resolve()}", *with_default_overrides(overrides)]
+        command = snakemake_command([entry.target for entry in queue], entries[0].config, config_words, jobs, snakefile, base)
         clear_stale_snakemake_lock(base, unlock_command(command), say)
-        say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
         env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")  # the rules' `fedgmh`
         started = time.time()
-        process = subprocess.Popen(command, cwd=base, env=env, start_new_session=True)  # its group: a stop reaches the runs
-        stop = {"signal": None}
-
-        def on_signal(signum, frame):
-            stop["signal"] = signum
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)  # Snakemake alone would wait for its jobs to finish
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            status = process.wait()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        stop: dict[str, int | None] = {"signal": None}
+        # The partitions first: a run whose partition is still being drawn is not ready, and Snakemake
+        # would fill its slot with a later run of the queue, whatever the priority.
+        partitions = sorted({entry.partition for entry in queue if not (base / entry.partition).is_file()})
+        status = 0
+        if partitions:
+            say(f"campaign: {len(partitions)} partition(s) first, then the runs")
+            status = _run_stoppable(snakemake_command(partitions, entries[0].config, config_words, jobs, snakefile, base),
+                                    base, env, stop)
+        if status == 0 and stop["signal"] is None:
+            say(f"campaign: {len(queue)} run(s), {jobs} at a time: one Snakemake call")
+            status = _run_stoppable(command, base, env, stop)
     outcome: dict[str, list[str]] = {"finished": [], "left": []}
     for entry in queue:
         done = record_problem(entry, base) is None
@@ -313,6 +310,25 @@ def run_campaign(file: Path | str, entries: list[Entry], jobs: int, overrides: l
         raise UserError(f"snakemake exited with {status}: {len(outcome['finished'])} run(s) finished, "
                         f"{len(outcome['left'])} not (their logs are named above)")
     return outcome
+
+
+def _run_stoppable(command: list[str], base: Path, env: dict[str, str], stop: dict[str, int | None]) -> int:
+    """Run a Snakemake call in a process group of its own and return its exit status; SIGTERM or
+    Ctrl-C meanwhile go to the whole group (Snakemake alone would wait for its jobs to finish) and
+    are noted in `stop`."""
+    process = subprocess.Popen(command, cwd=base, env=env, start_new_session=True)
+
+    def on_signal(signum, frame):
+        stop["signal"] = signum
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def stopped_line(entry: Entry, base: Path) -> str:
