@@ -32,7 +32,7 @@ from bench_support import (  # noqa: F401 - fixtures: bare_rates, mnist_exdir, t
 from conftest import batched_plain_sgd
 from fedgmh import model
 from fedgmh.engine import evaluate_clients, local_train
-from fedgmh.engine.vectorised import evaluate_many
+from fedgmh.engine.batched_evaluation import evaluate_many
 
 pytestmark = pytest.mark.benchmark
 
@@ -119,7 +119,7 @@ def test_engine_evaluation_of_all_clients(benchmark, shape, memory_format):
 @pytest.mark.parametrize("batched", [False, True], ids=["one_pass_per_client", "vmap_passes"])
 @pytest.mark.parametrize("shape", SHAPE_NAMES)
 def test_evaluation_in_vmap_passes(benchmark, shape, batched, models):
-    """All 100 clients' evaluation, one pass per client or in vmap passes (`vectorised.evaluate_many`,
+    """All 100 clients' evaluation, one pass per client or in vmap passes (`batched_evaluation.evaluate_many`,
     engine option eval_batched): 100 personalised models, or one model every client holds (FedAvg's)."""
     fed = synthetic_federation(SHAPES[shape])
     shared = fed.initial_params()
