@@ -304,8 +304,10 @@ def background(workdir: Path, env: dict, log: Path, *args: str, limit: int = 300
             process.wait()
 
 
-#: what differs between two trainings of the same run: when, how long, whether it was resumed, and its peak RSS (memory.peak_rss_bytes)
-VOLATILE = ("started_utc", "wall_time_s", "resumed_from_round")
+#: what differs between two trainings of the same run: when, how long, whether it was resumed, the evaluation's
+#: sample passes (a resumed run starts with an empty evaluation cache, so it evaluates more) and its peak RSS
+#: (memory.peak_rss_bytes)
+VOLATILE = ("started_utc", "wall_time_s", "resumed_from_round", "evaluation_sample_passes")
 
 
 def numbers(record: dict) -> dict:
