@@ -26,7 +26,7 @@ from snakemake.utils import validate
 from fedgmh import warm
 from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
-from fedgmh.filing import format_number
+from fedgmh.filing import PARTITION_WILDCARD, format_number
 from fedgmh.plan import TRAIN_MEM_MB, Plan, default_gpu_slots, read_text_items, schema_problems
 from fedgmh.snakemake_locks import hold_alive, record_own_locks
 from fedgmh.stop_summary import StopSummary
@@ -104,7 +104,7 @@ onerror:
 
 wildcard_constraints:
     dataset="[a-z0-9_]+?",
-    partition="[a-z0-9_]+?_c[0-9]+_a[0-9][0-9.e+-]*(?:_n[0-9]+)?(?:_chain)?",
+    partition=PARTITION_WILDCARD,
     experiment="[a-z][a-z0-9_]*",
     setting="[^/]+",
     algorithm="[a-z][a-z0-9_]*",
