@@ -323,3 +323,21 @@ def test_gpu_count_counts_the_driver_entries_cuda_visible_devices_leaves(tmp_pat
     assert plan.gpu_count({}, driver) == 3
     assert plan.gpu_count({"CUDA_VISIBLE_DEVICES": "1"}, driver) == 1
     assert plan.gpu_count({"CUDA_VISIBLE_DEVICES": "-1"}, driver) == 0
+
+
+def test_the_schema_gives_the_defaults_of_fedgmh_train_and_partition() -> None:
+    """The workflow's defaults (the schema's) are the CLI's: a config that leaves a key out trains as
+    `fedgmh train` / `fedgmh partition` without the flag (the CLI's from `TrainConfig`, tests/test_cli.py)."""
+    import dataclasses
+
+    from fedgmh.cli import build_parser
+    from fedgmh.config import TrainConfig
+
+    top = SCHEMA["properties"]
+    train = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+             if f.default is not dataclasses.MISSING and f.name in top}
+    assert set(train) >= {"join_ratio", "local_epochs", "batch_size", "lr", "device"}
+    partition = vars(build_parser().parse_args(["partition", "--dataset", "digits", "--root", "r", "--clients", "2",
+                                                "--classes-per-client", "1", "--alpha", "1", "--out", "o"]))
+    cli = {**train, "train_ratio": partition["train_ratio"], "partition_seed": partition["seed"]}
+    assert {key: top[key].get("default") for key in cli} == cli
