@@ -8,7 +8,7 @@ differs from the config's (`default_clients`; the partition's id has the same pa
 for the chain class assignment, plus one `_<suffix><value>` per dimension an experiment sweeps for
 a fixed algorithm and dataset (`_e4` local epochs, `_j0.4` join ratio, `_r300` rounds, `_b32` batch
 size, `_lr0.05` learning rate, `_beta0.1` an option), plus `@<variant>` for runs of a named variant
-(the audit tables' rows).
+(the audit tables' rows). `parse_setting_id` reads one back into its parts.
 """
 
 from __future__ import annotations
