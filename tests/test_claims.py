@@ -483,6 +483,20 @@ def test_claims_on_data_that_cannot_be_obtained_have_their_own_status(tmp_path: 
     assert "1 not run, 1 data unavailable offline (of 2)" in md.read_text()
 
 
+def test_a_dataset_whose_name_has_an_underscore_can_be_unavailable(tmp_path: Path) -> None:
+    """`--unavailable fashion_mnist` reads the dataset of a setting id as a whole, not its text up to '_'."""
+    results_csv, _, _ = toy_runs(tmp_path)
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"claims": [
+        {"id": "fmnist", "where": "Table 2", "claim": "FedGMH above FedAvg on Fashion-MNIST.", "test": "ranking",
+         "above": {"table2/fashion_mnist_c2_a0.5_n8@official": ["fedgmh"]}, "below": {"table2/fashion_mnist_c2_a0.5": ["fedavg"]}},
+        TOY_CLAIMS["claims"][3]]}, sort_keys=False))
+    csv = tmp_path / "claims.csv"
+    assert cli_main(["claims", "--claims", str(path), "--results", str(results_csv), "--out", str(tmp_path / "claims.md"),
+                     "--csv", str(csv), "--unavailable", "fashion_mnist"]) == 0
+    assert pd.read_csv(csv).set_index("id")["verdict"].to_dict() == {"fmnist": "data unavailable offline", "absent": NOT_RUN}
+
+
 def read_claims_from(data: dict) -> list:
     import tempfile
 

@@ -4,6 +4,7 @@ the plan's per-setting `clients` / `assignment`, partition and setting ids, and 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from fedgmh import plan
 from fedgmh.cli import main
 from fedgmh.partition import PartitionError, chain_holders, exdir, load_partition
 from fedgmh.plan import ConfigError, Plan, with_defaults
-from fedgmh.filing import assign_setting_ids, partition_id
+from fedgmh.filing import PARTITION_WILDCARD, assign_setting_ids, parse_setting_id, partition_id
 from fedgmh.report.settings import setting_extra, setting_label
 from fedgmh.report.tables import column_label
 
@@ -98,15 +99,35 @@ def test_partition_and_setting_ids_gain_suffixes_only_for_new_shapes() -> None:
     assert assign_setting_ids(records[:1]) == ["fashion_mnist_c4_a1000000"]
 
 
+def test_setting_ids_read_back_into_the_parts_they_were_made_of() -> None:
+    base = {"dataset": "fashion_mnist", "classes_per_client": 4, "alpha": 0.05, "algorithm": "fedgmh"}
+    records = [{**base, "options": {"eta_h": 0.1}}, {**base, "options": {"eta_h": 0.5}}, {**base, "clients": 8, "assignment": "chain"},
+               {**base, "dataset": "cifar100", "alpha": 1e6, "clients": 8, "local_epochs": 4, "variant": "hn_lr=2"},
+               {**base, "dataset": "cifar100", "alpha": 1e6, "clients": 8, "local_epochs": 2, "variant": "hn_lr=2"}]
+    ids = assign_setting_ids(records, default_clients=100)
+    parts = [parse_setting_id(setting) for setting in ids]
+    assert [(p.dataset, p.classes_per_client, p.alpha, p.clients, p.assignment) for p in parts] == [
+        ("fashion_mnist", 4, 0.05, None, "random")] * 2 + [("fashion_mnist", 4, 0.05, 8, "chain")] + [("cifar100", 4, 1e6, 8, "random")] * 2
+    assert [(p.partition, p.sweeps, p.variant) for p in parts[1:4]] == [
+        ("fashion_mnist_c4_a0.05", "_edefault_eta_h0.5", ""), ("fashion_mnist_c4_a0.05_n8_chain", "_edefault_eta_hdefault", ""),
+        ("cifar100_c4_a1000000_n8", "_e4_eta_hdefault", "hn_lr=2")]
+    assert [p.without_variant + (f"@{p.variant}" if p.variant else "") for p in parts] == ids
+    assert [re.fullmatch(PARTITION_WILDCARD, p.partition) is not None for p in parts] == [True] * len(ids)
+    assert re.fullmatch(PARTITION_WILDCARD, ids[0]) is None  # a setting's swept part is not a partition's
+    for text in ("fashion_mnist", "mnist_c2", "mnist_c2_a0.5@", "MNIST_c2_a0.5"):
+        with pytest.raises(ValueError, match="is not a setting id"):
+            parse_setting_id(text)
+
+
 def test_labels_of_chain_and_other_clients() -> None:
     chain = {"dataset": "fashion_mnist", "classes_per_client": 4, "alpha": 1e6, "clients": 8, "assignment": "chain"}
     assert setting_label(chain, "fashion_mnist_c4_a1000000_n8_chain") == ("Fashion-MNIST", "chain(4, 1000000), 8 clients")
     assert setting_label(chain, "fashion_mnist_c4_a1000000_chain") == ("Fashion-MNIST", "chain(4, 1000000)")  # config's clients
     plain = {"dataset": "cifar100", "classes_per_client": 5, "alpha": 0.5, "clients": 20}
     assert setting_label(plain, "cifar100_c5_a0.5_n20_e4@official") == ("CIFAR-100", "ExDir(5, 0.5), 20 clients")
-    assert setting_extra(plain, "cifar100_c5_a0.5_n20_e4@official") == "_e4@official"
+    assert setting_extra("cifar100_c5_a0.5_n20_e4@official") == "_e4@official"
     assert setting_label({**plain, "clients": 100}, "cifar100_c5_a0.5_beta0.1") == ("CIFAR-100", "ExDir(5, 0.5)")
-    assert setting_extra({**plain, "clients": 2}, "cifar100_c5_a0.5_n20") == "_n20"  # _n2 is not a prefix of _n20
+    assert setting_extra("cifar100_c5_a0.5_n20") == ""
     cell = {**chain, "column": "fashion_mnist_c4_a1000000_n8_chain", "local_epochs": 5}
     assert column_label(cell, ["local_epochs"]) == ("Fashion-MNIST", "chain(4, 1000000), 8 clients E=5")
 

@@ -196,11 +196,11 @@ def test_a_list_given_with_snakemakes_config_flag_is_read_as_numbers() -> None:
     from snakemake.cli import parse_config
 
     config = load("smoke.yaml") | parse_config(["seeds=[0,1,2]"])
-    plan.read_text_items(config, SCHEMA)
-    assert config["seeds"] == [0, 1, 2] and plan.schema_problems(config, SCHEMA) == []
+    assert plan.config_problems(config, SCHEMA) == [] and config["seeds"] == [0, 1, 2]
     config = load("smoke.yaml") | {"seeds": ["a"]}
-    plan.read_text_items(config, SCHEMA)
-    assert plan.schema_problems(config, SCHEMA) == ["  seeds[0]: 'a' is not of type 'integer'"]
+    assert plan.config_problems(config, SCHEMA) == ["  seeds[0]: 'a' is not of type 'integer'"]
+    config = load("smoke.yaml") | parse_config(["seeds=[0,-1]"])  # read as a number, then out of range
+    assert plan.config_problems(config, SCHEMA) == ["  seeds[1]: -1 is less than the minimum of 0"]
 
 
 def test_schema_limits_what_becomes_a_folder_or_a_command_word() -> None:
@@ -323,3 +323,31 @@ def test_gpu_count_counts_the_driver_entries_cuda_visible_devices_leaves(tmp_pat
     assert plan.gpu_count({}, driver) == 3
     assert plan.gpu_count({"CUDA_VISIBLE_DEVICES": "1"}, driver) == 1
     assert plan.gpu_count({"CUDA_VISIBLE_DEVICES": "-1"}, driver) == 0
+
+
+def test_the_schema_gives_the_defaults_of_fedgmh_train_and_partition() -> None:
+    """The workflow's defaults (the schema's) are the CLI's: a config that leaves a key out trains as
+    `fedgmh train` / `fedgmh partition` without the flag (the CLI's from `TrainConfig`, tests/test_cli.py)."""
+    import dataclasses
+
+    from fedgmh.cli import build_parser
+    from fedgmh.config import TrainConfig
+
+    top = SCHEMA["properties"]
+    train = {f.name: f.default for f in dataclasses.fields(TrainConfig)
+             if f.default is not dataclasses.MISSING and f.name in top}
+    assert set(train) >= {"join_ratio", "local_epochs", "batch_size", "lr", "device"}
+    partition = vars(build_parser().parse_args(["partition", "--dataset", "digits", "--root", "r", "--clients", "2",
+                                                "--classes-per-client", "1", "--alpha", "1", "--out", "o"]))
+    cli = {**train, "train_ratio": partition["train_ratio"], "partition_seed": partition["seed"]}
+    assert {key: top[key].get("default") for key in cli} == cli
+
+
+def test_every_default_of_the_schema_is_of_a_top_level_key() -> None:
+    """`with_defaults` fills in top-level keys only: a default deeper in the schema would be ignored."""
+    def where_defaults(node: object, path: tuple = ()) -> list[tuple]:
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+        return [found for key, value in items for found in ([path] if key == "default" else []) + where_defaults(value, (*path, key))]
+
+    found = where_defaults(SCHEMA)
+    assert found and all(len(path) == 2 and path[0] == "properties" for path in found), found

@@ -171,6 +171,28 @@ def test_ablation_order_and_reference(tmp_path: Path) -> None:
     assert np.isnan(cells.loc["gmh_a", "paper_mean"])
 
 
+def label(run_dir: Path, **workflow: str) -> Path:
+    """`run_dir` with these workflow labels added to its run.json (`setting`, `variant`, ...)."""
+    record = json.loads((run_dir / "run.json").read_text())
+    record["workflow"] = {**record.get("workflow", {}), **workflow}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir
+
+
+def test_a_run_keeps_the_setting_id_its_record_files_it_under(tmp_path: Path) -> None:
+    """The id the workflow gave the run (all of table4's join ratios) although it is aggregated alone,
+    unless the run is aggregated under another experiment or its partition part disagrees."""
+    swept = label(make_run(tmp_path / "a", experiment="table4", join_ratio=0.4), setting="mnist_c2_a0.5_j0.4")
+    assert report.aggregate_runs([swept])[0]["setting"].tolist() == ["mnist_c2_a0.5_j0.4"]
+    assert report.aggregate_runs([swept], experiment="table2")[0]["setting"].tolist() == ["mnist_c2_a0.5"]
+    assert report.aggregate_runs([swept], variants=["official"])[0]["setting"].tolist() == ["mnist_c2_a0.5@official"]
+    unlabelled = make_run(tmp_path / "b", experiment="table4", join_ratio=0.4, labelled=False)
+    assert report.aggregate_runs([unlabelled])[0]["setting"].tolist() == ["mnist_c2_a0.5"]
+    twenty = label(make_run(tmp_path / "c", clients=20), setting="mnist_c2_a0.5")  # its config's clients were 20
+    assert report.aggregate_runs([twenty], default_clients=100)[0]["setting"].tolist() == ["mnist_c2_a0.5_n20"]
+    assert report.aggregate_runs([twenty], default_clients=20)[0]["setting"].tolist() == ["mnist_c2_a0.5"]
+
+
 def test_swept_dimension_becomes_a_column(tmp_path: Path) -> None:
     dirs = [make_run(tmp_path, experiment="table3", dataset="cifar10", algorithm="fedavg", local_epochs=e, seed=s, best=0.3 + 0.01 * e)
             for e in (4, 6) for s in (0, 1)]

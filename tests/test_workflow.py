@@ -43,6 +43,18 @@ def test_schema_rejects_bad_config_with_readable_message(tmp_path: Path, overrid
     assert f"{key}: " in out and words in out, out[-2000:]
 
 
+def test_a_wrong_typed_key_of_a_config_file_is_one_line(tmp_path: Path) -> None:
+    """The schema's check says a problem once, on the key's own line (no validator dump besides it)."""
+    config = yaml.safe_load(SMOKE.read_text()) | {"rounds": "many"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(bad), timeout=120)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    lines = [line for line in out.splitlines() if "many" in line]
+    assert lines == ["  rounds: 'many' is not of type 'integer'"], out[-2000:]
+
+
 def test_a_list_in_brackets_on_the_command_line_is_read_as_numbers(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(SMOKE), "--config", "seeds=[0,1]", timeout=120)
     assert result.returncode == 0, (result.stdout + result.stderr)[-2000:]

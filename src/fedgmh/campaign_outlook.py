@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fedgmh.filing import parse_setting_id
 from fedgmh.plan_estimate import GPU_RATES, gpu_measurements, slots_end
 from fedgmh.report.claims import MIN_SEEDS
 from fedgmh.runspec import RunSpec
@@ -43,7 +44,7 @@ STAND_INS = {("official", "table5", "fedgmh"): "table2"}
 def run_cells(run: Any, official: Mapping[tuple[str, str], str]) -> list[Cell]:
     """The claims' cells a plan's run gives a seed to (`official`: (experiment, variant) -> the paper
     experiment it stands for under PFLlib's reading, the inverse of config `official_reading`)."""
-    setting, paper = run.setting.split("@")[0], official.get((run.experiment, run.variant))
+    setting, paper = parse_setting_id(run.setting).without_variant, official.get((run.experiment, run.variant))
     cell = ("official", paper, setting, run.algorithm) if paper else ("paper", run.experiment, setting, run.algorithm)
     other = STAND_INS.get((cell[0], cell[1], cell[3]))
     return [cell] + ([(cell[0], other, setting, cell[3])] if other else [])

@@ -8,18 +8,26 @@ differs from the config's (`default_clients`; the partition's id has the same pa
 for the chain class assignment, plus one `_<suffix><value>` per dimension an experiment sweeps for
 a fixed algorithm and dataset (`_e4` local epochs, `_j0.4` join ratio, `_r300` rounds, `_b32` batch
 size, `_lr0.05` learning rate, `_beta0.1` an option), plus `@<variant>` for runs of a named variant
-(the audit tables' rows).
+(the audit tables' rows). `parse_setting_id` reads one back into its parts.
 """
 
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: the dimensions (besides dataset, C, alpha) an experiment may sweep: results.csv column -> suffix in setting ids
 SWEEP_SUFFIXES: dict[str, str] = {"local_epochs": "e", "join_ratio": "j", "rounds": "r", "batch_size": "b", "lr": "lr"}
 DEFAULT_ASSIGNMENT = "random"
+#: a partition id, `<dataset>_c<C>_a<alpha>[_n<N>][_chain]`, with a named group per part
+_PARTITION = (r"(?P<dataset>[a-z0-9_]+?)_c(?P<classes_per_client>[0-9]+)_a(?P<alpha>[0-9][0-9.e+-]*)"
+              r"(?:_n(?P<clients>[0-9]+))?(?:_(?P<assignment>chain))?")
+_SETTING = re.compile(rf"(?P<partition>{_PARTITION})(?P<sweeps>(?:_[^@]*)?)(?:@(?P<variant>[^@]+))?")
+#: the same grammar as a Snakemake wildcard constraint (its groups unnamed: Snakemake names its own)
+PARTITION_WILDCARD = re.sub(r"\?P<\w+>", "?:", _PARTITION)
 
 
 def format_number(value: Any) -> str:
@@ -72,6 +80,37 @@ def partition_id(dataset: str, classes_per_client: int, alpha: float, clients: i
     if assignment != DEFAULT_ASSIGNMENT:
         text += f"_{assignment}"
     return text
+
+
+@dataclass(frozen=True)
+class SettingParts:
+    """A setting id read back: `partition` is its partition id, `sweeps` its swept values as written
+    ('_e4_beta0.1', '' for none), `clients` None when the id has no `_n<N>` (the config's number)."""
+
+    dataset: str
+    classes_per_client: int
+    alpha: float
+    clients: int | None
+    assignment: str
+    partition: str
+    sweeps: str
+    variant: str
+
+    @property
+    def without_variant(self) -> str:
+        """The id without its `@<variant>` part: the column of a variant table."""
+        return self.partition + self.sweeps
+
+
+def parse_setting_id(setting: str) -> SettingParts:
+    """The parts of a setting id or partition id (as `setting_id` and `partition_id` write them);
+    a ValueError for text that is not one."""
+    match = _SETTING.fullmatch(setting)
+    if not match:
+        raise ValueError(f"{setting!r} is not a setting id (<dataset>_c<C>_a<alpha>[_n<N>][_chain][_<swept><value>...][@<variant>])")
+    return SettingParts(match["dataset"], int(match["classes_per_client"]), float(match["alpha"]),
+                        int(match["clients"]) if match["clients"] else None, match["assignment"] or DEFAULT_ASSIGNMENT,
+                        match["partition"], match["sweeps"], match["variant"] or "")
 
 
 def variant_of(record: dict[str, Any]) -> str:

@@ -78,20 +78,29 @@ def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]
     (jsonschema's own text dumps the schema): every unknown key on a line of its own with the closest
     known one. A `$defs` entry marked `x-enum: registry` (the algorithm names) gets the names of the
     algorithm cards as its enum."""
-    errors = _schema_errors(config, schema, algorithm_names())
+    return _problem_lines(_schema_errors(config, schema, algorithm_names()))
+
+
+def config_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """The workflow's check of a config, in place: the schema's defaults filled in (`with_defaults`),
+    the text items of lists that the schema wants as numbers or booleans read as them (`snakemake
+    --config seeds=[0,1,2]` gives '0', '1', '2'), then `schema_problems`' lines. The schema is walked
+    once, and once more only when items were read (a number read may be out of range)."""
+    with_defaults(config, schema)
+    algorithms = algorithm_names()
+    errors = _schema_errors(config, schema, algorithms)
+    read = [error for error in errors if _list_item_as_text(error)]
+    for error in read:
+        *where, last = error.absolute_path
+        target = config
+        for step in where:
+            target = target[step]
+        target[last] = yaml.safe_load(error.instance)
+    return _problem_lines(_schema_errors(config, schema, algorithms) if read else errors)
+
+
+def _problem_lines(errors: list[Any]) -> list[str]:
     return [line for error in errors for line in (_unknown_keys(error) or [_describe(error)])]
-
-
-def read_text_items(config: dict[str, Any], schema: dict[str, Any]) -> None:
-    """Turn the text items of lists that the schema wants as numbers or booleans into them, in place:
-    `snakemake --config seeds=[0,1,2]` gives '0', '1', '2'."""
-    for error in _schema_errors(config, schema, algorithm_names()):
-        if _list_item_as_text(error):
-            *where, last = error.absolute_path
-            target = config
-            for step in where:
-                target = target[step]
-            target[last] = yaml.safe_load(error.instance)
 
 
 def _unknown_keys(error: Any) -> list[str]:
@@ -692,8 +701,8 @@ class Plan:
 
 
 def with_defaults(config: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
-    """`config` with the schema's top-level defaults filled in where a key is missing, as the
-    workflow's validation fills them (for code that builds a Plan outside Snakemake)."""
+    """`config` with the schema's defaults filled in where a key is missing (all of them are
+    top-level keys': tests/test_plan.py)."""
     import copy
 
     for key, spec in schema["properties"].items():

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from fedgmh.errors import UserError
-from fedgmh.plan import Plan, Run, read_text_items, schema_problems, with_defaults
+from fedgmh.plan import Plan, Run, config_problems
 from fedgmh.plan_estimate import GPU_RATES, Estimate, estimate
 from fedgmh.runspec import RunSpec
 from fedgmh.store import StoredRun, scan
@@ -73,9 +73,7 @@ def load_plan(configfiles: list[str], overrides: list[str], basedir: Path | str 
         config = _merge(config, loaded)
     config = _merge(config, parse_overrides(overrides))
     schema = yaml.safe_load((workflow_dir / SCHEMA).read_text())
-    read_text_items(config, schema)
-    with_defaults(config, schema)
-    problems = schema_problems(config, schema)
+    problems = config_problems(config, schema)
     if problems:
         raise UserError("invalid configuration: " + "; ".join(line.strip() for line in problems) + " (every key: config/README.md)")
     return Plan(config, basedir=workflow_dir)

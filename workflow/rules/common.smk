@@ -2,7 +2,7 @@
 # which arguments (fedgmh.plan, unit-tested in tests/test_plan.py; it imports no torch, so building
 # the DAG stays fast).
 #
-# The config is validated against workflow/schemas/config.schema.yaml (which also fills in the
+# The config is validated against workflow/schemas/config.schema.yaml (which also gives the
 # defaults), then everything that can be checked without data is checked by the plan (options
 # resolved exactly as `fedgmh train --set` resolves them, ExDir settings against the datasets'
 # classes, figure and table references), so a dry run reports every problem, naming the config key.
@@ -21,13 +21,12 @@ import sys
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger as snakemake_logger
-from snakemake.utils import validate
 
 from fedgmh import warm
 from fedgmh.campaign import SNAPSHOT, run_order
 from fedgmh.errors import UserError
-from fedgmh.filing import format_number
-from fedgmh.plan import TRAIN_MEM_MB, Plan, default_gpu_slots, read_text_items, schema_problems
+from fedgmh.filing import PARTITION_WILDCARD, format_number
+from fedgmh.plan import TRAIN_MEM_MB, Plan, config_problems, default_gpu_slots
 from fedgmh.snakemake_locks import hold_alive, record_own_locks
 from fedgmh.stop_summary import StopSummary
 
@@ -35,15 +34,9 @@ from fedgmh.stop_summary import StopSummary
 # Snakemake left only while no Snakemake holds it (fedgmh.snakemake_locks).
 ALIVE_LOCK = hold_alive()
 
-_SCHEMA = "../schemas/config.schema.yaml"
-with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
-    read_text_items(config, yaml.safe_load(_schema))  # --config seeds=[0,1,2] gives the items as text
-try:
-    validate(config, schema=_SCHEMA)  # fills in the defaults
-except WorkflowError:
-    pass  # said key by key below
-with open(workflow.current_basedir.join(_SCHEMA).get_path_or_uri(secret_free=True)) as _schema:
-    _problems = schema_problems(config, yaml.safe_load(_schema))  # also checks algorithm names against the registry
+with open(workflow.current_basedir.join("../schemas/config.schema.yaml").get_path_or_uri(secret_free=True)) as _schema:
+    # defaults filled in, --config's text items read, then every problem key by key (also algorithm names against the registry)
+    _problems = config_problems(config, yaml.safe_load(_schema))
 if _problems:
     raise WorkflowError("invalid configuration (see config/README.md for every key):\n" + "\n".join(_problems))
 
@@ -104,7 +97,7 @@ onerror:
 
 wildcard_constraints:
     dataset="[a-z0-9_]+?",
-    partition="[a-z0-9_]+?_c[0-9]+_a[0-9][0-9.e+-]*(?:_n[0-9]+)?(?:_chain)?",
+    partition=PARTITION_WILDCARD,
     experiment="[a-z][a-z0-9_]*",
     setting="[^/]+",
     algorithm="[a-z][a-z0-9_]*",

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
+from fedgmh.filing import parse_setting_id
 from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import Claim, read_claims
@@ -98,9 +99,17 @@ def unavailable(frame: pd.DataFrame, claims: Sequence[Claim], runs: Runs, datase
     out = frame.copy()
     for i, claim in enumerate(claims):
         missing = [need for need in claim.needs() if not runs.has(need)]
-        if out.at[i, "verdict"] == kinds.NOT_RUN and missing and all(need.setting.split("_")[0] in datasets for need in missing):
+        if out.at[i, "verdict"] == kinds.NOT_RUN and missing and all(_dataset(need.setting) in datasets for need in missing):
             out.at[i, "verdict"] = UNAVAILABLE
     return out
+
+
+def _dataset(setting: str) -> str | None:
+    """The dataset of a claim's setting id; None for a cell that is no setting id (it never runs)."""
+    try:
+        return parse_setting_id(setting).dataset
+    except ValueError:
+        return None
 
 
 def decide_claims(claims: Sequence[Claim], readings: dict[str, Runs],

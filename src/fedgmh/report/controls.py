@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
+from fedgmh.filing import partition_id
 from fedgmh.io import write_csv, write_text
 from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import dataset_name, format_number
@@ -44,8 +45,7 @@ def control_summary(results: pd.DataFrame, stats_paths: list[Path]) -> pd.DataFr
     options = frame["options"].map(lambda text: json.loads(text) if isinstance(text, str) and text else {})
     frame["masked"] = options.map(lambda o: o.get("eval_prior", "none") == "mask")
     frame["acc"] = 100.0 * frame["best_test_acc"]
-    frame["partition"] = [
-        f"{d}_c{int(c)}_a{format_number(a)}" for d, c, a in zip(frame["dataset"], frame["classes_per_client"], frame["alpha"])]
+    frame["partition"] = [partition_id(d, c, a) for d, c, a in zip(frame["dataset"], frame["classes_per_client"], frame["alpha"])]
     facts = _partition_facts(stats_paths)
     means = frame.groupby(["partition", "dataset", "classes_per_client", "alpha", "algorithm", "masked"], sort=False)["acc"].mean()
     rows = []

@@ -10,7 +10,6 @@ texlive-latex-base, -recommended, -extra) in a scratch folder and copies the PDF
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from fedgmh.errors import UserError
+from fedgmh.filing import format_number, parse_setting_id
 from fedgmh.io import atomic_path, write_text
 from fedgmh.report.claims_report import claims_latex, read_claims_table
 from fedgmh.report.latex import tex
@@ -38,17 +38,20 @@ PREAMBLE = r"""\documentclass[10pt]{article}
 \setlength{\LTcapwidth}{\textwidth}
 """
 TEX_ENGINE = "latexmk"
-#: a partition id, `<dataset>_c<C>_a<alpha>[_n<N>][_chain]` (the workflow's partition file names)
-PARTITION_FILE = re.compile(r"(?P<dataset>[a-z0-9_]+?)_c(?P<c>\d+)_a(?P<alpha>[0-9.e+-]+)(?:_n(?P<clients>\d+))?(?P<chain>_chain)?$")
 
 
 def figure_caption(path: Path) -> str:
-    """A caption for a figure without one: partition heat-maps by their setting, others by name."""
-    match = PARTITION_FILE.fullmatch(path.stem)
-    if match:
-        scheme = "chain" if match["chain"] else "ExDir"
-        clients = f", {match['clients']} clients" if match["clients"] else ""
-        return f"Partition: samples per class and client, {dataset_name(match['dataset'])} {scheme}({match['c']}, {match['alpha']}){clients}."
+    """A caption for a figure without one: partition heat-maps (named by their partition id) by their
+    setting, others by name."""
+    try:
+        parts = parse_setting_id(path.stem)
+    except ValueError:
+        parts = None
+    if parts and parts.partition == path.stem:
+        scheme = "chain" if parts.assignment == "chain" else "ExDir"
+        clients = f", {parts.clients} clients" if parts.clients else ""
+        return (f"Partition: samples per class and client, {dataset_name(parts.dataset)} "
+                f"{scheme}({parts.classes_per_client}, {format_number(parts.alpha)}){clients}.")
     return path.stem.replace("_", " ")
 
 

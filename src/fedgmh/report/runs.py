@@ -25,7 +25,7 @@ from fedgmh.report.checks import check_aggregate
 from fedgmh.report.labels import (
     ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS,
 )
-from fedgmh.filing import assign_setting_ids
+from fedgmh.filing import assign_setting_ids, base_id, parse_setting_id
 from fedgmh.report.parsing import jsonable, parse_options
 
 LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds
@@ -37,7 +37,7 @@ EVALUATION_OPTIONS = ("eval_every", "eval_last")
 
 def load_run(run_dir: Path | str, preset_evaluation: bool = False,
              best_of_last: int | None = None) -> tuple[dict[str, Any], pd.DataFrame]:
-    """One run's tidy record (without experiment / setting) and its metrics frame.
+    """One run's tidy record (without setting; `workflow`: its workflow labels, {} for none) and its metrics frame.
 
     With `preset_evaluation`, a run trained with its own `eval_every` / `eval_last` is reported as
     its preset evaluates (`as_preset_evaluates`); the metrics frame keeps every evaluated round.
@@ -89,6 +89,7 @@ def load_run(run_dir: Path | str, preset_evaluation: bool = False,
         "wall_time_s": float(record["wall_time_s"]),
         "run_dir": str(run_dir),
         "experiment": str((record.get("workflow") or {}).get("experiment", "")),
+        "workflow": dict(record.get("workflow") or {}),
     }
     if preset_evaluation:
         row = as_preset_evaluates(row, metrics, run_dir)
@@ -162,7 +163,9 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     """Tidy results (one row per run) and curves (one row per run and evaluated round).
 
     `experiment` labels every row (the workflow passes the table id); otherwise each run's own
-    (run.json `workflow.experiment`) is used, or '' when it has none. Setting ids are assigned per experiment.
+    (run.json `workflow.experiment`) is used, or '' when it has none. A run's setting id is the one
+    its record files it under (`recorded_setting`), else the one `assign_setting_ids` gives it among the
+    runs of its experiment.
     `variants`, one name per run directory (the workflow passes them for experiments with
     `variants`), become the `variant` column and the `@<variant>` part of the setting ids.
     `default_clients`: the config's number of clients; runs with another get `_n<N>` in their setting
@@ -196,7 +199,7 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
     for indices in by_experiment.values():
         ids = assign_setting_ids([rows[i] for i in indices], default_clients=default_clients)
         for i, sid in zip(indices, ids):
-            rows[i]["setting"] = sid
+            rows[i]["setting"] = recorded_setting(rows[i], default_clients) or sid
         _check_duplicates([rows[i] for i in indices])
 
     option_keys = sorted({k for row in rows for k in (*row["options"], *row["resolved_options"])})
@@ -223,6 +226,20 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
         long_frames.append(frame)
     curves_frame = pd.concat(long_frames, ignore_index=True)
     return results, curves_frame
+
+
+def recorded_setting(row: dict[str, Any], default_clients: int | None) -> str | None:
+    """The setting id run.json records (`workflow.setting`), when the row is labelled as the record
+    is (same experiment and variant: a run aggregated under another experiment, or without its variant,
+    gets the id of that use) and its partition part is the row's for these `default_clients`; else None."""
+    labels = row["workflow"]
+    if not labels.get("setting") or (labels.get("experiment", ""), labels.get("variant") or "") != (row["experiment"], row["variant"]):
+        return None
+    try:
+        parts = parse_setting_id(labels["setting"])
+    except ValueError:
+        return None
+    return labels["setting"] if parts.partition == base_id(row, default_clients) else None
 
 
 def _check_duplicates(rows: Sequence[dict[str, Any]]) -> None:

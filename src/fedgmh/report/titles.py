@@ -50,5 +50,5 @@ def setting_title(data: pd.DataFrame, setting: str) -> str:
     """'CIFAR-100 ExDir(5, 0.5)', plus ', rho = 0.4' for a swept value, of a setting's rows."""
     first = data.iloc[0].to_dict()
     dataset, partition = partition_words(first, setting)
-    extra = extra_words(setting_extra(first, setting))
+    extra = extra_words(setting_extra(setting))
     return f"{dataset} {partition}, {extra}" if extra else f"{dataset} {partition}"
