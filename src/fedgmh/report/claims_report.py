@@ -3,13 +3,12 @@
 `evaluate_claims` reads what each claim needs (`Claim.needs`) from the aggregated results (the
 best accuracy of every run: the paper's claims are about it) and curves (`fedgmh aggregate`), makes
 the comparisons of the claim's kind (`fedgmh.report.claim_kinds`, each decided by a rule of
-`fedgmh.report.claims`), and returns one row
-per claim (claims.csv) with its comparisons (`Part`s, listed in claims.md). A comparison whose cells
-this config did not run is "not run"; a trend or bound with some of its points missing is at best
-inconclusive; a refutation is tested at ALPHA over the number of the claim's comparisons that make
-a test (Bonferroni: one not run, or with too few seeds, cannot refute). Where
-the runs differ from the paper's protocol (rounds, clients, E, rho, batch, lr), the `protocol`
-column says how: the verdict is then about those runs, not the paper's.
+`fedgmh.report.claims`), and returns one row per claim (claims.csv) with its comparisons (`Part`s,
+listed in claims.md). A comparison whose cells this config did not run is "not run"; a trend or
+bound with some of its points missing is at best inconclusive; a refutation is tested at ALPHA over
+the number of the claim's comparisons that make a test (Bonferroni: one not run, or with too few
+seeds, cannot refute). Where the runs differ from the paper's protocol (rounds, clients, E, rho,
+batch, lr), the `protocol` column says how: the verdict is then about those runs, not the paper's.
 """
 
 from __future__ import annotations
