@@ -16,7 +16,8 @@ from fedgmh.cli import main as cli_main
 from fedgmh.errors import UserError
 from fedgmh.report import calibration
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import TESTS, read_claims
+from fedgmh.report.claim_file import read_claims
+from fedgmh.report.claim_kinds import claim_kinds
 from fedgmh.report.claims_report import Runs, evaluate_claims
 from fedgmh.report.to_target import first_round_bounds
 
@@ -299,12 +300,13 @@ def test_a_tie_in_rounds_counts_against_a_strict_order() -> None:
 def test_refutations_are_holm_over_the_comparisons_the_claim_defines() -> None:
     """Holm's step-down over k fixed comparisons: p = 0.004 and 0.02 of k = 3 refute at 0.05/3 and then 0.05/2;
     0.02 alone of k = 3 does not (0.02 > 0.05/3); k counts comparisons not run."""
-    from fedgmh.report.claims_report import _decided, _run_comparisons
+    from fedgmh.report.claim_kinds import decided
+    from fedgmh.report.claims_report import _run_comparisons
 
     def against(p: float):
         return lambda level: kinds.Part("x", FAILS if p < level else INCONCLUSIVE, f"{level:.3g}", p_value=1.0, p_against=p)
 
-    not_run = _decided(kinds.Part("n", NOT_RUN, ""))
+    not_run = decided(kinds.Part("n", NOT_RUN, ""))
     assert [p.verdict for p in _run_comparisons([against(0.02), against(0.004), not_run])] == [FAILS, FAILS, NOT_RUN]
     assert [p.verdict for p in _run_comparisons([against(0.02), against(0.3), not_run])] == [INCONCLUSIVE, INCONCLUSIVE, NOT_RUN]
     assert [p.verdict for p in _run_comparisons([against(0.02)])] == [FAILS]
@@ -570,7 +572,7 @@ def test_the_report_has_a_section_of_claims(tmp_path: Path) -> None:
 
 def test_the_reference_file_covers_the_papers_claims() -> None:
     claims = {claim.id: claim for claim in read_claims(CLAIMS)}
-    assert len(claims) >= 40 and {claim.test for claim in claims.values()} == set(TESTS)
+    assert len(claims) >= 40 and {claim.test for claim in claims.values()} == set(claim_kinds())
     rounds = {(alg, c.spec["target"]): r for c in claims.values() if c.test == "rounds" and "paper" in c.spec
               for alg, r in c.spec["paper"].items()}
     assert rounds == {("fedgmh", 70): 68, ("fedper", 70): 108, ("fedamp", 70): 120,
@@ -668,7 +670,7 @@ def test_every_cell_a_claim_needs_is_a_cell_of_the_paper_config() -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"test": "vote"}, "test 'vote' is not one of ranking, rounds"),
+    ({"test": "vote"}, "test 'vote' is not one of bound, convergence, cost, ranking, rounds, trend"),
     ({"above": None}, "above must map cells"),
     ({"below": {"table2": ["fedavg"]}}, "'table2' is not a cell '<experiment>/<setting id>'"),
     ({"minus": "x/y", "extra": 1}, "unknown field(s) extra"),

@@ -226,6 +226,25 @@ def test_two_cards_cannot_share_a_class(monkeypatch, tmp_path):
             sys.modules.pop(module, None)
 
 
+def test_a_class_lacking_a_required_hook_is_refused(monkeypatch, tmp_path):
+    lacking = TOY_CLASS.split("    def finish_training")[0]
+    add_family(monkeypatch, tmp_path, "toy", TOY_CARD, lacking)
+    try:
+        with pytest.raises(ValueError, match=r"class fedgmh.algorithms.toy:Toy of algorithm 'toy' lacks the hooks every "
+                                             r"algorithm defines: finish_training$"):
+            get_algorithm("toy")
+        fed = make_federation([[0, 1] * 4, [2, 3] * 4])
+        with pytest.raises(TypeError, match="abstract method '?finish_training"):
+            sys.modules["fedgmh.algorithms.toy"].Toy(fed, cards.resolve_options("toy", {})[0])
+    finally:
+        for module in ("fedgmh.cards.toy", "fedgmh.algorithms.toy"):
+            sys.modules.pop(module, None)
+
+
+def test_the_hooks_every_algorithm_must_define_are_the_abstract_ones():
+    assert Algorithm.__abstractmethods__ == {"exchange", "eval_params", "start_training", "finish_training"}
+
+
 # ------------------------------------------- a new algorithm: the places docs/cli.md lists for it
 
 CONFIGS = ("config.yaml", "smoke.yaml", "mini.yaml")

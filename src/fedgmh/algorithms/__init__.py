@@ -8,6 +8,7 @@ to the card's name (`Algorithm.name`), so a class needs no registration of its o
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from fedgmh.algorithms.base import Algorithm, Exchange
 from fedgmh.cards import algorithm_names, card
@@ -19,6 +20,9 @@ def get_algorithm(name: str) -> type[Algorithm]:
     cls = getattr(importlib.import_module(module), class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
         raise ValueError(f"the card of {name!r} names {card(name).algorithm!r}, which is not an Algorithm class")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise ValueError(f"class {card(name).algorithm} of algorithm {name!r} lacks the hooks every algorithm defines: {missing}")
     bound = vars(cls).get("name")
     if bound is None:
         cls.name = name

@@ -17,6 +17,8 @@ engine's `local_train`, over batches of 2B samples split into D and D'. See docs
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import torch
 from torch import Tensor
 
@@ -51,7 +53,7 @@ def momentum(factor: float) -> GradHook | None:
     return step
 
 
-class RecordsAdaptation:
+class RecordsAdaptation(ABC):
     """Mixed into an algorithm whose evaluated models are adapted copies of one shared model: at the
     final evaluation it also counts what the shared model itself gets right on each client's test
     split, written as adaptation.csv (client, test_samples, correct_before, budget) beside the metrics."""
@@ -60,9 +62,9 @@ class RecordsAdaptation:
     fed: Federation
     _before: dict[int, int]
 
+    @abstractmethod
     def adaptation_budget(self) -> str:
         """What the adaptation of one client costs, in words (the report shows it beside the number)."""
-        raise NotImplementedError
 
     def note_unadapted(self, client: int, params: Params) -> None:
         if self.fed.current_round == self.fed.total_rounds and client not in self._before:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,8 +20,10 @@ class Exchange:
     down_other: int  # a client that does not participate downloads
 
 
-class Algorithm:
-    """The engine's contract (`engine.EngineAlgorithm`), with a default for every optional hook.
+class Algorithm(ABC):
+    """The engine's contract (`engine.EngineAlgorithm`), with a default for every optional hook; the
+    hooks every algorithm must define (exchange, eval_params, start_training, finish_training) are
+    abstract, so a class lacking one cannot be instantiated (nor named by a card: `get_algorithm`).
     Hooks called by `engine.run_rounds` / `engine.play_round`, in this order every round:
 
     choose_clients(rnd, proposed) -> send(rnd, selected) -> eval_params(client) for every client
@@ -64,11 +67,11 @@ class Algorithm:
         self.options = options
 
     @classmethod
+    @abstractmethod
     def exchange(cls, options: Any, sizes: Any, labels: int, models: int | None = None) -> Exchange:
         """What one client with `labels` = |S_m| local labels passes through `fed.channel` per training
         round, from `costs.Sizes` and the resolved `options`; `models` bounds how many uploaded models
         a client can download (None: no bound)."""
-        raise NotImplementedError(f"no cost model for algorithm {cls.name!r}: define exchange() on its class")
 
     @classmethod
     def aliased_bytes(cls, options: Any, sizes: Any) -> int:
@@ -99,21 +102,21 @@ class Algorithm:
     def send(self, rnd: int, selected: list[int]) -> None:
         """Server -> clients before evaluation and training."""
 
+    @abstractmethod
     def eval_params(self, client: int) -> Params:
         """The model that is evaluated on `client`'s test split."""
-        raise NotImplementedError
 
     def forward(self, params: Params, x: Tensor) -> Tensor:
         """Logits of a model at evaluation (an algorithm with extra heads combines them here)."""
         return self.fed.forward(params, x)
 
+    @abstractmethod
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         """The client's local training, as phases run one after the other."""
-        raise NotImplementedError
 
+    @abstractmethod
     def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
         """Keep/upload what the client's phases produced; returns the result reported for the client."""
-        raise NotImplementedError
 
     def training_fed(self) -> Federation:
         """The federation whose train splits local training uses (FedFomo holds out validation samples)."""

@@ -3,8 +3,9 @@
 Ditto trains a FedAvg global model and, beside it, a personal model pulled toward it. FedAMP pulls
 each client toward a "cloud model" that the server mixes from the uploaded models with attention
 weights. FedFomo lets each client mix downloaded models with weights from their validation-loss
-gain. FedAMP and FedFomo move a client's model toward other models (`pull_toward`, on flattened
-models), Ditto and FedAMP add a proximal gradient (`engine.proximal_hook`, shared with FedProx).
+gain. FedAMP and FedFomo keep each client's model on the server (`HeldModels`) and move it
+toward other models (`pull_toward`, on flattened models), Ditto and FedAMP add a proximal
+gradient (`engine.proximal_hook`, shared with FedProx).
 
 Every point where PFLlib departs from the papers is an option; `preset=official` selects them all.
 See docs/baselines.md.
@@ -102,6 +103,30 @@ class Ditto(ParameterAveraging):
         return results[0]  # the personal model's training loss is reported
 
 
+# ------------------------------------------------------- models held by the server (FedAMP, FedFomo)
+
+
+class HeldModels(Algorithm):
+    """A client's model is its last upload, which the server holds (stored once, in `models`);
+    each client is evaluated on its own model. A subclass's `__init__` sets `models`, `uploaded`
+    (the clients that ever uploaded) and `last_round` (the clients that trained last round)."""
+
+    models: list[Params]
+    uploaded: set[int]
+    last_round: list[int]
+
+    def eval_params(self, client: int) -> Params:
+        return self.models[client]
+
+    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
+        self.models[client] = self.fed.channel.upload(results[0].params)
+        return results[0]
+
+    def aggregate(self, rnd: int, selected: list[int]) -> None:
+        self.last_round = list(selected)
+        self.uploaded.update(selected)
+
+
 # ---------------------------------------------------------------------------------------- FedAMP
 
 
@@ -110,7 +135,7 @@ def attention_weights(own: torch.Tensor, others: torch.Tensor, alphaK: float, si
     return alphaK * torch.exp(-squared_distances(own, others) / sigma) / sigma
 
 
-class FedAMP(Algorithm):
+class FedAMP(HeldModels):
     """Huang et al. 2021: attentive message passing; each client keeps and is evaluated on its own model.
 
     Server: for each selected client i, u_i = xi_ii w_i + sum_{j != i} xi_ij w_j over the models it
@@ -154,22 +179,11 @@ class FedAMP(Algorithm):
         for client in selected:  # u_i goes to each selected client; when skipped, counted at its size (= w_i's)
             self.fed.channel.download(self.clouds[client] if self.options.proximal == "gradient" else self.models[client])
 
-    def eval_params(self, client: int) -> Params:
-        return self.models[client]
-
     def start_training(self, rnd: int, client: int) -> list[Phase]:
         if self.options.proximal == "detached":  # the term has no gradient: plain SGD
             return [Phase(self.models[client])]
         hook = proximal_hook(self.options.lamda / self.options.alphaK)
         return [Phase(self.models[client], grad_hook=hook, extra={"anchor": self.clouds.pop(client)})]
-
-    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
-        self.models[client] = self.fed.channel.upload(results[0].params)
-        return results[0]
-
-    def aggregate(self, rnd: int, selected: list[int]) -> None:
-        self.last_round = list(selected)
-        self.uploaded.update(selected)
 
 
 # --------------------------------------------------------------------------------------- FedFomo
@@ -186,7 +200,7 @@ def fomo_weights(loss_old: float, losses: list[float], distances: list[float]) -
     return raw, positive / total if total > 0 else positive
 
 
-class FedFomo(Algorithm):
+class FedFomo(HeldModels):
     """Zhang et al. 2021: each selected client mixes downloaded models by validation-loss gain per distance.
 
     A client's validation set is the last val_ratio of its train split (fixed); it trains on the
@@ -248,9 +262,6 @@ class FedFomo(Algorithm):
         for chosen in self.downloads.values():
             self.fed.channel.download([m for _, m in chosen])
 
-    def eval_params(self, client: int) -> Params:
-        return self.models[client]
-
     @torch.no_grad()
     def validation_loss(self, client: int, params: Params) -> float:
         idx = self.val_idx[client]
@@ -286,11 +297,3 @@ class FedFomo(Algorithm):
         if self.options.baseline == "pre_training":
             self.pre_training[client] = combined
         return [Phase(combined)]
-
-    def finish_training(self, rnd: int, client: int, phases: list[Phase], results: list[LocalResult]) -> LocalResult:
-        self.models[client] = self.fed.channel.upload(results[0].params)
-        return results[0]
-
-    def aggregate(self, rnd: int, selected: list[int]) -> None:
-        self.last_round = list(selected)
-        self.uploaded.update(selected)

@@ -1,6 +1,7 @@
-"""The test kinds of the paper's claims (reference/fedgmh_paper_claims.yaml), each with a stated decision rule.
+"""The decision rules of the paper's claims (reference/fedgmh_paper_claims.yaml), which the claim
+kinds (`fedgmh.report.claim_kinds`) apply to the runs.
 
-Every kind takes plain data -- a cell is a mapping seed -> accuracy in percent, a curve a mapping
+Every rule takes plain data -- a cell is a mapping seed -> accuracy in percent, a curve a mapping
 seed -> (evaluated rounds, accuracy in percent) -- and returns a `Part`: one comparison's verdict
 with the numbers behind it. A claim is one or more parts (`combine`). Verdicts: holds, does not
 hold, inconclusive (too few seeds, or the data decide neither way), not run (no runs). The rules,
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy import stats
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_RUN = "holds", "does not hold", "inconclusive", "not run"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
@@ -45,11 +45,31 @@ ROUND_TOLERANCE = 0.10
 RISE_WINDOW = 50
 SETTLED_RISE = 0.5
 
+
+@dataclass(frozen=True)
+class Rules:
+    """The choices a rule leaves open, at the values the verdicts use; the robustness check
+    (`fedgmh.report.robustness`) re-decides every claim with each changed."""
+
+    prediction: float = PREDICTION  # the coverage of the interval a paper's round is held against
+    tolerance: float = ROUND_TOLERANCE  # within which share of a paper's round our mean round's interval holds it
+    window: int | None = None  # the rounds that make a curve's end (None: the claim's `last`)
+    rise_window: int = RISE_WINDOW  # the rounds whose rise tests "still rising"
+
+
 Cell = Mapping[int, float]
 Curve = Mapping[int, tuple[np.ndarray, np.ndarray]]
 #: a first round at the target: a number when known (inf: never in the paper's rounds), else (low, high),
 #: the range it is known to lie in (`fedgmh.report.to_target.first_round_bounds`)
 Round = float | tuple[float, float]
+
+
+def _stats():
+    """scipy.stats, imported on first use: the workflow reads the claim kinds, which import these
+    rules, while it builds its DAG, and importing scipy takes seconds."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -96,8 +116,8 @@ def t_test(values: Sequence[float], null: float = 0.0) -> TTest:
     if not se > 0:  # identical values (or one): the mean is exact
         return TTest(n, mean, mean, mean, float(mean <= null), float(mean >= null))
     t = (mean - null) / se
-    q = float(stats.t.ppf(1 - ALPHA, n - 1))
-    return TTest(n, mean, mean - q * se, mean + q * se, float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1)))
+    q = float(_stats().t.ppf(1 - ALPHA, n - 1))
+    return TTest(n, mean, mean - q * se, mean + q * se, float(_stats().t.sf(t, n - 1)), float(_stats().t.cdf(t, n - 1)))
 
 
 def decide(test: TTest, against_alpha: float) -> str:
@@ -179,7 +199,7 @@ def prediction_interval(values: Sequence[float], level: float = PREDICTION) -> t
     x = np.asarray(values, dtype=float)
     if len(x) < 2 or not np.isfinite(x).all():
         raise ValueError(f"a prediction interval from {list(values)}: at least 2 finite values")
-    half = float(stats.t.ppf((1 + level) / 2, len(x) - 1)) * float(x.std(ddof=1)) * math.sqrt(1 + 1 / len(x))
+    half = float(_stats().t.ppf((1 + level) / 2, len(x) - 1)) * float(x.std(ddof=1)) * math.sqrt(1 + 1 / len(x))
     return float(x.mean()) - half, float(x.mean()) + half
 
 
@@ -250,7 +270,7 @@ def _order(a: tuple[float, float], b: tuple[float, float]) -> str:
 def sign_p(successes: int, n: int) -> float:
     """The one-sided sign test's p-value: the chance of at least `successes` of `n` seeds going one way
     when each goes that way with probability 1/2 (a tie counts as not going that way)."""
-    return float(stats.binom.sf(successes - 1, n, 0.5)) if n else 1.0
+    return float(_stats().binom.sf(successes - 1, n, 0.5)) if n else 1.0
 
 
 def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: tuple[Round, Mapping[int, Round]],
@@ -292,7 +312,7 @@ def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman's rank correlation (ties share their mean rank); nan when either side is constant."""
-    rx, ry = stats.rankdata(xs), stats.rankdata(ys)
+    rx, ry = _stats().rankdata(xs), _stats().rankdata(ys)
     if np.ptp(rx) == 0 or np.ptp(ry) == 0:
         return math.nan
     return float(np.corrcoef(rx, ry)[0, 1])

@@ -1,22 +1,20 @@
 """The paper's claims against a config's runs: each claim's verdict and the numbers behind it.
 
 `evaluate_claims` reads what each claim needs (`Claim.needs`) from the aggregated results (the
-best accuracy of every run: the paper's claims are about it) and curves (`fedgmh aggregate`), runs
-the claim's test kind (`fedgmh.report.claims`) on every comparison it makes, and returns one row
-per claim (claims.csv) with its comparisons (`Part`s, listed in claims.md). A comparison whose cells
-this config did not run is "not run"; a trend or bound with some of its points missing is at best
-inconclusive; a refutation is tested at ALPHA over the number of the claim's comparisons that make
-a test (Bonferroni: one not run, or with too few seeds, cannot refute). Where
-the runs differ from the paper's protocol (rounds, clients, E, rho, batch, lr), the `protocol`
-column says how: the verdict is then about those runs, not the paper's.
+best accuracy of every run: the paper's claims are about it) and curves (`fedgmh aggregate`), makes
+the comparisons of the claim's kind (`fedgmh.report.claim_kinds`, each decided by a rule of
+`fedgmh.report.claims`), and returns one row per claim (claims.csv) with its comparisons (`Part`s,
+listed in claims.md). A comparison whose cells this config did not run is "not run"; a trend or
+bound with some of its points missing is at best inconclusive; a refutation is tested at ALPHA over
+the number of the claim's comparisons that make a test (Bonferroni: one not run, or with too few
+seeds, cannot refute). Where the runs differ from the paper's protocol (rounds, clients, E, rho,
+batch, lr), the `protocol` column says how: the verdict is then about those runs, not the paper's.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Sequence
-from functools import partial
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,10 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.report import claims as kinds
-from fedgmh.report.claim_file import QUANTITY, UNITS, Claim, Need, reference_need, rounds_algorithms, split_cell
+from fedgmh.report.claim_file import Claim
+from fedgmh.report.claim_kinds import Comparison, Need, claim_kinds
+from fedgmh.report.claim_kinds.cost import QUANTITY
 from fedgmh.report.latex import latex_table
-from fedgmh.cards import algorithm_name
 from fedgmh.report.labels import SWEEP_DIMS, format_number
 from fedgmh.report.paper import PAPER_ACCURACY, PAPER_CLIENTS, PAPER_PROTOCOL, PAPER_ROUNDS, PAPER_SWEEPS
 from fedgmh.report.to_target import accuracy_by_seed, first_round_bounds
@@ -40,19 +39,6 @@ UNAVAILABLE = "data unavailable offline"
 #: the readings of the paper's protocol whose runs a claims report can hold (`fedgmh.report.protocol.READINGS`)
 READING_NAMES = {"paper": "the paper's text", "official": "PFLlib's reading"}
 CELL_KEY = ["experiment", "setting", "algorithm"]
-#: one comparison of a claim, made at the level that refutes it
-Comparison = Callable[[float], kinds.Part]
-
-
-@dataclasses.dataclass(frozen=True)
-class Rules:
-    """The choices a rule leaves open, at the values the verdicts use; the robustness check
-    (`fedgmh.report.robustness`) re-decides every claim with each changed."""
-
-    prediction: float = kinds.PREDICTION  # the coverage of the interval a paper's round is held against
-    tolerance: float = kinds.ROUND_TOLERANCE  # within which share of a paper's round our mean round's interval holds it
-    window: int | None = None  # the rounds that make a curve's end (None: the claim's `last`)
-    rise_window: int = kinds.RISE_WINDOW  # the rounds whose rise tests "still rising"
 
 
 class Runs:
@@ -181,166 +167,6 @@ def _known(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
-def _name(need: Need) -> str:
-    return algorithm_name(need.algorithm)
-
-
-def _decided(part: kinds.Part) -> Comparison:
-    """A comparison whose verdict no level changes (not run; rounds to a target: a rule, not a test)."""
-    return lambda _level: part
-
-
-def _not_run(label: str, needs: Sequence[Need]) -> Comparison:
-    return _decided(kinds.Part(label, kinds.NOT_RUN, "no runs of " + "; ".join(f"{n.cell} {n.algorithm}" for n in needs)))
-
-
-def _ranking(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
-    spec = claim.spec
-    sides = [[Need(*split_cell(cell), alg) for cell, algs in spec[side].items() for alg in algs] for side in ("above", "below")]
-    # within each cell both sides name (e.g. per dataset); sides without a common cell: every pair
-    common = {a.cell for a in sides[0]} & {b.cell for b in sides[1]}
-    pairs = [(a, b) for a in sides[0] for b in sides[1] if a != b and (a.cell == b.cell or not common)]
-    comparisons = []
-    for a, b in pairs:
-        label = f"{_name(a)} > {_name(b)} ({a.cell})" if a.cell == b.cell else f"{_name(a)} ({a.cell}) > {_name(b)} ({b.cell})"
-        wanted = [a, b]
-        if "minus" in spec:
-            label = f"gain over {spec['minus']}: {label}"
-            wanted += [Need(*split_cell(spec["minus"]), a.algorithm), Need(*split_cell(spec["minus"]), b.algorithm)]
-        missing = [need for need in wanted if not runs.has(need)]
-        if missing:
-            comparisons.append(_not_run(label, missing))
-            continue
-        values = [runs.cell(need) for need in wanted]
-        if "minus" in spec:  # each seed's gain over the same method's accuracy in the `minus` cell
-            values = [{s: v[s] - base[s] for s in sorted(set(v) & set(base))} for v, base in zip(values[:2], values[2:])]
-        comparisons.append(partial(kinds.ranking, label, values[0], values[1]))
-    return comparisons
-
-
-def _rounds(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
-    spec, target = claim.spec, claim.spec["target"]
-    if "points" in spec:
-        return _rounds_over_points(claim, runs)
-    experiment, setting = split_cell(spec["curves"])
-    need = {alg: Need(experiment, setting, alg, True) for alg in rounds_algorithms(spec)}
-    reached = {alg: runs.first_rounds(need[alg], target) for alg in need}
-    comparisons, at = [], f"{format_number(target)} %"
-    if "paper" in spec:
-        for alg, paper in spec["paper"].items():
-            label = f"{algorithm_name(alg)} reaches {at} at round {format_number(paper)}"
-            comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
-                               _decided(kinds.rounds_value(label, *reached[alg], paper, rules.prediction, rules.tolerance)))
-    elif "after" in spec:
-        for alg in spec["algorithms"]:
-            label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
-            comparisons.append(_not_run(label, [need[alg]]) if reached[alg] is None else
-                               _decided(kinds.rounds_after(label, *reached[alg], spec["after"])))
-    else:
-        for a in spec["earlier"]:
-            for b in (b for b in spec["later"] if b != a):
-                label = f"{algorithm_name(a)} reaches {at} before {algorithm_name(b)}"
-                missing = [need[alg] for alg in (a, b) if reached[alg] is None]
-                comparisons.append(_not_run(label, missing) if missing else partial(kinds.rounds_order, label, reached[a], reached[b]))
-    return comparisons
-
-
-def _rounds_over_points(claim: Claim, runs: Runs) -> list[Comparison]:
-    """rounds with `points`: per algorithm, the target reached sooner at the last point than at the first."""
-    spec = claim.spec
-    (x0, first), (x1, last) = min(spec["points"].items()), max(spec["points"].items())
-    parameter = spec.get("parameter", "the parameter")
-    comparisons = []
-    for alg in spec["algorithms"]:
-        label = (f"{algorithm_name(alg)} reaches {format_number(spec['target'])} % sooner at {parameter} = {format_number(x1)} "
-                 f"than at {format_number(x0)}")
-        needs = [Need(*split_cell(last), alg, True), Need(*split_cell(first), alg, True)]
-        reached = [runs.first_rounds(need, spec["target"]) for need in needs]
-        missing = [need for need, r in zip(needs, reached) if r is None]
-        comparisons.append(_not_run(label, missing) if missing else partial(kinds.rounds_order, label, *reached))
-    return comparisons
-
-
-def _partly_run(compare: Comparison, run: int, points: int, level: float) -> kinds.Part:
-    """A trend or bound tested on `run` of its `points`: at best inconclusive."""
-    part = compare(level)
-    verdict = kinds.INCONCLUSIVE if part.verdict == kinds.HOLDS else part.verdict
-    return dataclasses.replace(part, verdict=verdict, evidence=f"{run} of {points} points run: {part.evidence}")
-
-
-def _over_points(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
-    """trend and bound: one comparison per algorithm over the claim's points."""
-    spec = claim.spec
-    parameter = spec.get("parameter", "the parameter")
-    comparisons: list[Comparison] = []
-    for alg in spec["algorithms"]:
-        label = f"{algorithm_name(alg)} over {parameter}"
-        needs = {x: Need(*split_cell(cell), alg) for x, cell in spec["points"].items()}
-        present = [(x, runs.cell(need)) for x, need in needs.items() if runs.has(need)]
-        missing = [need for need in needs.values() if not runs.has(need)]
-        # the claim's own table: the experiment most of its points are in (a point borrowed from Table 2 is not it)
-        experiments = [need.experiment for need in needs.values()]
-        own = max(dict.fromkeys(experiments), key=experiments.count)
-        if not any(runs.has(need) for need in needs.values() if need.experiment == own) or len(present) < 2:
-            comparisons.append(_not_run(label, missing))
-            continue
-        if claim.test == "trend":
-            compare = partial(kinds.trend, label, present, spec["direction"] == "increasing")
-        else:
-            compare = partial(kinds.bound, label, present, spec["tolerance"])
-        comparisons.append(partial(_partly_run, compare, len(present), len(needs)) if missing else compare)
-    return comparisons
-
-
-def _convergence(claim: Claim, runs: Runs, rules: Rules) -> list[Comparison]:
-    spec = claim.spec
-    comparisons = []
-    for cell in spec["curves"]:
-        for alg in spec["algorithms"]:
-            need = Need(*split_cell(cell), alg, True)
-            other = reference_need(spec, need) if "reference" in spec else None
-            label = f"{_name(need)} ({need.cell})" + (f" against {_name(other)} ({other.cell})" if other else "")
-            missing = [n for n in (need, other) if n is not None and not runs.has(n)]
-            if missing:
-                comparisons.append(_not_run(label, missing))
-            elif spec["measure"] == "not_converged":
-                comparisons.append(partial(_not_converged, label, runs.seed_curves(need), runs.seed_curves(other),
-                                           rules.window or spec["last"], spec["threshold"], rules.rise_window))
-            else:
-                comparisons.append(partial(
-                    kinds.convergence, label, runs.seed_curves(need), spec["measure"], rules.window or spec["last"], spec["threshold"],
-                    spec["expect"] == "above", reference=runs.seed_curves(other) if other else None))
-    return comparisons
-
-
-def _not_converged(label: str, curve: kinds.Curve, reference: kinds.Curve, last: int, factor: float, rise_last: int,
-                   level: float) -> kinds.Part:
-    return kinds.not_converged(label, curve, reference, last, factor, rise_last, against_alpha=level)
-
-
-def _cost(claim: Claim, runs: Runs, _rules: Rules) -> list[Comparison]:
-    """cost: one comparison per dataset and quantity (and quantity it is below), from `fedgmh costs`' table."""
-    spec, comparisons = claim.spec, []
-    for dataset in spec["datasets"]:
-        pairs = [(quantity, printed, None) for quantity, printed in spec.get("paper", {}).items()]
-        pairs += [(quantity, None, other) for quantity, others in spec.get("below", {}).items() for other in others]
-        for quantity, printed, other in pairs:
-            unit = UNITS[QUANTITY.fullmatch(quantity)["way"]]
-            label = f"{quantity} ({dataset}) " + (f"is {printed} {unit}" if printed else f"< {other}")
-            value, base = runs.cost(quantity, dataset), runs.cost(other, dataset) if other else None
-            if value is None or other and base is None:
-                comparisons.append(_decided(kinds.Part(label, kinds.NOT_RUN, f"no computed cost of {dataset} (fedgmh claims --costs)")))
-                continue
-            labels = f"; |S_m| = {value[1]}" if value[1] else ""
-            part = kinds.cost_value(label, value[0], printed, unit) if printed else kinds.cost_below(label, value[0], base[0], unit)
-            comparisons.append(_decided(dataclasses.replace(part, evidence=part.evidence + labels)))
-    return comparisons
-
-
-TESTS = {"ranking": _ranking, "rounds": _rounds, "trend": _over_points, "bound": _over_points, "convergence": _convergence,
-         "cost": _cost}
-
-
 def _run_comparisons(comparisons: Sequence[Comparison]) -> list[kinds.Part]:
     """A claim's comparisons, refuting by Holm's step-down over its k comparisons, k fixed by the
     claim's definition (those not run, or with too few seeds, count too): the smallest p-value against
@@ -378,9 +204,9 @@ def _row(claim: Claim, parts: list[kinds.Part], runs: Runs) -> dict[str, Any]:
     }
 
 
-def evaluate_claims(claims: Sequence[Claim], runs: Runs, rules: Rules = Rules()) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
+def evaluate_claims(claims: Sequence[Claim], runs: Runs, rules: kinds.Rules = kinds.Rules()) -> tuple[pd.DataFrame, dict[str, list[kinds.Part]]]:
     """One row per claim (COLUMNS) and every claim's comparisons, by claim id."""
-    parts = {claim.id: _run_comparisons(TESTS[claim.test](claim, runs, rules)) for claim in claims}
+    parts = {claim.id: _run_comparisons(claim_kinds()[claim.test].comparisons(claim.spec, runs, rules)) for claim in claims}
     rows = [_row(claim, parts[claim.id], runs) for claim in claims]
     return pd.DataFrame(rows, columns=COLUMNS), parts
 

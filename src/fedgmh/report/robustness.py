@@ -20,11 +20,13 @@ a computation, with no alternative. docs/claims.md, "Robustness".
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import Claim
-from fedgmh.report.claims_report import Rules, Runs, evaluate_claims
+from fedgmh.report.claim_kinds import claim_kinds
+from fedgmh.report.claims import Rules
+from fedgmh.report.claims_report import Runs, evaluate_claims
 from fedgmh.report.summary import READINGS_OF_ACCURACY
 
 ROBUST, FRAGILE, PARTLY, EXACT = "robust", "fragile", "partly tested", "exact"
@@ -39,14 +41,11 @@ LEAVE_ONE_OUT_SEEDS = kinds.MIN_SEEDS + 1
 
 
 def applies(claim: Claim, variant: str) -> bool:
-    """Whether a rule variant changes anything the claim's test uses."""
-    if "prediction interval" in variant or "tolerance" in variant:
-        return claim.test == "rounds" and "paper" in claim.spec
-    if "swing" in variant:
-        return claim.test == "convergence"
-    if "rise" in variant:
-        return claim.test == "convergence" and claim.spec["measure"] == "not_converged"
-    return True
+    """Whether a rule variant changes anything the claim's kind reads (`ClaimKind.rules`)."""
+    if variant not in RULE_VARIANTS:
+        return True
+    changed = {f.name for f in fields(Rules) if getattr(RULE_VARIANTS[variant], f.name) != getattr(Rules(), f.name)}
+    return bool(changed & claim_kinds()[claim.test].rules(claim.spec))
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def robustness(claims: Sequence[Claim], verdicts: Mapping[str, str], parts: Mapp
         if verdict not in (kinds.HOLDS, kinds.FAILS):
             out[claim_id] = Robustness("")
             continue
-        if claim.test == "cost":
+        if claim_kinds()[claim.test].exact:
             out[claim_id] = Robustness(EXACT)
             continue
         decisive = _decisive(parts[claim_id], verdict)
