@@ -186,7 +186,7 @@ def run_training(config: TrainConfig, out_dir: Path, progress: bool = True, chec
     run started again with the same settings resumes from it (0 = no checkpoints). When a folder of
     `stores` holds the record of exactly this run (fedgmh.store), that record is copied to
     `out_dir` instead of training. When `out_dir` already holds the finished record of this run
-    (`finished_run`), it is returned and nothing is trained; a finished run of other settings there
+    (`train_resolve.finished_run`), it is returned and nothing is trained; a finished run of other settings there
     is refused unless `overwrite` (then replaced, when this run completes). `out_dir` is checked (created and written to for a test) before
     anything else is done, so a bad folder is reported at once, not when the run ends.
     `jobs_per_gpu`: how many jobs share a GPU under `--device cuda:auto` (gpu_slots); it changes

@@ -164,8 +164,7 @@ class ResolvedRun:
 def resolve_run(config: TrainConfig, out_dir: Path, *, checkpoint_every: int | str, stores: list[Path] | None, overwrite: bool,
                 jobs_per_gpu: int, workflow: dict[str, str] | None, progress: bool,
                 take_device: Callable[[str, int], torch.device]) -> ResolvedRun | dict:
-    """The run to train, its device taken (`take_device`) and numerics set; or, when its record is made
-    already (finished in `out_dir`, or in a store), that record: cheap checks first, a GPU last."""
+    """The run to train (device taken, numerics set), or its record when made already: cheap checks first, a GPU last."""
     unknown = set(workflow or {}) - set(store.WORKFLOW_LABELS)
     if unknown:
         raise UserError(f"unknown workflow label(s) {', '.join(sorted(unknown))}; known: {', '.join(store.WORKFLOW_LABELS)}")
