@@ -78,7 +78,7 @@ def test_every_committed_record_is_found_by_its_training_job(config_file: str, s
     from fedgmh.cli import main as cli_main
     from fedgmh.data import download
     from fedgmh.plan import Plan
-    from fedgmh.train import planned_identity
+    from fedgmh.train_resolve import planned_identity
 
     config = load(config_file, data_root=str(tmp_path / "data"))
     plan = Plan(config, basedir=REPO)

@@ -132,8 +132,9 @@ def test_control_summary_shares_of_gain(tmp_path):
     from fedgmh.report.controls import control_summary
 
     def row(algorithm, acc, mask=False, seed=0):
-        return {"dataset": "mnist", "classes_per_client": 2, "alpha": 0.5, "algorithm": algorithm, "seed": seed,
-                "best_test_acc": acc, "options": json.dumps({"eval_prior": "mask"} if mask else {})}
+        return {"setting": "mnist_c2_a0.5" + ("@eval_prior=mask" if mask else ""), "dataset": "mnist", "classes_per_client": 2,
+                "alpha": 0.5, "algorithm": algorithm, "seed": seed, "best_test_acc": acc,
+                "options": json.dumps({"eval_prior": "mask"} if mask else {})}
 
     results = pd.DataFrame([row("fedavg", 0.80), row("fedavg", 0.90, seed=1), row("fedavg", 0.95, mask=True),
                             row("fedgmh", 0.99), row("fedgmh", 0.99, mask=True), row("local", 0.96)])
@@ -146,3 +147,36 @@ def test_control_summary_shares_of_gain(tmp_path):
     assert summary.loc["local", "prior_share_of_gain"] == pytest.approx(100 * 10 / 11)
     assert math.isnan(summary.loc["fedavg", "prior_share_of_gain"]) and math.isnan(summary.loc["local", "acc_with_mask"])
     assert summary.loc["fedgmh", "prior_only"] == pytest.approx(60.0) and summary.loc["fedgmh", "unreachable"] == pytest.approx(10.0)
+
+
+def test_control_summary_names_partitions_of_their_own_clients_and_chained_ones_apart(tmp_path):
+    """Three partitions of one dataset, C and alpha: the config's, one of 8 clients, a chained one of 8
+    clients; each is a row group of its own, labelled and matched to its statistics by its setting id."""
+    import json
+
+    from fedgmh.report.controls import control_summary
+
+    partitions = {"fashion_mnist_c4_a1000000": 0.50, "fashion_mnist_c4_a1000000_n8": 0.60, "fashion_mnist_c4_a1000000_n8_chain": 0.70}
+    results = pd.DataFrame([
+        {"setting": partition + ("@eval_prior=mask" if mask else ""), "dataset": "fashion_mnist", "classes_per_client": 4,
+         "alpha": 1e6, "clients": 100 if partition.endswith("a1000000") else 8, "assignment": "chain" if "chain" in partition else "random",
+         "algorithm": "fedavg", "seed": 0, "best_test_acc": acc + (0.1 if mask else 0.0),
+         "options": json.dumps({"eval_prior": "mask"} if mask else {})}
+        for partition, acc in partitions.items() for mask in (False, True)])
+    stats = []
+    for i, partition in enumerate(partitions):
+        stats.append(tmp_path / f"{partition}.stats.csv")
+        pd.DataFrame({"client": [0], "num_test": [10], "prior_only_correct": [i + 1], "unreachable_test": [0]}).to_csv(stats[-1], index=False)
+    summary = control_summary(results, stats)
+    assert summary["setting"].tolist() == ["ExDir(4, 1000000)", "ExDir(4, 1000000), 8 clients", "chain(4, 1000000), 8 clients"]
+    assert summary["acc"].tolist() == pytest.approx([50.0, 60.0, 70.0])
+    assert summary["acc_with_mask"].tolist() == pytest.approx([60.0, 70.0, 80.0])
+    assert summary["prior_only"].tolist() == pytest.approx([10.0, 20.0, 30.0])
+
+
+def test_control_summary_refuses_results_without_setting_ids():
+    from fedgmh.errors import UserError
+    from fedgmh.report.controls import control_summary
+
+    with pytest.raises(UserError, match="no setting column"):
+        control_summary(pd.DataFrame([{"dataset": "mnist", "algorithm": "fedavg", "best_test_acc": 0.5, "options": ""}]), [])

@@ -105,12 +105,22 @@ def test_a_label_without_a_name_is_refused(tmp_path: Path, capsys: pytest.Captur
     assert "--label takes ALGORITHM=NAME" in capsys.readouterr().err and not (tmp_path / "f.pdf").exists()
 
 
-@pytest.mark.parametrize(("extra", "words"), [
-    ("_j0.4", "rho = 0.4"), ("_beta0.1", "beta = 0.1"), ("_eta_h0.01", "eta_h = 0.01"), ("_e4_j1", "E = 4, rho = 1"),
-    ("_beta0.1@official", "beta = 0.1, official"), ("@hn_lr=2", "hn_lr = 2"), ("", ""),
+@pytest.mark.parametrize(("setting", "words"), [
+    ("mnist_c2_a0.5_j0.4", "rho = 0.4"), ("mnist_c2_a0.5_beta0.1", "beta = 0.1"), ("mnist_c2_a0.5_eta_h0.01", "eta_h = 0.01"),
+    ("mnist_c2_a0.5_e4_j1", "E = 4, rho = 1"), ("mnist_c2_a0.5_beta0.1@official", "beta = 0.1, official"),
+    ("mnist_c2_a0.5@hn_lr=2", "hn_lr = 2"), ("mnist_c2_a0.5", ""),
+    # the partition's own parts (clients of its own, chain) are no swept values
+    ("cifar100_c5_a0.5_n20", ""), ("cifar100_c5_a0.5_n20_e4@official", "E = 4, official"),
+    ("fashion_mnist_c4_a1000000_n8_chain_j0.4", "rho = 0.4"), ("fashion_mnist_c4_a1000000_chain@eval_prior=mask", "eval_prior = mask"),
 ])
-def test_swept_values_are_written_as_words(extra: str, words: str) -> None:
-    assert extra_words(extra) == words
+def test_what_a_setting_adds_to_its_partition_is_written_as_words(setting: str, words: str) -> None:
+    assert extra_words(setting) == words
+
+
+@pytest.mark.parametrize("text", ["_j0.4@official", "mnist_c2_a0.5_j0.4@a@b", "mnist_c2"])
+def test_extra_words_reads_only_setting_ids_through_the_one_parser(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a setting id"):
+        extra_words(text)
 
 
 def test_setting_titles_say_iid_and_the_swept_value() -> None:

@@ -16,7 +16,7 @@ from fedgmh.cli import main
 from fedgmh.partition import PartitionError, chain_holders, exdir, load_partition
 from fedgmh.plan import ConfigError, Plan, with_defaults
 from fedgmh.filing import PARTITION_WILDCARD, assign_setting_ids, parse_setting_id, partition_id
-from fedgmh.report.settings import setting_extra, setting_label
+from fedgmh.report.settings import setting_label
 from fedgmh.report.tables import column_label
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,9 +125,7 @@ def test_labels_of_chain_and_other_clients() -> None:
     assert setting_label(chain, "fashion_mnist_c4_a1000000_chain") == ("Fashion-MNIST", "chain(4, 1000000)")  # config's clients
     plain = {"dataset": "cifar100", "classes_per_client": 5, "alpha": 0.5, "clients": 20}
     assert setting_label(plain, "cifar100_c5_a0.5_n20_e4@official") == ("CIFAR-100", "ExDir(5, 0.5), 20 clients")
-    assert setting_extra("cifar100_c5_a0.5_n20_e4@official") == "_e4@official"
     assert setting_label({**plain, "clients": 100}, "cifar100_c5_a0.5_beta0.1") == ("CIFAR-100", "ExDir(5, 0.5)")
-    assert setting_extra("cifar100_c5_a0.5_n20") == ""
     cell = {**chain, "column": "fashion_mnist_c4_a1000000_n8_chain", "local_epochs": 5}
     assert column_label(cell, ["local_epochs"]) == ("Fashion-MNIST", "chain(4, 1000000), 8 clients E=5")
 

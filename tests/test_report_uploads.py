@@ -239,7 +239,7 @@ def test_other_values_in_the_comparison(runs: list[Path], tmp_path: Path) -> Non
 def test_an_algorithm_names_its_record_tables_apart_from_the_engines() -> None:
     from types import SimpleNamespace
 
-    from fedgmh.train import algorithm_tables
+    from fedgmh.train_record import algorithm_tables
 
     table = pd.DataFrame({"a": [1]})
     tables_of = lambda **tables: algorithm_tables(SimpleNamespace(name="toy", extra_records=lambda: tables,  # noqa: E731

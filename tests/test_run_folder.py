@@ -70,7 +70,7 @@ def test_a_run_in_which_no_client_can_take_a_step_is_refused(setup, tmp_path, ca
 
 
 def test_rows_that_never_trained_are_not_recorded():
-    from fedgmh.train import check_trained
+    from fedgmh.train_record import check_trained
 
     nan = float("nan")
     with pytest.raises(UserError, match="no client took a training step"):

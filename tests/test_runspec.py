@@ -23,7 +23,7 @@ from fedgmh.partition import Partition, load_partition, save_partition
 from fedgmh.plan import Plan, Run
 from fedgmh.record import new_record
 from fedgmh.runspec import RunSpec, exdir_meta
-from fedgmh.train import planned_identity
+from fedgmh.train_resolve import planned_identity
 
 REPO = Path(__file__).resolve().parents[1]
 FINGERPRINT = "f" * 64  # the dataset's, made up: the partitions below are written without the data

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from fedgmh.errors import UserError
-from fedgmh.filing import partition_id
+from fedgmh.filing import parse_setting_id
 from fedgmh.io import write_csv, write_text
 from fedgmh.cards import algorithm_name
-from fedgmh.report.labels import dataset_name, format_number
+from fedgmh.report.settings import setting_label
 
 BASELINE = "fedavg"
 
@@ -38,18 +38,24 @@ def _partition_facts(stats_paths: list[Path]) -> dict[str, tuple[float, float]]:
 
 
 def control_summary(results: pd.DataFrame, stats_paths: list[Path]) -> pd.DataFrame:
-    """One row per (setting, method) of the runs in `results` (rows of `fedgmh aggregate`)."""
+    """One row per (partition, method) of the runs in `results` (rows of `fedgmh aggregate`); a partition
+    is read from each row's setting id (`filing.parse_setting_id`: clients of its own and chained ones
+    included), so the variants of a setting (with and without the mask) meet in one row."""
     if results.empty:
         raise UserError("no runs to summarise")
+    if "setting" not in results.columns:
+        raise UserError("the results have no setting column; make them with `fedgmh aggregate`")
     frame = results.copy()
     options = frame["options"].map(lambda text: json.loads(text) if isinstance(text, str) and text else {})
     frame["masked"] = options.map(lambda o: o.get("eval_prior", "none") == "mask")
     frame["acc"] = 100.0 * frame["best_test_acc"]
-    frame["partition"] = [partition_id(d, c, a) for d, c, a in zip(frame["dataset"], frame["classes_per_client"], frame["alpha"])]
+    frame["partition"] = [parse_setting_id(setting).partition for setting in frame["setting"]]
+    labels = {row["partition"]: setting_label(row, row["partition"]) for row in frame.to_dict("records")}
     facts = _partition_facts(stats_paths)
-    means = frame.groupby(["partition", "dataset", "classes_per_client", "alpha", "algorithm", "masked"], sort=False)["acc"].mean()
+    means = frame.groupby(["partition", "algorithm", "masked"], sort=False)["acc"].mean()
     rows = []
-    for (partition, dataset, classes, alpha), group in means.groupby(level=[0, 1, 2, 3], sort=False):
+    for partition, group in means.groupby(level=0, sort=False):
+        dataset, setting = labels[partition]
         acc = {(alg, masked): value for (*_, alg, masked), value in group.items()}
         fedavg, fedavg_mask = acc.get((BASELINE, False), np.nan), acc.get((BASELINE, True), np.nan)
         prior_only, unreachable = facts.get(partition, (np.nan, np.nan))
@@ -57,7 +63,7 @@ def control_summary(results: pd.DataFrame, stats_paths: list[Path]) -> pd.DataFr
             plain, masked = acc.get((algorithm, False), np.nan), acc.get((algorithm, True), np.nan)
             gain = plain - fedavg
             rows.append({
-                "dataset": dataset_name(dataset), "setting": f"ExDir({int(classes)}, {format_number(alpha)})",
+                "dataset": dataset, "setting": setting,
                 "prior_only": prior_only, "unreachable": unreachable,
                 "algorithm": algorithm, "method": algorithm_name(algorithm), "acc": plain, "acc_with_mask": masked,
                 "gain_over_fedavg": gain,

@@ -16,16 +16,10 @@ def base_setting(setting: str) -> str:
 def setting_label(record: dict[str, Any], setting: str) -> tuple[str, str]:
     """(dataset, partition text) of a setting for headers and titles: ('Fashion-MNIST', 'ExDir(2, 0.5)'),
     ('Fashion-MNIST', 'chain(4, 1000000), 8 clients'): the number of clients is shown when the setting
-    id has its `_n<N>` part. Swept values and the variant are not included (`setting_extra`)."""
+    id has its `_n<N>` part. Swept values and the variant are not included (`titles.extra_words`)."""
     scheme = "chain" if assignment_of(record) != DEFAULT_ASSIGNMENT else "ExDir"
     text = f"{scheme}({int(record['classes_per_client'])}, {format_number(record['alpha'])})"
     clients = parse_setting_id(setting).clients
     if clients is not None:
         text += f", {clients} clients"
     return dataset_name(record["dataset"]), text
-
-
-def setting_extra(setting: str) -> str:
-    """What a setting id adds after its partition part: '_e4', '_beta0.1@official', ... ('' for none)."""
-    parts = parse_setting_id(setting)
-    return parts.sweeps + (f"@{parts.variant}" if parts.variant else "")
