@@ -240,6 +240,20 @@ def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.Com
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
 
 
+def artifact_jobs(output: str) -> list[tuple[str, dict]]:
+    """(artifact, job) of each `fedgmh artifact NAME --job JSON` command a `snakemake -n -p` printed,
+    the job's inputs, outputs and params as the artifact's `write` receives them."""
+    import json
+    import shlex
+
+    jobs = []
+    for line in output.splitlines():
+        if line.startswith("Shell command: fedgmh artifact "):
+            words = shlex.split(line.removeprefix("Shell command: "))
+            jobs.append((words[2], json.loads(words[words.index("--job") + 1])))
+    return jobs
+
+
 def job_counts(output: str) -> dict[str, int]:
     """The 'Job stats' table of a snakemake (dry) run."""
     section = output.split("Job stats:", 1)[1]

@@ -226,8 +226,29 @@ def _cmd_document(args: argparse.Namespace) -> None:
           + (f", {args.pdf}" if args.pdf else ""))
 
 
+def _cmd_artifact(args: argparse.Namespace) -> None:
+    import json
+
+    from fedgmh.errors import UserError
+    from fedgmh.report.artifacts import artifacts
+
+    declared = artifacts()
+    if args.name not in declared:
+        raise UserError(f"no artifact {args.name!r}; artifacts: {', '.join(declared)}")
+    try:
+        job = json.loads(args.job)
+    except json.JSONDecodeError as err:
+        raise UserError(f"--job is not JSON ({err})") from err
+    print(declared[args.name].write(job.get("input", {}), job.get("output", {}), job.get("params", {})))
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the reporting subcommands to the `fedgmh` parser."""
+    p = sub.add_parser("artifact", help="write one report artifact (fedgmh.report.artifacts) as the workflow's rule of it does")
+    p.add_argument("name", help="the artifact, e.g. table, curves, compare")
+    p.add_argument("--job", required=True, help='its inputs, outputs and params as JSON: {"input": {...}, "output": {...}, "params": {...}}')
+    p.set_defaults(func=_cmd_artifact)
+
     p = sub.add_parser("aggregate", help="collect run directories into a tidy results CSV (and per-round curves)")
     p.add_argument("--runs", nargs="+", required=True, metavar="RUNDIR", help="run directories written by `fedgmh train`")
     p.add_argument("--out", required=True, help="results CSV: one row per run")
