@@ -659,14 +659,15 @@ def test_every_cell_a_claim_needs_is_a_cell_of_the_paper_config() -> None:
     from conftest import load_config as load
 
     from fedgmh.plan import Plan
+    from fedgmh.report.artifacts.paper import claim_experiments
 
     plan = Plan(load("config.yaml"), basedir=REPO)
     cells = {(run.experiment, run.setting, run.algorithm) for run in plan.runs}
     missing = [(claim.id, need) for claim in read_claims(CLAIMS) for need in claim.needs() if need[:3] not in cells]
     assert missing == []
-    assert plan.claim_experiments == ["table2", "table3", "table4", "table5", "table6", "table7"]
+    assert claim_experiments(plan) == ["table2", "table3", "table4", "table5", "table6", "table7"]
     # the curves a claim reads are of experiments whose curves the workflow aggregates (each claim experiment's)
-    assert {need.experiment for claim in read_claims(CLAIMS) for need in claim.needs() if need.curve} <= set(plan.claim_experiments)
+    assert {need.experiment for claim in read_claims(CLAIMS) for need in claim.needs() if need.curve} <= set(claim_experiments(plan))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -712,10 +713,11 @@ def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
     from conftest import load_config as load
 
     from fedgmh.plan import ConfigError, Plan
+    from fedgmh.report.artifacts.paper import claim_experiments
 
     config = load("smoke.yaml")
-    assert Plan(config, basedir=REPO).claim_experiments == ["table2", "table3", "table4", "table5", "table6", "table7"]
-    assert Plan(config | {"paper_claims": None}, basedir=REPO).claim_experiments == []
+    assert claim_experiments(Plan(config, basedir=REPO)) == ["table2", "table3", "table4", "table5", "table6", "table7"]
+    assert claim_experiments(Plan(config | {"paper_claims": None}, basedir=REPO)) == []
     bad = tmp_path / "claims.yaml"
     bad.write_text("claims: [{id: x}]\n")
     with pytest.raises(ConfigError, match="paper_claims: claims file .* lacks where"):

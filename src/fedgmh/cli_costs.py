@@ -17,6 +17,24 @@ def _cmd_costs(args: argparse.Namespace) -> None:
     print(costs_line(table, args.out, args.tex))
 
 
+def write_artifact(inputs, outputs, params) -> str:
+    """The `costs` report artifact (fedgmh.report.artifacts.tables): the table of `fedgmh costs` with the runs of
+    config `costs_runs` (their run.json records), as CSV and LaTeX."""
+    import os
+
+    from fedgmh import costs
+    from fedgmh.datasets import COST_DATASETS
+    from fedgmh.io import write_csv, write_text
+    from fedgmh.report.artifact import every, one
+    from fedgmh.report.cost_tables import costs_latex, costs_line
+
+    out, tex = one(outputs, "csv"), one(outputs, "tex")
+    table = costs.cost_table(list(COST_DATASETS), runs=[os.path.dirname(record) for record in every(inputs, "records")] or ())
+    write_csv(table, out)
+    write_text(costs_latex(table), tex)
+    return costs_line(table, out, tex)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add `costs` to the `fedgmh` parser."""
     from fedgmh.datasets import COST_DATASETS

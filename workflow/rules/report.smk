@@ -7,6 +7,7 @@
 # quick, and on a cluster it runs where snakemake runs.
 
 from fedgmh.report.artifacts import artifacts, of_kind
+from fedgmh.report.artifacts.paper import official_run_dirs
 
 
 rule aggregate:
@@ -34,8 +35,8 @@ rule aggregate_official:
     """The runs of PFLlib's reading of a paper experiment (config `official_reading`), filed under the
     paper experiment's name, their accuracies over the rounds the official code evaluates."""
     input:
-        records=lambda wildcards: [f"{d}/run.json" for d in PLAN.official_run_dirs(wildcards.experiment)],
-        metrics=lambda wildcards: [f"{d}/metrics.csv" for d in PLAN.official_run_dirs(wildcards.experiment)],
+        records=lambda wildcards: [f"{d}/run.json" for d in official_run_dirs(PLAN, wildcards.experiment)],
+        metrics=lambda wildcards: [f"{d}/metrics.csv" for d in official_run_dirs(PLAN, wildcards.experiment)],
     output:
         results=f"{RESULTS}/aggregate_official/{{experiment}}.results.csv",
         curves=f"{RESULTS}/aggregate_official/{{experiment}}.curves.csv",
@@ -43,31 +44,11 @@ rule aggregate_official:
         f"{LOGS}/report/aggregate_official_{{experiment}}.log",
     localrule: True
     params:
-        run_dirs=lambda wildcards: PLAN.official_run_dirs(wildcards.experiment),
+        run_dirs=lambda wildcards: official_run_dirs(PLAN, wildcards.experiment),
         clients=["--clients", str(config["clients"])] if PLAN.own_clients else [],
     shell:
         "fedgmh aggregate --experiment {wildcards.experiment:q} --runs {params.run_dirs:q} --preset-evaluation"
         " {params.clients:q} --out {output.results:q} --curves {output.curves:q} > {log:q} 2>&1"
-
-
-def _outputs(artifact):
-    """The artifact's outputs as the rule declares them: each with its report entry, if any."""
-    outputs = {}
-    for name, path in artifact.output_paths(PLAN).items():
-        entry = artifact.outputs[name].entry
-        outputs[name] = path if entry is None else report(path, caption=f"../report/{entry.caption}", category=entry.category,
-                                                          subcategory=entry.subcategory, labels=dict(entry.labels))
-    return outputs
-
-
-def _instance(artifact, wildcards):
-    return wildcards[artifact.wildcard] if artifact.wildcard else ""
-
-
-def _job(artifact, wildcards, input, output):
-    """What `fedgmh artifact` hands to the artifact's `write`: its named inputs, outputs and params."""
-    files = lambda named: {name: [value] if isinstance(value, str) else list(value) for name, value in named.items()}
-    return json.dumps({"input": files(input), "output": files(output), "params": artifact.params(PLAN, _instance(artifact, wildcards))})
 
 
 # one rule per artifact: its params (a function of the wildcards only) are what Snakemake's params
@@ -78,9 +59,9 @@ for _artifact in artifacts().values():
         name:
             _artifact.name
         input:
-            unpack(lambda wildcards, a=_artifact: a.inputs(PLAN, _instance(a, wildcards))),
+            unpack(lambda wildcards, a=_artifact: a.inputs(PLAN, a.instance(wildcards))),
         output:
-            **_outputs(_artifact),
+            **_artifact.rule_outputs(PLAN, report),
         log:
             _artifact.log(LOGS),
             **{name: f"{LOGS}/report/{file}" for name, file in _artifact.logs.items()},
@@ -92,10 +73,11 @@ for _artifact in artifacts().values():
             ),
         localrule: True
         params:
-            values=lambda wildcards, a=_artifact: a.params(PLAN, _instance(a, wildcards)),
-            job=lambda wildcards, input, output, a=_artifact: _job(a, wildcards, input, output),
+            name=_artifact.name,
+            values=lambda wildcards, a=_artifact: a.params(PLAN, a.instance(wildcards)),
+            job=lambda wildcards, input, output, a=_artifact: a.job(PLAN, wildcards, input, output),
         shell:
-            "fedgmh artifact {rule} --job {params.job:q} > {log[0]:q} 2>&1"
+            "fedgmh artifact {params.name} --job {params.job:q} > {log[0]:q} 2>&1"
 
 
 rule all_tables:

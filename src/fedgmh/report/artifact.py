@@ -11,13 +11,14 @@ declarations while it builds its DAG, and `write` imports what it draws with.
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fedgmh.plan import Plan
-
+#: a `fedgmh.plan.Plan` (not imported: the plan imports the artifacts to run their checks)
+Plan = Any
 KINDS = ("table", "figure", "document")
 #: a rule's named inputs or outputs: each a list of paths (one path, none, or several)
 Files = Mapping[str, list[str]]
@@ -64,8 +65,9 @@ class Artifact:
     outputs: Mapping[str, Output]
     #: the named inputs of one instance (the wildcard's value, "" without a wildcard)
     inputs: Callable[[Plan, str], dict[str, list[str]]]
-    #: writes the outputs and returns the line the job logs
-    write: Callable[[Files, Files, Mapping[str, Any]], str]
+    #: writes the outputs and returns the line the job logs; or its 'module:function', imported only when a
+    #: job runs it, for a write that needs torch (the costs: the models' sizes), so this package stays off the torch side
+    write: Callable[[Files, Files, Mapping[str, Any]], str] | str
     params: Callable[[Plan, str], dict[str, Any]] = _no_params
     #: `experiment` or `figure` for one output per experiment / figure; None: one output
     wildcard: str | None = None
@@ -88,6 +90,33 @@ class Artifact:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"artifact {self.name}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+    def run(self, inputs: Files, outputs: Files, params: Mapping[str, Any]) -> str:
+        """Write the outputs (`write`) and return the line the job logs."""
+        write = self.write
+        if isinstance(write, str):
+            module, function = write.split(":")
+            write = getattr(importlib.import_module(module), function)
+        return write(inputs, outputs, params)
+
+    def instance(self, wildcards: Mapping[str, str]) -> str:
+        """The instance a job of the rule makes: its wildcard's value ("" without a wildcard)."""
+        return wildcards[self.wildcard] if self.wildcard else ""
+
+    def rule_outputs(self, plan: Plan, marked: Callable[..., Any]) -> dict[str, Any]:
+        """The outputs as the rule declares them: each with its report entry, if any, through `marked`
+        (Snakemake's `report`; a caption's path is relative to workflow/rules/)."""
+        return {name: path if (entry := self.outputs[name].entry) is None
+                else marked(path, caption=f"../report/{entry.caption}", category=entry.category, subcategory=entry.subcategory,
+                            labels=dict(entry.labels))
+                for name, path in self.output_paths(plan).items()}
+
+    def job(self, plan: Plan, wildcards: Mapping[str, str], inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> str:
+        """What `fedgmh artifact` hands to `write`, as JSON: a job's named inputs and outputs, and its params."""
+        def files(named: Mapping[str, Any]) -> dict[str, list[str]]:
+            return {name: [str(value)] if isinstance(value, str) else [str(v) for v in value] for name, value in named.items()}
+
+        return json.dumps({"input": files(inputs), "output": files(outputs), "params": self.params(plan, self.instance(wildcards))})
 
     def log(self, logs: str) -> str:
         """The job's log file under the config's logs folder."""
@@ -121,6 +150,11 @@ def one(files: Files, name: str) -> str | None:
     """The one path of a named input or output, None when it has none."""
     paths = files.get(name) or []
     return paths[0] if paths else None
+
+
+def every(files: Files, name: str) -> list[str]:
+    """The paths of a named input or output, [] when it has none."""
+    return list(files.get(name) or [])
 
 
 def title(plan: Plan, experiment: str) -> str:

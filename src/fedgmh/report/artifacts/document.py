@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fedgmh.report.artifact import Artifact, Output, aggregated, one, title
+from fedgmh.report.artifact import Artifact, Output, aggregated, every, one, title
 
 
 def _document_files(plan, kind: str) -> list[str]:
@@ -39,12 +39,13 @@ def _write(inputs, outputs, params) -> str:
     from fedgmh.report.document import build_document, compile_pdf
 
     out, pdf = one(outputs, "tex"), one(outputs, "pdf")
-    figures = [(path, params["captions"].get(os.path.splitext(os.path.basename(path))[0], "")) for path in inputs["figures"]]
-    build_document(out, params["title"], inputs["results"], titles=params["titles"], reference=one(inputs, "reference"),
-                   accuracy=params["accuracy"], inputs=inputs["tables"], figures=figures, claims=one(inputs, "claims"))
-    compile_pdf(out, pdf, log=params["latex_log"])
-    return (f"document: {len(inputs['results'])} results files, {len(inputs['tables'])} tables, {len(inputs['figures'])} figures "
-            f"-> {out}, {pdf}")
+    results, tables, figures = every(inputs, "results"), every(inputs, "tables"), every(inputs, "figures")
+    build_document(out, params["title"], results, titles=params["titles"], reference=one(inputs, "reference"), accuracy=params["accuracy"],
+                   inputs=tables, figures=[(path, params["captions"].get(os.path.splitext(os.path.basename(path))[0], "")) for path in figures],
+                   claims=one(inputs, "claims"))
+    if pdf:
+        compile_pdf(out, pdf, log=params["latex_log"])
+    return f"document: {len(results)} results files, {len(tables)} tables, {len(figures)} figures -> {out}" + (f", {pdf}" if pdf else "")
 
 
 REPORT_PDF = Artifact(

@@ -6,7 +6,8 @@ import csv
 import functools
 
 from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, one, switched_on, title
-from fedgmh.report.artifacts.tables import target_numbers
+from fedgmh.errors import ConfigError
+from fedgmh.report.artifacts.tables import check_experiment_setting, target_numbers
 
 
 def _figure_entry(caption: str, label: str) -> Entry:
@@ -62,8 +63,6 @@ CURVES = Artifact(
 
 
 def check_figures(plan) -> None:
-    from fedgmh.errors import ConfigError
-
     config = plan.config
     for name, fig in config["figures"].items():
         exp = fig["experiment"]
@@ -190,6 +189,7 @@ LAYER_WEIGHTS = Artifact(
     inputs=lambda plan, _: {"results": [aggregated(plan, plan.layer_weights["experiment"])]},
     params=_layer_weights_params,
     instances=switched_on(lambda plan: plan.layer_weights),
+    check=lambda plan: check_experiment_setting(plan, "layer_weights"),
     document="pdf",
     rank=4,
     caption=lambda plan, _: "Per-layer aggregation weights at the last round: row = the client whose model is built, column = the peer "

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedgmh.errors import ConfigError
 from fedgmh.filing import format_number
-from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, one, switched_on, title
+from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, every, one, switched_on, title
 
 
 def _table_entry(caption: str, subcategory: str, table: str, form: str) -> Entry:
@@ -49,6 +50,41 @@ def rounds_figure_experiment(plan) -> str:
     return plan.config["figures"][plan.rounds_to_target["figure"]]["experiment"]
 
 
+def _check_rounds(plan) -> None:
+    spec = plan.rounds_to_target
+    if not spec:
+        return
+    figure = spec["figure"]
+    if figure not in plan.config["figures"]:
+        raise ConfigError(
+            f"config: rounds_to_target.figure {figure!r} is not a figure; figures: {', '.join(plan.config['figures']) or 'none'}"
+        )
+    for algorithm, rounds in (spec.get("paper") or {}).items():
+        if len(rounds) != len(spec["targets"]):
+            raise ConfigError(f"config: rounds_to_target.paper.{algorithm} has {len(rounds)} rounds for {len(spec['targets'])} targets")
+
+
+def check_experiment_setting(plan, name: str) -> None:
+    """A report key naming an experiment and one of its settings (`uploads_to_target`, `layer_weights`):
+    both must exist, the algorithms it names must be run there, `paper` values one per target."""
+    spec, experiments = plan.config.get(name) or {}, plan.config["experiments"]
+    if not spec:
+        return
+    exp = spec["experiment"]
+    if exp not in experiments:
+        raise ConfigError(f"config: {name}.experiment {exp!r} is not an experiment; experiments: {', '.join(experiments)}")
+    settings = sorted({r.setting for r in plan.runs if r.experiment == exp})
+    if spec["setting"] not in settings:
+        raise ConfigError(f"config: {name}.setting {spec['setting']!r} is not a setting of {exp}; its settings: {', '.join(settings)}")
+    run = set(experiments[exp]["algorithms"])
+    unknown = sorted(set(spec.get("algorithms") or []) - run)
+    if unknown:
+        raise ConfigError(f"config: {name}.algorithms {unknown} are not run in {exp}; its algorithms: {', '.join(sorted(run))}")
+    for algorithm, values in (spec.get("paper") or {}).items():
+        if len(values) != len(spec["targets"]):
+            raise ConfigError(f"config: {name}.paper.{algorithm} has {len(values)} values for {len(spec['targets'])} targets")
+
+
 def _write_rounds(inputs, outputs, params) -> str:
     from fedgmh import report
 
@@ -74,6 +110,7 @@ ROUNDS_TO_TARGET = Artifact(
         "paper": plan.rounds_to_target.get("paper") or {},
     },
     instances=switched_on(lambda plan: plan.rounds_to_target),
+    check=_check_rounds,
     document="tex",
     rank=1,
     write=_write_rounds,
@@ -107,25 +144,11 @@ UPLOADS_TO_TARGET = Artifact(
         "title": plan.uploads_to_target.get("title") or "Client uploads to target",
     },
     instances=switched_on(lambda plan: plan.uploads_to_target),
+    check=lambda plan: check_experiment_setting(plan, "uploads_to_target"),
     document="tex",
     rank=2,
     write=_write_uploads,
 )
-
-
-def _write_costs(inputs, outputs, params) -> str:
-    import os
-
-    from fedgmh import costs
-    from fedgmh.datasets import COST_DATASETS
-    from fedgmh.io import write_csv, write_text
-    from fedgmh.report.cost_tables import costs_latex, costs_line
-
-    out, tex = one(outputs, "csv"), one(outputs, "tex")
-    table = costs.cost_table(list(COST_DATASETS), runs=[os.path.dirname(record) for record in inputs["records"]] or ())
-    write_csv(table, out)
-    write_text(costs_latex(table), tex)
-    return costs_line(table, out, tex)
 
 
 COSTS = Artifact(
@@ -140,7 +163,7 @@ COSTS = Artifact(
                             if plan.experiment_key("costs_runs") else []},
     document="tex",
     rank=3,
-    write=_write_costs,
+    write="fedgmh.cli_costs:write_artifact",
 )
 
 
@@ -150,7 +173,7 @@ def _write_controls(inputs, outputs, params) -> str:
     from fedgmh.report.controls import write_control_summary
 
     out = one(outputs, "md")
-    summary = write_control_summary(Path(one(inputs, "results")), [Path(p) for p in inputs["stats"]], Path(out),
+    summary = write_control_summary(Path(one(inputs, "results")), [Path(p) for p in every(inputs, "stats")], Path(out),
                                     Path(one(outputs, "csv")), params["title"])
     return f"controls: {summary['method'].nunique()} methods x {summary['setting'].nunique()} settings -> {out}"
 
