@@ -82,7 +82,7 @@ def test_the_workflow_asks_for_every_artifact_as_its_kind_says(tmp_path: Path) -
     report_inputs = next(line for line in block.splitlines() if line.strip().startswith("input:"))
     for artifact in in_document():
         for instance in artifact.instances(plan):
-            path = artifact.files(plan, instance)[list(artifact.output_paths(plan)).index(artifact.document)]
+            path = artifact.file(plan, artifact.document, instance)
             assert path in report_inputs, (artifact.name, path)
 
 

@@ -126,10 +126,14 @@ class Artifact:
         """Each output the plan makes, by name: its path with the wildcard still in braces."""
         return {name: f"{plan.artifacts}/{out.path}" for name, out in self.outputs.items() if out.when is None or out.when(plan)}
 
+    def file(self, plan: Plan, output: str, instance: str = "") -> str:
+        """One output file of one instance."""
+        path = self.output_paths(plan)[output]
+        return path.replace("{" + self.wildcard + "}", instance) if self.wildcard else path
+
     def files(self, plan: Plan, instance: str = "") -> list[str]:
         """The output files of one instance."""
-        return [path.replace("{" + self.wildcard + "}", instance) if self.wildcard else path
-                for path in self.output_paths(plan).values()]
+        return [self.file(plan, output, instance) for output in self.output_paths(plan)]
 
     def all_files(self, plan: Plan) -> list[str]:
         """The output files of every instance the plan asks for (`all_tables` / `all_figures`)."""

@@ -10,7 +10,7 @@ from fedgmh.report.artifact import Artifact, Output, aggregated, every, one, tit
 def _document_files(plan, kind: str) -> list[str]:
     from fedgmh.report.artifacts import in_document
 
-    return [artifact.files(plan, instance)[list(artifact.output_paths(plan)).index(artifact.document)]
+    return [artifact.file(plan, artifact.document, instance)
             for artifact in in_document() if artifact.kind == kind for instance in artifact.instances(plan)]
 
 
@@ -28,7 +28,7 @@ def _inputs(plan, _) -> dict[str, list[str]]:
 def _params(plan, _) -> dict:
     from fedgmh.report.artifacts import in_document
 
-    captions = {os.path.splitext(os.path.basename(artifact.files(plan, instance)[0]))[0]: artifact.caption(plan, instance)
+    captions = {os.path.splitext(os.path.basename(artifact.file(plan, artifact.document, instance)))[0]: artifact.caption(plan, instance)
                 for artifact in in_document() if artifact.caption for instance in artifact.instances(plan)}
     return {"title": f"FedGMH reproduction: every table and figure of config {plan.name}",
             "titles": {name: title(plan, name) for name in plan.config["experiments"]}, "captions": captions,
