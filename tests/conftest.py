@@ -240,6 +240,30 @@ def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.Com
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=workdir)
 
 
+def artifact_args(name: str, inputs: dict, outputs: dict, params: dict) -> list[str]:
+    """`fedgmh artifact NAME --job JSON` as a list for `fedgmh.cli.main`: each input and output a path or a list of them."""
+    import json
+
+    def files(named: dict) -> dict[str, list[str]]:
+        return {key: [str(p) for p in value] if isinstance(value, (list, tuple)) else [str(value)] for key, value in named.items()}
+
+    return ["artifact", name, "--job", json.dumps({"input": files(inputs), "output": files(outputs), "params": params})]
+
+
+def artifact_jobs(output: str) -> list[tuple[str, dict]]:
+    """(artifact, job) of each `fedgmh artifact NAME --job JSON` command a `snakemake -n -p` printed,
+    the job's inputs, outputs and params as the artifact's `write` receives them."""
+    import json
+    import shlex
+
+    jobs = []
+    for line in output.splitlines():
+        if line.startswith("Shell command: fedgmh artifact "):
+            words = shlex.split(line.removeprefix("Shell command: "))
+            jobs.append((words[2], json.loads(words[words.index("--job") + 1])))
+    return jobs
+
+
 def job_counts(output: str) -> dict[str, int]:
     """The 'Job stats' table of a snakemake (dry) run."""
     section = output.split("Job stats:", 1)[1]

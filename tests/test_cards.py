@@ -81,14 +81,17 @@ def test_the_report_commands_of_the_workflow_import_no_torch(tmp_path):
     runs = sorted(str(p.parent) for algorithm in ("fedavg", "fedgmh") for p in (setting / algorithm).rglob("run.json"))
     assert len(runs) >= 2
     out = run_blocked("torch", """
+        import json
         import sys
         from fedgmh.cli import main
         tmp, runs = sys.argv[2], sys.argv[3:]
         results, curves = f"{tmp}/r.csv", f"{tmp}/c.csv"
         commands = [
             ["aggregate", "--experiment", "table2", "--runs", *runs, "--out", results, "--curves", curves],
-            ["table", "--results", results, "--experiment", "table2", "--title", "T", "--out", f"{tmp}/t.tex", "--csv", f"{tmp}/t.csv",
-             "--reference", "reference/fedgmh_paper_tables.csv"],
+            ["artifact", "table", "--job", json.dumps({
+                "input": {"results": [results], "reference": ["reference/fedgmh_paper_tables.csv"]},
+                "output": {"tex": [f"{tmp}/t.tex"], "csv": [f"{tmp}/t.csv"]},
+                "params": {"experiment": "table2", "title": "T", "accuracy": "best"}})],
             ["curves", "--curves", curves, "--experiment", "table2", "--out", f"{tmp}/f.png"],
             ["rounds", "--curves", curves, "--experiment", "table2", "--setting", "cifar100_c5_a0.5", "--target", "10",
              "--out", f"{tmp}/rounds.tex"],

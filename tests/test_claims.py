@@ -659,14 +659,15 @@ def test_every_cell_a_claim_needs_is_a_cell_of_the_paper_config() -> None:
     from conftest import load_config as load
 
     from fedgmh.plan import Plan
+    from fedgmh.report.artifacts.paper import claim_experiments
 
     plan = Plan(load("config.yaml"), basedir=REPO)
     cells = {(run.experiment, run.setting, run.algorithm) for run in plan.runs}
     missing = [(claim.id, need) for claim in read_claims(CLAIMS) for need in claim.needs() if need[:3] not in cells]
     assert missing == []
-    assert plan.claim_experiments == ["table2", "table3", "table4", "table5", "table6", "table7"]
+    assert claim_experiments(plan) == ["table2", "table3", "table4", "table5", "table6", "table7"]
     # the curves a claim reads are of experiments whose curves the workflow aggregates (each claim experiment's)
-    assert {need.experiment for claim in read_claims(CLAIMS) for need in claim.needs() if need.curve} <= set(plan.claim_experiments)
+    assert {need.experiment for claim in read_claims(CLAIMS) for need in claim.needs() if need.curve} <= set(claim_experiments(plan))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -712,10 +713,11 @@ def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
     from conftest import load_config as load
 
     from fedgmh.plan import ConfigError, Plan
+    from fedgmh.report.artifacts.paper import claim_experiments
 
     config = load("smoke.yaml")
-    assert Plan(config, basedir=REPO).claim_experiments == ["table2", "table3", "table4", "table5", "table6", "table7"]
-    assert Plan(config | {"paper_claims": None}, basedir=REPO).claim_experiments == []
+    assert claim_experiments(Plan(config, basedir=REPO)) == ["table2", "table3", "table4", "table5", "table6", "table7"]
+    assert claim_experiments(Plan(config | {"paper_claims": None}, basedir=REPO)) == []
     bad = tmp_path / "claims.yaml"
     bad.write_text("claims: [{id: x}]\n")
     with pytest.raises(ConfigError, match="paper_claims: claims file .* lacks where"):
@@ -723,7 +725,7 @@ def test_the_plan_reads_the_claims_the_config_can_test(tmp_path: Path) -> None:
 
 
 def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
-    from conftest import SMOKE, job_counts, snakemake
+    from conftest import SMOKE, artifact_jobs, job_counts, snakemake
 
     figures = ["paper_artifacts/smoke/figure3.pdf", "paper_artifacts/smoke/figure4.pdf"]
     result = snakemake(tmp_path, "-n", "-p", "all_tables", *figures, "--cores", "1", "--configfile", str(SMOKE),
@@ -731,16 +733,20 @@ def test_the_smoke_workflow_plans_the_claims(tmp_path: Path) -> None:
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
     assert job_counts(out)["claims"] == 1
-    command = next(line for line in out.splitlines() if "fedgmh claims " in line)
-    assert f"--claims {CLAIMS}" in command and "--out paper_artifacts/smoke/claims.md --csv paper_artifacts/smoke/claims.csv" in command
-    assert "--curves results/smoke/aggregate/table2.curves.csv" in command and "table7.results.csv" in command
+    jobs = artifact_jobs(out)
+    claims = dict(jobs)["claims"]
+    assert claims["input"]["claims"] == [str(CLAIMS)]
+    assert claims["output"] == {"md": ["paper_artifacts/smoke/claims.md"], "csv": ["paper_artifacts/smoke/claims.csv"],
+                                "official_csv": ["paper_artifacts/smoke/claims_pflib.csv"]}
+    assert "results/smoke/aggregate/table2.curves.csv" in claims["input"]["curves"]
+    assert "results/smoke/aggregate/table7.results.csv" in claims["input"]["results"]
     # the tables follow table_accuracy; the paper's claims are about the best accuracy whatever it is
-    assert "--accuracy last" in next(line for line in out.splitlines() if "fedgmh table " in line)
-    assert "--accuracy" not in command
+    assert all(job["params"]["accuracy"] == "last" for name, job in jobs if name == "table")
+    assert "accuracy" not in claims["params"]
     # the figure `rounds_to_target` names draws its targets; the others none
-    curves = {line.split("--out ")[1].split()[0]: line for line in out.splitlines() if "fedgmh curves " in line}
-    assert "--target 30 60 --paper '{}'" in curves[figures[0]]
-    assert "--target" not in curves[figures[1]]
+    curves = {job["output"]["pdf"][0]: job["params"] for name, job in jobs if name == "curves"}
+    assert (curves[figures[0]]["targets"], curves[figures[0]]["paper"]) == ([30, 60], {})
+    assert curves[figures[1]]["targets"] == []
 
 
 # ----------------------------------------------------------------------------- numbers checked where they enter

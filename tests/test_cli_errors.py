@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Digits, cli_error, prepare_digits, train_args
+from conftest import Digits, artifact_args, cli_error, prepare_digits, train_args
 
 from fedgmh.cli import main
 
@@ -143,7 +143,8 @@ def test_compare_and_table_of_a_malformed_results_file_are_one_line_naming_it(se
     reference = Path(__file__).resolve().parents[1] / "reference" / "fedgmh_paper_tables.csv"
     err = cli_error(capsys, ["compare", "--results", str(results), "--reference", str(reference), "--out", str(tmp_path / "c.md")])
     assert str(results) in err
-    err = cli_error(capsys, ["table", "--results", str(results), "--experiment", "x", "--out", str(tmp_path / "t.tex")])
+    job = artifact_args("table", {"results": results}, {"tex": tmp_path / "t.tex"}, {"experiment": "x", "title": "x", "accuracy": "best"})
+    err = cli_error(capsys, job)
     assert str(results) in err
 
 

@@ -88,8 +88,11 @@ def test_the_readme_counts_the_registered_algorithms() -> None:
 
 
 def rule_outputs() -> set[str]:
-    """The workflow's outputs under paper_artifacts/<name>/, as the rules spell them, without the records."""
-    found = set()
+    """The workflow's outputs under paper_artifacts/<name>/, as the rules and the report artifacts'
+    declarations spell them, without the records."""
+    from fedgmh.report.artifacts import artifacts
+
+    found = {output.path for artifact in artifacts().values() for output in artifact.outputs.values()}
     for path in (REPO / "workflow" / "rules").glob("*.smk"):
         found |= set(re.findall(r'f"\{ARTIFACTS\}/([^"]+)"', path.read_text()))
     return {name.replace("{{", "{").replace("}}", "}") for name in found}

@@ -259,9 +259,11 @@ def test_the_plan_imports_no_torch() -> None:
 def test_official_reading_names_the_runs_of_a_variant() -> None:
     """`official_reading` maps a paper experiment to the runs of another experiment's variant; a
     variant that does not exist is a config error naming the experiments that have variants."""
+    from fedgmh.report.artifacts.paper import official_reading, official_run_dirs
+
     paper = Plan(load("config.yaml"), basedir=REPO)
-    assert sorted(paper.official_reading) == ["table2", "table5"]
-    dirs = paper.official_run_dirs("table2")
+    assert sorted(official_reading(paper)) == ["table2", "table5"]
+    dirs = official_run_dirs(paper, "table2")
     official = [run for run in paper.runs if run.experiment == "table2_pflib" and run.variant == "official"]
     assert dirs == [run.run_dir for run in official] and all("@official/" in d for d in dirs)
     assert all(run.options.get("preset") == "official" for run in official)
@@ -271,7 +273,7 @@ def test_official_reading_names_the_runs_of_a_variant() -> None:
     with pytest.raises(ConfigError, match="official_reading.table2 'table2@official'"):
         Plan(load("config.yaml", official_reading={"table2": "table2@official"}), basedir=REPO)
     # an experiment the config does not have names no runs (a config trimmed to some experiments)
-    assert Plan(load("config.yaml", official_reading={"table2": "table9@official"}), basedir=REPO).official_reading == {}
+    assert official_reading(Plan(load("config.yaml", official_reading={"table2": "table9@official"}), basedir=REPO)) == {}
 
 
 def test_train_batches_join_the_runs_of_a_setting_that_can_share_a_step() -> None:

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import artifact_args
+
 from fedgmh import report
 from fedgmh.cli import main as cli_main
 from fedgmh.errors import UserError
@@ -146,8 +148,8 @@ def test_table_cli_writes_tex_and_csv(runs: list[Path], tmp_path: Path) -> None:
     assert cli_main(["aggregate", "--runs", *map(str, runs), "--out", str(results_csv), "--curves", str(curves_csv),
                      "--experiment", "table2"]) == 0
     tex, csv, cells = tmp_path / "out" / "table2.tex", tmp_path / "out" / "table2.csv", tmp_path / "out" / "table2.cells.csv"
-    assert cli_main(["table", "--results", str(results_csv), "--experiment", "table2", "--out", str(tex),
-                     "--csv", str(csv), "--cells", str(cells), "--title", "Table 2"]) == 0
+    assert cli_main(artifact_args("table", {"results": results_csv}, {"tex": tex, "csv": csv, "cells": cells},
+                                  {"experiment": "table2", "title": "Table 2", "accuracy": "best"})) == 0
     assert tex.read_text().count(r"\textbf") == 2
     assert pd.read_csv(csv)["Method"].tolist() == ["FedAvg", "FedPer", "FedGMH"]
     assert len(pd.read_csv(cells)) == 5

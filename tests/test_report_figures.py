@@ -8,6 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import artifact_args
+
 from fedgmh import report
 from fedgmh.cli import main as cli_main
 from fedgmh.report.style import HIGHLIGHT, method_style
@@ -48,8 +50,8 @@ def test_client_accuracy_figure_draws_runs_with_clients_csv_and_names_the_others
     results_csv = tmp_path / "results.csv"
     results.to_csv(results_csv, index=False)
     pdf, png, csv = tmp_path / "fig" / "clients.pdf", tmp_path / "fig" / "clients.png", tmp_path / "fig" / "clients.csv"
-    assert cli_main(["clients", "--results", str(results_csv), "--experiment", "table2", "--out", str(pdf), "--png", str(png),
-                     "--csv", str(csv), "--round", "last", "--title", "Per-client accuracy"]) == 0
+    assert cli_main(artifact_args("client_accuracy", {"results": results_csv}, {"pdf": pdf, "png": png, "csv": csv},
+                                  {"experiment": "table2", "round": "last", "title": "Per-client accuracy"})) == 0
     assert pdf.read_bytes().startswith(b"%PDF") and png.read_bytes().startswith(b"\x89PNG")
     drawn = pd.read_csv(csv)
     assert len(drawn) == 4 * 20 and set(drawn["algorithm"]) == {"fedavg", "fedgmh"}
@@ -165,8 +167,8 @@ def test_dot_plot_draws_each_seed_beside_the_papers_mean_and_std(tmp_path: Path,
     results.to_csv(results_csv, index=False)
     pd.DataFrame([{"table": "table2", "dataset": "MNIST", "C": 2, "alpha": 0.5, "algorithm": "FedGMH", "local_epochs": 2,
                    "join_ratio": 0.2, "beta": 0.5, "eta_h": 1.0, "mean": 98.4, "std": 0.1}]).to_csv(reference, index=False)
-    assert cli_main(["dots", "--results", str(results_csv), "--reference", str(reference), "--experiment", "table2",
-                     "--out", str(tmp_path / "d.pdf")]) == 0
+    assert cli_main(artifact_args("dots", {"results": results_csv, "reference": reference}, {"pdf": tmp_path / "d.pdf"},
+                                  {"experiment": "table2", "title": "table2", "accuracy": "best"})) == 0
     fedavg, fedgmh = drawn[0].axes
     seeds = fedgmh.lines[0].get_xdata()
     assert sorted(seeds) == pytest.approx([98.8, 98.9, 99.0])  # every seed, not only the mean

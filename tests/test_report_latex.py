@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import artifact_args
+
 from fedgmh import report
 from fedgmh.cli import main as cli_main
 from fedgmh.errors import UserError
@@ -109,9 +111,11 @@ def _document(tmp_path: Path, results: pd.DataFrame) -> Path:
     heatmap.parent.mkdir()
     heatmap.write_bytes((art / "figure3.pdf").read_bytes())
     tex_path = art / "report.tex"
-    assert cli_main(["document", "--out", str(tex_path), "--results", str(results_csv), "--titles", '{"table2": "Table 2 (test)"}',
-                     "--reference", str(ref_csv), "--input", str(art / "costs.tex"), "--figure", str(art / "figure3.pdf"),
-                     str(heatmap), "--captions", '{"figure3": "Figure 3 (test): accuracy per round"}']) == 0
+    job = artifact_args("report_pdf", {"results": results_csv, "reference": ref_csv, "tables": art / "costs.tex",
+                                       "figures": [art / "figure3.pdf", heatmap]}, {"tex": tex_path},
+                        {"title": "FedGMH reproduction: tables and figures", "titles": {"table2": "Table 2 (test)"},
+                         "captions": {"figure3": "Figure 3 (test): accuracy per round"}, "accuracy": "best", "latex_log": None})
+    assert cli_main(job) == 0
     return tex_path
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import artifact_args
+
 from fedgmh import report, store
 from fedgmh.cli import main
 from fedgmh.errors import UserError
@@ -90,8 +92,9 @@ def test_uploads_table_median_over_seeds_and_the_paper(runs: list[Path], tmp_pat
     curves_csv = tmp_path / "c.csv"
     assert main(["aggregate", "--runs", *map(str, runs), "--out", str(results), "--curves", str(curves_csv)]) == 0
     out_tex, out_csv = tmp_path / "u.tex", tmp_path / "u.csv"
-    assert main(["uploads", "--curves", str(curves_csv), "--experiment", "t1", "--setting", setting, "--target", "40", "50", "60",
-                 "--paper", '{"fedavg": [80, 220, 660], "fedrep": [null, 10, 290]}', "--out", str(out_tex), "--csv", str(out_csv)]) == 0
+    params = {"experiment": "t1", "setting": setting, "targets": [40, 50, 60], "metric": "test_acc_mean",
+              "paper": {"fedavg": [80, 220, 660], "fedrep": [None, 10, 290]}, "title": "Client uploads to target"}
+    assert main(artifact_args("uploads_to_target", {"curves": curves_csv}, {"tex": out_tex, "csv": out_csv}, params)) == 0
     wide = pd.read_csv(out_csv, keep_default_na=False)
     assert list(wide.columns) == ["Method", "40% ours", "40% seeds", "40% paper", "50% ours", "50% seeds", "50% paper",
                                   "60% ours", "60% seeds", "60% paper"]
@@ -150,8 +153,9 @@ def test_layer_weight_heat_maps(tmp_path: Path) -> None:
     # one layer, another seed, through the CLI
     results_csv = tmp_path / "r.csv"
     results.to_csv(results_csv, index=False)
-    assert main(["layer-weights", "--results", str(results_csv), "--experiment", "t1", "--setting", setting, "--algorithm", "fedper",
-                 "--layer", "fc1", "--seed", "1", "--out", str(tmp_path / "one.pdf"), "--csv", str(tmp_path / "one.csv")]) == 0
+    params = {"experiment": "t1", "setting": setting, "algorithms": ["fedper"], "layer": "fc1", "seed": 1, "title": None}
+    assert main(artifact_args("layer_weights", {"results": results_csv}, {"pdf": tmp_path / "one.pdf", "csv": tmp_path / "one.csv"},
+                              params)) == 0
     one = pd.read_csv(tmp_path / "one.csv")
     assert set(one["layer"]) == {"fc1"} and set(one["seed"]) == {1}
     with pytest.raises(UserError, match="layer 'fc9' is not in"):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import SMOKE, SNAKEFILE, job_counts, snakemake
+from conftest import SMOKE, SNAKEFILE, artifact_jobs, job_counts, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "config" / "config.yaml"
@@ -156,10 +156,9 @@ def test_paper_config_dry_run_plans_the_paper(tmp_path: Path) -> None:
     assert "runs/audit/mnist_c2_a0.5@paper" not in out  # the paper variant is Table 2's FedGMH
     command = next(line for line in out.splitlines() if "fedgmh aggregate --experiment audit " in line)
     assert "--variant paper paper paper paper paper mix=noncritical" in command
-    command = next(line for line in out.splitlines() if "fedgmh rounds" in line)
-    assert "--target 70 75" in command and '"fedgmh": [68, 185]' in command
-    command = next(line for line in out.splitlines() if "fedgmh compare" in line)
-    assert str(REPO / "reference" / "fedgmh_paper_tables.csv") in command  # found next to the Snakefile
+    jobs = dict(artifact_jobs(out))
+    assert jobs["rounds_to_target"]["params"]["targets"] == [70, 75] and jobs["rounds_to_target"]["params"]["paper"]["fedgmh"] == [68, 185]
+    assert jobs["compare"]["input"]["reference"] == [str(REPO / "reference" / "fedgmh_paper_tables.csv")]  # found next to the Snakefile
 
 
 def test_table2_full_plans_the_paper_runs_of_table2s_offline_columns(tmp_path: Path) -> None:
@@ -344,8 +343,7 @@ def test_the_comparison_takes_the_configs_margin_and_alpha(tmp_path: Path) -> No
                        "comparison_margin=0.25", "comparison_alpha=0.1", timeout=120)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    command = next(line for line in out.splitlines() if "fedgmh compare" in line)
-    assert "--margin 0.25 --alpha 0.1" in command
+    assert dict(artifact_jobs(out))["compare"]["params"] == {"margin": 0.25, "alpha": 0.1}
     result = snakemake(tmp_path, "-n", "all_tables", "--cores", "1", "--configfile", str(SMOKE), "--config", "comparison_alpha=0.5",
                        timeout=120)
     assert result.returncode != 0

@@ -263,8 +263,10 @@ def test_bad_options_fail_the_dry_run_naming_the_key(tmp_path: Path, change: Cal
 
 def test_free_text_that_looks_like_a_flag_reaches_the_commands_as_a_value(tmp_path: Path) -> None:
     """Every command of a dry run parses as `fedgmh` reads it, and titles or a layer name such as -h
-    arrive as values (`--title=VALUE`), not as flags."""
+    arrive as values (in the artifact's job), not as flags."""
     import shlex
+
+    from conftest import artifact_jobs
 
     from fedgmh.cli import build_parser
 
@@ -279,19 +281,20 @@ def test_free_text_that_looks_like_a_flag_reaches_the_commands_as_a_value(tmp_pa
     result = snakemake(tmp_path, "-n", "-p", "all", "--cores", "1", "--configfile", str(path), timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-3000:]
-    parser, parsed = build_parser(), {}
+    parser = build_parser()
     for line in out.splitlines():
         if line.startswith("Shell command: fedgmh "):
             words = shlex.split(line.removeprefix("Shell command: "))
-            words = words[1:words.index(">")]
             try:
-                args = parser.parse_args(words)
+                parser.parse_args(words[1:words.index(">")])
             except SystemExit:
                 pytest.fail(f"`fedgmh` does not read the command as meant: {line}")
-            parsed[args.command] = args
-    assert parsed["table"].title == "-h" and parsed["controls"].title == "-h" and parsed["curves"].title == "--help"
-    assert parsed["uploads"].title == "--version"
-    assert (parsed["layer-weights"].title, parsed["layer-weights"].layer) == ("--version", "-h")
+    jobs = artifact_jobs(out)
+    params = dict((name, job["params"]) for name, job in jobs if name != "table")
+    tables = {job["params"]["experiment"]: job["params"] for name, job in jobs if name == "table"}
+    assert tables["table2"]["title"] == "-h" and params["controls_summary"]["title"] == "-h"
+    assert params["curves"]["title"] == "--help" and params["uploads_to_target"]["title"] == "--version"
+    assert (params["layer_weights"]["title"], params["layer_weights"]["layer"]) == ("--version", "-h")
 
 
 def test_device_cuda_without_a_gpu_warns_in_a_dry_run_and_stops_a_local_run_before_any_job(tmp_path: Path, monkeypatch) -> None:

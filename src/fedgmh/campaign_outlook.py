@@ -27,6 +27,7 @@ from typing import Any
 
 from fedgmh.filing import parse_setting_id
 from fedgmh.plan_estimate import GPU_RATES, gpu_measurements, slots_end
+from fedgmh.report.artifacts.paper import official_reading
 from fedgmh.report.claims import MIN_SEEDS
 from fedgmh.runspec import RunSpec
 from fedgmh.store import scan_specs
@@ -52,7 +53,7 @@ def run_cells(run: Any, official: Mapping[tuple[str, str], str]) -> list[Cell]:
 
 def official_sources(plan: Any) -> dict[tuple[str, str], str]:
     """(experiment, variant) -> the paper experiment it stands for under PFLlib's reading."""
-    return {source: paper for paper, source in plan.official_reading.items()}
+    return {source: paper for paper, source in official_reading(plan).items()}
 
 
 def stored_computations(stores: Iterable[Path]) -> set[RunSpec]:

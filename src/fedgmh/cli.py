@@ -1,15 +1,13 @@
-"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | aggregate | table | curves | rounds | uploads | compare | claims | controls | clients | dots | seeds | layer-weights | document | costs | store | campaign | lease | plan`.
+"""Command-line interface: `fedgmh download | partition | train | train-group | serve | options | artifact | aggregate | curves | rounds | compare | claims | seeds | costs | store | campaign | lease | plan`.
 
 Each subcommand is a thin wrapper around a library function: `download` prepares a dataset,
 `partition` splits it over clients, `train` runs one federated training run (on a warm server,
 `serve` (fedgmh.warm), when FEDGMH_WARM_SOCKET names one), `train-group` the runs of a runs file in
 one process, their clients in one batched step (fedgmh.train.run_group), `options` lists an
-algorithm's `--set` options (cli_options.py), `aggregate` / `table` / `curves` / `rounds` /
-`compare` turn runs into the paper's tables and figures, `claims` tests the paper's claims on
-them, `uploads` the client uploads to a
-target accuracy (CE-pFL's Table 1), `controls` the label-prior controls'
-summary, `clients` the per-client accuracy figure, `dots` each seed beside the paper per cell, `layer-weights` the per-layer aggregation
-weights (pFedLA's Fig. 6), `document` the one-file report (cli_report.py),
+algorithm's `--set` options (cli_options.py), `artifact` writes one report artifact as the
+workflow's rule of it does (fedgmh.report.artifacts), `aggregate` / `curves` / `rounds` /
+`compare` / `seeds` turn runs into the paper's tables and figures by hand, `claims` tests the
+paper's claims on them (cli_report.py),
 `costs` computes section
 2.3's costs (cli_costs.py), `store` keeps finished run records (cli_store.py) and `campaign`
 trains the full-protocol campaign's next runs (cli_campaign.py), `lease` prepares a GPU lease of them

@@ -8,18 +8,31 @@ import argparse
 def _cmd_costs(args: argparse.Namespace) -> None:
     from fedgmh import costs
     from fedgmh.io import write_csv, write_text
-    from fedgmh.report.cost_tables import costs_latex
+    from fedgmh.report.cost_tables import costs_latex, costs_line
 
     table = costs.cost_table(args.dataset, labels=args.labels, runs=args.runs or ())
     write_csv(table, args.out)
     if args.tex:
         write_text(costs_latex(table), args.tex)
-    figures = table[table["kind"] == "model"]
-    matched = figures[figures["matches_paper"] == True]  # noqa: E712 - a column of True / False / None
-    runs = table[table["kind"] == "run"]["run"].nunique() if "run" in table else 0
-    print(f"costs: {len(figures)} model figures ({len(matched)} equal to the paper's), "
-          f"{table[table['kind'] == 'algorithm']['algorithm'].nunique()} algorithms, {runs} runs -> {args.out}"
-          + (f", {args.tex}" if args.tex else ""))
+    print(costs_line(table, args.out, args.tex))
+
+
+def write_artifact(inputs, outputs, params) -> str:
+    """The `costs` report artifact (fedgmh.report.artifacts.tables): the table of `fedgmh costs` with the runs of
+    config `costs_runs` (their run.json records), as CSV and LaTeX."""
+    import os
+
+    from fedgmh import costs
+    from fedgmh.datasets import COST_DATASETS
+    from fedgmh.io import write_csv, write_text
+    from fedgmh.report.artifact import every, one
+    from fedgmh.report.cost_tables import costs_latex, costs_line
+
+    out, tex = one(outputs, "csv"), one(outputs, "tex")
+    table = costs.cost_table(list(COST_DATASETS), runs=[os.path.dirname(record) for record in every(inputs, "records")] or ())
+    write_csv(table, out)
+    write_text(costs_latex(table), tex)
+    return costs_line(table, out, tex)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,6 +14,10 @@ class UserError(Exception):
     """An error caused by the user's input, with a message that says what to do."""
 
 
+class ConfigError(UserError):
+    """A config value the workflow cannot run; the message names the config key."""
+
+
 def did_you_mean(name: str, known: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the known name closest to `name`, case and '-'/'_' aside; '' when none is close."""
     known = list(known)

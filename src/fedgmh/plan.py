@@ -20,8 +20,10 @@ reports it), each problem as a `ConfigError` naming the config key: every run's 
 resolved exactly as `fedgmh train --set` will resolve them; every setting's ExDir parameters are
 checked as `fedgmh partition` checks them (the datasets' sizes stand in for their labels) and its
 class draw, which depends on partition_seed alone, is replayed; a join ratio must select a client;
-names that become folders or command words are checked (no leading -, folder names short enough).
-The sample draw of ExDir, which needs the labels, is checked by the partition job.
+names that become folders or command words are checked (no leading -, folder names short enough)
+(`fedgmh.plan_checks`); the report keys are checked by the artifacts that read them
+(`fedgmh.report.artifacts`). The sample draw of ExDir, which needs the labels, is checked by the
+partition job.
 """
 
 from __future__ import annotations
@@ -35,27 +37,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
-from fedgmh import partition
 from fedgmh.cards import algorithm_names, resolve_options
-from fedgmh.config import parse_overrides, selects_a_client
+from fedgmh.config import parse_overrides
 from fedgmh.datasets import DATASETS
-from fedgmh.errors import UserError, did_you_mean
+from fedgmh.errors import ConfigError, did_you_mean
 from fedgmh.filing import assign_setting_ids, format_number, partition_id, run_subfolder
 from fedgmh.gpu_slots import visible_devices
-from fedgmh.report.claim_file import read_claims
+from fedgmh.plan_checks import check_folder_names, check_names, check_options, check_settings, inherited, set_text
+from fedgmh.report.artifacts import artifacts
 from fedgmh.runspec import RunSpec
 
-#: `name` is one folder under results/, logs/ and paper_artifacts/: never "..", a path or an option
-NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-#: a variant's name ends setting ids and is a word of `fedgmh train --variant` / `fedgmh aggregate --variant`: never an option
-VARIANT_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=+-]*")
-#: the longest config name and variant name (as the schema's maxLength), so that every folder name stays short
-MAX_NAME_CHARS = 64
-#: the longest folder name file systems allow (bytes)
-MAX_FOLDER_NAME_BYTES = 255
 #: what a training job asks of a cluster by default (profiles may override it): the largest peak
 #: RSS among the committed records is 2511 MiB (run.json `memory.peak_rss_bytes`, MNIST, 200 rounds)
 TRAIN_MEM_MB = 4000
@@ -67,10 +60,6 @@ CPU_MINUTES_PER_ROUND_EPOCH = {1: 7668 / 60 / 400, 3: 626 / 60 / 8}
 #: a training job's runtime at most, in minutes, when the runs use a GPU: the longest run of the paper
 #: (CIFAR-100, 300 rounds) with margin; the CPU estimate above would ask a GPU queue for days
 GPU_RUNTIME_MINUTES = 360
-
-
-class ConfigError(UserError):
-    """A config value the workflow cannot run; the message names the config key."""
 
 
 def schema_problems(config: dict[str, Any], schema: dict[str, Any]) -> list[str]:
@@ -154,11 +143,6 @@ def _describe(error: Any) -> str:
     return f"  {where or '(top level)'}: {message}"
 
 
-def set_text(value: Any) -> str:
-    """A config option value as `fedgmh train --set` receives it (booleans as true/false; floats keep their '.0')."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def gpu_visible() -> bool:
     """Whether this machine has an NVIDIA GPU that CUDA_VISIBLE_DEVICES does not hide, told without
     importing torch (the driver's /proc entries or device files)."""
@@ -225,195 +209,33 @@ class Plan:
     def __init__(self, config: dict[str, Any], basedir: Path | str = ".") -> None:
         self.config = config
         self.name = str(config["name"])
-        self._check_names()
+        check_names(config)
         self.data = config["data_root"].rstrip("/")
         self.results, self.logs, self.artifacts = f"results/{self.name}", f"logs/{self.name}", f"paper_artifacts/{self.name}"
         check_finite(config)
-        self._drawable: set[tuple] = set()  # ExDir class draws found drawable (one per partition shape)
-        self._check_settings()
+        check_settings(config)
         self._checked_options: set[tuple] = set()
         self.runs = self._expand()
-        self._check_folder_names()
+        check_folder_names(self.runs)
         #: the runs that are trained, by their run directory
         self.train_jobs = {run.run_dir: run for run in self.runs if run.owner}
         self.partitions = {run.partition: run for run in self.runs}
         self.datasets = sorted({run.dataset for run in self.runs})
-        self._check_figures()
-        self.rounds_to_target = config.get("rounds_to_target") or {}
-        self._check_rounds_to_target()
-        self.uploads_to_target = config.get("uploads_to_target") or {}
-        self._check_experiment_setting("uploads_to_target", self.uploads_to_target)
-        self.layer_weights = config.get("layer_weights") or {}
-        self.official_reading = self._official_reading()
-        self._check_experiment_setting("layer_weights", self.layer_weights)
         self.reference = self._reference_path(Path(basedir))
         self.claims = self._find_file("paper_claims", config["paper_claims"], Path(basedir)) if config.get("paper_claims") else None
-        #: the config's experiments that the claims read (in config order): the claims rule's inputs
-        self.claim_experiments = self._claim_experiments()
         self.other_references = [self._find_file(f"other_references[{i}]", path, Path(basedir))
                                  for i, path in enumerate(config.get("other_references") or [])]
+        #: the report keys of the config, checked by the artifacts that read them (fedgmh.report.artifacts)
+        self.rounds_to_target = config.get("rounds_to_target") or {}
+        self.uploads_to_target = config.get("uploads_to_target") or {}
+        self.layer_weights = config.get("layer_weights") or {}
+        for artifact in artifacts().values():
+            artifact.check(self)
         #: whether some setting has its own number of clients (then `fedgmh aggregate` is told the config's)
         self.own_clients = any(run.clients != int(config["clients"]) for run in self.runs)
         self.uses_gpu = self._uses_gpu()
 
     # ----------------------------------------------------------------------------- checks
-
-    def _check_names(self) -> None:
-        """The config's name and its variants' names (the schema says the same; this keeps the rules safe regardless)."""
-        if len(self.name) > MAX_NAME_CHARS:
-            raise ConfigError(f"config: name is {len(self.name)} characters long; at most {MAX_NAME_CHARS} (it names folders)")
-        if not NAME_PATTERN.fullmatch(self.name):
-            raise ConfigError(
-                f"config: name {self.name!r} is not allowed: outputs go to results/<name>/, so use one folder name of "
-                "letters, digits and _ . - that does not start with . or - (e.g. smoke, paper, mini_v2)"
-            )
-        for exp_name, exp in self.config["experiments"].items():
-            for variant in exp.get("variants") or {}:
-                if not VARIANT_PATTERN.fullmatch(variant) or len(variant) > MAX_NAME_CHARS:
-                    raise ConfigError(
-                        f"config: experiments.{exp_name}.variants: {variant!r} is not allowed: a variant's name ends setting ids "
-                        f"and is a command word, so use up to {MAX_NAME_CHARS} letters, digits and _ . = + - that do not "
-                        "start with . = + or -"
-                    )
-
-    def _check_folder_names(self) -> None:
-        """Every folder name of a run directory fits the file system (long experiment ids, option values or variants)."""
-        for run in self.runs:
-            for part in Path(run.run_dir).parts:
-                if len(part.encode()) > MAX_FOLDER_NAME_BYTES:
-                    raise ConfigError(
-                        f"config: experiment {run.experiment[:40]!r}: the folder name {part[:40]!r}... of its runs is "
-                        f"{len(part.encode())} bytes long; file systems allow at most {MAX_FOLDER_NAME_BYTES}: shorten what it "
-                        "is made of (the experiment id, the setting's swept options, the variant)"
-                    )
-
-    def _check_settings(self) -> None:
-        """Every setting's ExDir parameters must be drawable (`_check_partition`; N: the setting's `clients`,
-        else the config's), and a round must select a client: N x join_ratio >= 1."""
-        for exp_name, exp in self.config["experiments"].items():
-            for index, setting in enumerate(exp["settings"]):
-                where = f"experiments.{exp_name}.settings[{index}]"
-                clients_key = f"{where}.clients" if "clients" in setting else "clients"
-                clients = int(setting.get("clients", self.config["clients"]))
-                join_ratio, join_key = self._inherited(setting, exp, "join_ratio", where, f"experiments.{exp_name}")
-                if not selects_a_client(clients, join_ratio):
-                    raise ConfigError(
-                        f"config: {join_key} ({format_number(join_ratio)}) x {clients_key} ({clients}) < 1: a round would select "
-                        f"no client (`fedgmh train` refuses it); use a join_ratio of at least 1/{clients}"
-                    )
-                self._check_partition(where, clients_key, setting, clients)
-
-    def _check_partition(self, where: str, clients_key: str, setting: dict, clients: int) -> None:
-        """What `fedgmh partition` would refuse of a setting, without its data: the parameters
-        (`partition.check_parameters`, the dataset's size standing in for its labels) and ExDir's class
-        draw, replayed from partition_seed (`partition.class_holders`)."""
-        info, classes, alpha = DATASETS[setting["dataset"]], int(setting["classes_per_client"]), setting["alpha"]
-        assignment, train_ratio = setting.get("assignment", "random"), self.config["train_ratio"]
-        named = {"clients": f"{clients_key} ({clients})", "classes_per_client": f"{where}.classes_per_client ({classes})",
-                 "alpha": f"{where}.alpha ({format_number(alpha)})", "train_ratio": f"train_ratio ({format_number(train_ratio)})",
-                 "assignment": f"{where}.assignment ({assignment})"}
-        try:
-            partition.check_parameters(info.num_samples, info.num_classes, clients, classes, alpha, train_ratio, assignment,
-                                       named=named, dataset=setting["dataset"])
-        except partition.PartitionError as err:
-            raise ConfigError(f"config: {err}") from None
-        draw = (info.num_classes, clients, classes, assignment)
-        seed = self.config["partition_seed"]
-        if draw not in self._drawable:
-            try:
-                partition.class_holders(np.random.RandomState(seed), clients, info.num_classes, classes, assignment)
-            except partition.PartitionError as err:
-                raise ConfigError(
-                    f"config: {where}: ExDir({classes}, {format_number(alpha)}) of {info.name} over {clients_key} = {clients} clients "
-                    f"cannot be drawn with partition_seed {seed}: {err}"
-                ) from None
-        self._drawable.add(draw)
-
-    def _inherited(self, setting: dict, experiment: dict, key: str, where: str = "setting",
-                   exp_where: str = "experiment") -> tuple[Any, str]:
-        """A setting's value of `key` (its own, else its experiment's, else the config's) and the config key it came
-        from (`where`: the setting's, `exp_where`: its experiment's)."""
-        if key in setting:
-            return setting[key], f"{where}.{key}"
-        if key in experiment:
-            return experiment[key], f"{exp_where}.{key}"
-        return self.config[key], key
-
-    def _check_options(self, algorithm: str, options: dict[str, Any], sources: dict[str, str], exp_name: str) -> None:
-        """Resolve one run's options as `fedgmh train` will (same strings, same resolver): a bad key or
-        value stops the workflow now, naming the config key it came from."""
-
-        def resolve(keys: list[str]) -> None:
-            resolve_options(algorithm, parse_overrides([f"{k}={set_text(options[k])}" for k in keys]))
-
-        signature = (algorithm, tuple(sorted((k, set_text(v)) for k, v in options.items())))
-        if signature in self._checked_options:
-            return
-        try:
-            resolve(sorted(options))
-        except UserError as err:
-            # name the first key that is wrong on its own (with the run's preset, which acts first)
-            for key in options:
-                try:
-                    resolve([key] + (["preset"] if "preset" in options and key != "preset" else []))
-                except UserError as alone:
-                    raise ConfigError(
-                        f"config: {sources[key]} = {options[key]!r} is not valid for {algorithm} "
-                        f"(a run of experiment {exp_name}); change or remove it: {alone}"
-                    ) from None
-            raise ConfigError(
-                f"config: the options {', '.join(sources[k] for k in sorted(options))} do not go together for {algorithm} "
-                f"(a run of experiment {exp_name}); change one of them: {err}"
-            ) from None
-        self._checked_options.add(signature)
-
-    def _check_figures(self) -> None:
-        for name, fig in self.config["figures"].items():
-            exp = fig["experiment"]
-            if exp not in self.config["experiments"]:
-                raise ConfigError(
-                    f"config: figures.{name}.experiment {exp!r} is not an experiment; experiments: {', '.join(self.config['experiments'])}"
-                )
-            settings = sorted({r.setting for r in self.runs if r.experiment == exp})
-            if fig["setting"] not in settings:
-                raise ConfigError(
-                    f"config: figures.{name}.setting {fig['setting']!r} is not a setting of {exp}; its settings: {', '.join(settings)}"
-                )
-            unknown = set(fig.get("algorithms", [])) - set(self.config["experiments"][exp]["algorithms"])
-            if unknown:
-                raise ConfigError(f"config: figures.{name}.algorithms {sorted(unknown)} are not run in {exp}")
-
-    def _check_rounds_to_target(self) -> None:
-        spec = self.rounds_to_target
-        if not spec:
-            return
-        figure = spec["figure"]
-        if figure not in self.config["figures"]:
-            raise ConfigError(
-                f"config: rounds_to_target.figure {figure!r} is not a figure; figures: {', '.join(self.config['figures']) or 'none'}"
-            )
-        for algorithm, rounds in (spec.get("paper") or {}).items():
-            if len(rounds) != len(spec["targets"]):
-                raise ConfigError(f"config: rounds_to_target.paper.{algorithm} has {len(rounds)} rounds for {len(spec['targets'])} targets")
-
-    def _check_experiment_setting(self, name: str, spec: dict[str, Any]) -> None:
-        """A report key naming an experiment and one of its settings (`uploads_to_target`, `layer_weights`):
-        both must exist, the algorithms it names must be run there, `paper` values one per target."""
-        if not spec:
-            return
-        exp = spec["experiment"]
-        if exp not in self.config["experiments"]:
-            raise ConfigError(f"config: {name}.experiment {exp!r} is not an experiment; experiments: {', '.join(self.config['experiments'])}")
-        settings = sorted({r.setting for r in self.runs if r.experiment == exp})
-        if spec["setting"] not in settings:
-            raise ConfigError(f"config: {name}.setting {spec['setting']!r} is not a setting of {exp}; its settings: {', '.join(settings)}")
-        run = set(self.config["experiments"][exp]["algorithms"])
-        unknown = sorted(set(spec.get("algorithms") or []) - run)
-        if unknown:
-            raise ConfigError(f"config: {name}.algorithms {unknown} are not run in {exp}; its algorithms: {', '.join(sorted(run))}")
-        for algorithm, values in (spec.get("paper") or {}).items():
-            if len(values) != len(spec["targets"]):
-                raise ConfigError(f"config: {name}.paper.{algorithm} has {len(values)} values for {len(spec['targets'])} targets")
 
     def partition_job(self, partition: str) -> Run:
         """A run of the partition with this id (file name), whose fields give `fedgmh partition` its
@@ -437,35 +259,6 @@ class Plan:
         if not path:
             return None
         return self._find_file("reference_tables", path, basedir)
-
-    def _claim_experiments(self) -> list[str]:
-        if not self.claims:
-            return []
-        try:
-            wanted = set().union(*(claim.experiments() for claim in read_claims(self.claims)))
-        except UserError as err:
-            raise ConfigError(f"config: paper_claims: {err}") from None
-        return [name for name in self.config["experiments"] if name in wanted]
-
-    def _official_reading(self) -> dict[str, tuple[str, str]]:
-        """Config `official_reading`: paper experiment -> (experiment, variant) of its runs under PFLlib's reading;
-        like `clients_figure`, an experiment the config does not have names none."""
-        reading = {}
-        for paper_experiment, source in (self.config.get("official_reading") or {}).items():
-            experiment, variant = source.split("@", 1)
-            if experiment not in self.config["experiments"]:
-                continue
-            variants = self.config["experiments"][experiment].get("variants") or {}
-            if variant not in variants:
-                raise ConfigError(f"config: official_reading.{paper_experiment} {source!r} is not an experiment's variant; "
-                                  f"experiments with variants: {', '.join(k for k, v in self.config['experiments'].items() if v.get('variants')) or 'none'}")
-            reading[paper_experiment] = (experiment, variant)
-        return reading
-
-    def official_run_dirs(self, paper_experiment: str) -> list[str]:
-        """Run directories of the runs that stand for `paper_experiment` under PFLlib's reading (config `official_reading`)."""
-        experiment, variant = self.official_reading[paper_experiment]
-        return [run.run_dir for run in self.runs if run.experiment == experiment and run.variant == variant]
 
     @staticmethod
     def _find_file(key: str, path: str, basedir: Path) -> str:
@@ -521,7 +314,7 @@ class Plan:
             for variant, variant_options in variants.items():
                 for algorithm in exp["algorithms"]:
                     options, sources = self._options_for(exp_name, exp, index, setting, algorithm, variant, variant_options or {})
-                    self._check_options(algorithm, options, sources, exp_name)
+                    check_options(algorithm, options, sources, exp_name, self._checked_options)
                     yield {
                         "experiment": exp_name,
                         "variant": variant,
@@ -534,10 +327,10 @@ class Plan:
                         "partition_seed": config["partition_seed"],
                         "algorithm": algorithm,
                         "rounds": int(setting.get("rounds", config["rounds"])),
-                        "local_epochs": int(self._inherited(setting, exp, "local_epochs")[0]),
-                        "join_ratio": self._inherited(setting, exp, "join_ratio")[0],
-                        "batch_size": int(self._inherited(setting, exp, "batch_size")[0]),
-                        "lr": self._inherited(setting, exp, "lr")[0],
+                        "local_epochs": int(inherited(self.config, setting, exp, "local_epochs")[0]),
+                        "join_ratio": inherited(self.config, setting, exp, "join_ratio")[0],
+                        "batch_size": int(inherited(self.config, setting, exp, "batch_size")[0]),
+                        "lr": inherited(self.config, setting, exp, "lr")[0],
                         "options": options,
                     }
 

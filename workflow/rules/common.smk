@@ -155,21 +155,3 @@ def partition_job(wildcards):
 
 def partition_of(wildcards):
     return expand(rules.partition.output.partition, partition=train_job(wildcards).partition)
-
-
-def reference_cells(path):
-    """(table, dataset) of the rows of the paper's reference CSV: ('table2', 'cifar100')."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8") as handle:
-        return {(row["table"], row["dataset"].lower()) for row in csv.DictReader(handle)}
-
-
-# an experiment named like a table of the paper, on one of its datasets, gets a dot plot of its
-# seeds next to the paper's values (the smoke config's digits have none)
-PAPER_CELLS = reference_cells(PLAN.reference) if PLAN.reference else set()
-DOT_PLOTS = [
-    name
-    for name, experiment in config["experiments"].items()
-    if any((name, str(setting.get("dataset", "")).lower()) in PAPER_CELLS for setting in experiment.get("settings", []))
-]

@@ -3,7 +3,8 @@
 The names below are imported from their modules on first use, so that a module of this package
 imports without pandas where it needs none.
 
-Modules (each a library with a CLI wrapper in `fedgmh.cli_report`), in import order (no circle):
+Modules (libraries; `artifact` and `artifacts/` declare the workflow's tables and figures, each
+calling them), in import order (no circle):
 
 - `parsing`: parsing, ordering and comparing values (shared helpers).
 - `labels`: dataset names and order, result columns, swept dimensions, number formatting

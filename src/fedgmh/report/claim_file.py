@@ -4,7 +4,7 @@ A claim names its kind (`test`, one of `claim_kinds()`: the kind's module checks
 what it reads); cells are written `<experiment>/<setting id>` (the workflow's run folders, e.g.
 `table2/cifar100_c5_a0.5`) with the algorithms wanted there. The format, field by field:
 docs/claims.md. No pandas here: the workflow reads the file while it builds its DAG
-(`Plan.claim_experiments`).
+(`fedgmh.report.artifacts.paper.claim_experiments`).
 """
 
 from __future__ import annotations

@@ -44,3 +44,13 @@ def costs_latex(table: pd.DataFrame) -> str:
                    "other client, and the mean upload measured in this config's runs.")
         out.append(latex_table(frame, caption, f"tab:costs-{dataset}", column_format="llrrrr", size="small"))
     return "\n".join(out)
+
+
+def costs_line(table: pd.DataFrame, out: str, tex: str | None) -> str:
+    """What `fedgmh costs` says of the table it wrote: its model figures, algorithms and runs."""
+    figures = table[table["kind"] == "model"]
+    matched = figures[figures["matches_paper"] == True]  # noqa: E712 - a column of True / False / None
+    runs = table[table["kind"] == "run"]["run"].nunique() if "run" in table else 0
+    return (f"costs: {len(figures)} model figures ({len(matched)} equal to the paper's), "
+            f"{table[table['kind'] == 'algorithm']['algorithm'].nunique()} algorithms, {runs} runs -> {out}"
+            + (f", {tex}" if tex else ""))

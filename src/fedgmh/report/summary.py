@@ -159,3 +159,26 @@ def row_name(algorithm: str, variant: str, several_algorithms: bool) -> str:
     if not variant:
         return algorithm_name(algorithm)
     return f"{algorithm_name(algorithm)} ({variant})" if several_algorithms else variant
+
+
+#: the most cells `fedgmh aggregate` prints (the rest are in its CSV)
+SHOWN_CELLS = 30
+
+
+def summary_lines(results: pd.DataFrame) -> list[str]:
+    """The best accuracy of each (experiment, setting, method), mean ± std over its seeds, as lines."""
+    lines = []
+    for experiment in dict.fromkeys(results["experiment"].fillna("")):
+        try:
+            cells, _ = summarize(results.fillna({"experiment": ""}), experiment)
+        except UserError as err:  # e.g. one seed twice with other settings: the CSV is still written
+            lines.append(f"  {experiment or '(no experiment)'}: no summary ({err})")
+            continue
+        for cell in cells.itertuples():
+            where = f"{experiment}: " if experiment else ""
+            spread = f"{cell.mean:.2f} %" if cell.n_seeds == 1 else f"{cell.mean:.2f} ± {cell.std:.2f} %"
+            seeds = f"seed {cell.seeds}" if cell.n_seeds == 1 else f"{cell.n_seeds} seeds: {cell.seeds}"
+            lines.append(f"  {where}{cell.row_name} on {cell.setting}: best test accuracy {spread} ({seeds})")
+    if len(lines) > SHOWN_CELLS:
+        lines = lines[:SHOWN_CELLS] + [f"  ... {len(lines) - SHOWN_CELLS} more: see the CSV"]
+    return lines

@@ -6,7 +6,7 @@ and curves it reads (`needs`), and the comparisons it makes on the runs, each de
 `fedgmh.report.claims`. `claim_kinds()` collects them as `fedgmh.cards` collects the algorithm
 cards, so a new kind is one module (docs/claims.md, "Adding a claim kind"). Here too the building
 blocks the kinds share: cells, the field checks, the not-run comparison. No pandas: the workflow
-reads the claims file while it builds its DAG (`Plan.claim_experiments`).
+reads the claims file while it builds its DAG (`fedgmh.report.artifacts.paper.claim_experiments`).
 """
 
 from __future__ import annotations
