@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,11 +104,21 @@ def records(config: str, experiment: str) -> list[Record]:
     `seed<k>` folders (not `seed<k>-<digest>`, a record filed beside another run's after a config edit)."""
     runs = ARTIFACTS / config / "runs" / experiment
     found = [Record(config, experiment, *path.relative_to(runs).parts[:3]) for path in runs.glob("*/*/seed*/run.json")]
+    for record in found:
+        try:
+            parse_setting_id(record.setting)
+        except ValueError as err:
+            raise UserError(f"{record.folder}: {err}") from None
     return sorted((record for record in found if record.seed[len("seed"):].isdigit()), key=lambda record: record.folder)
 
 
 def _in_order(found: Iterable[Record]) -> list[Record]:
     return sorted(found, key=lambda record: record.folder)
+
+
+def _any_on(found: list[Record], settings: Sequence[str], algorithms: Sequence[str] = ()) -> bool:
+    """Whether a record is of one of `settings` (its variant aside) and, if given, of one of `algorithms`."""
+    return any(r.cell in settings and (not algorithms or r.algorithm in algorithms) for r in found)
 
 
 def _folders(found: list[Record]) -> list[str]:
@@ -145,31 +155,50 @@ class SoFar:
     def every_record(self) -> list[str]:
         return sorted(set(_folders(self.table2 + self.table5 + self.table2_official + self.table5_official)))
 
-    @staticmethod
-    def _has(found: list[Record], settings: tuple[str, ...] = (FIGURE_SETTING,), algorithms: tuple[str, ...] = ()) -> bool:
-        return any(r.cell in settings and (not algorithms or r.algorithm in algorithms) for r in found)
+    @property
+    def official_readings(self) -> bool:
+        return bool(self.table2_official or self.table5_official)
+
+    # What the records give: Figures 3 and 4 (and the rounds to target) need runs on FIGURE_SETTING,
+    # the MNIST figure a run of FedGMH or FedPer on PAIR_SETTINGS
+    @property
+    def figure3(self) -> bool:
+        return _any_on(self.table2, [FIGURE_SETTING])
+
+    @property
+    def figure4(self) -> bool:
+        return _any_on(self.table5, [FIGURE_SETTING])
+
+    @property
+    def figure3_official(self) -> bool:
+        return _any_on(self.table2_official, [FIGURE_SETTING])
+
+    @property
+    def figure4_official(self) -> bool:
+        return _any_on(self.table5_official, [FIGURE_SETTING])
+
+    @property
+    def pair(self) -> bool:
+        return _any_on(self.table2, PAIR_SETTINGS, PAIR_ALGORITHMS)
+
+    @property
+    def pair_official(self) -> bool:
+        return _any_on(self.table2_official, PAIR_SETTINGS, PAIR_ALGORITHMS)
 
     def outputs(self) -> list[str]:
         """The file names written into the output folder."""
         names = ["table2_results.csv", "comparison.md", "comparison.csv", "claims.md", "claims.csv"]
         names += ["table5_results.csv"] if self.table5 else []
-        names += ["figure3.pdf", "figure3.png", "rounds_to_target.tex", "rounds_to_target.csv"] if self._has(self.table2) else []
-        names += ["figure4.pdf", "figure4.png"] if self._has(self.table5) else []
+        names += ["figure3.pdf", "figure3.png", "rounds_to_target.tex", "rounds_to_target.csv"] if self.figure3 else []
+        names += ["figure4.pdf", "figure4.png"] if self.figure4 else []
         names += ["table2_pflib_results.csv"] if self.table2_official else []
         names += ["figure3_official.pdf", "figure3_official.png", "rounds_to_target_official.tex",
-                  "rounds_to_target_official.csv"] if self._has(self.table2_official) else []
+                  "rounds_to_target_official.csv"] if self.figure3_official else []
         names += ["table5_pflib_results.csv"] if self.table5_official else []
-        names += ["figure4_official.pdf", "figure4_official.png"] if self._has(self.table5_official) else []
+        names += ["figure4_official.pdf", "figure4_official.png"] if self.figure4_official else []
         names += ["comparison_pflib.md", "comparison_pflib.csv", "claims_pflib.csv"] if self.official_readings else []
-        names += ["fedgmh_fedper_mnist.pdf", "fedgmh_fedper_mnist.png"] if self._has_pair(self.table2) else []
+        names += ["fedgmh_fedper_mnist.pdf", "fedgmh_fedper_mnist.png"] if self.pair else []
         return names
-
-    @property
-    def official_readings(self) -> bool:
-        return bool(self.table2_official or self.table5_official)
-
-    def _has_pair(self, found: list[Record]) -> bool:
-        return self._has(found, PAIR_SETTINGS, PAIR_ALGORITHMS)
 
     def write(self, out: Path | str, log: Path | str | None = None) -> None:
         """Every file of `outputs` into `out`, from the records found (the intermediate curves and
@@ -200,29 +229,29 @@ class _Writer:
         table2 = self._aggregate(so_far.table2, "table2", "paper", "table2_results.csv")
         table5 = self._aggregate(so_far.table5, "table5", "paper", "table5_results.csv") if so_far.table5 else None
         self._comparison("paper", "comparison", SCORING_TEXT)
-        if so_far._has(so_far.table2):
+        if so_far.figure3:
             self._rounds(table2, "rounds_to_target")
-        if table5 and so_far._has(so_far.table5):
+        if table5 and so_far.figure4:
             self._figure(table5, "table5", "figure4", f"Figure 4 so far: {CIFAR100}, {TEXT}", reference=True)
         official2 = None
         if so_far.table2_official:
             official2 = self._aggregate(so_far.table2_official, "table2", "official", "table2_pflib_results.csv")
-            if so_far._has(so_far.table2_official):
-                self._figure(official2, "table2", "figure3_official", f"Figure 3 so far: {CIFAR100}, {PFLLIB} (preset=official)",
-                             targets=True)
-                self._rounds(official2, "rounds_to_target_official")
-        if so_far._has(so_far.table2):
+        if official2 and so_far.figure3_official:
+            self._figure(official2, "table2", "figure3_official", f"Figure 3 so far: {CIFAR100}, {PFLLIB} (preset=official)",
+                         targets=True)
+            self._rounds(official2, "rounds_to_target_official")
+        if so_far.figure3:
             self._figure(table2, "table2", "figure3", f"Figure 3 so far: {CIFAR100}, {TEXT}", targets=True,
-                         overlay=official2 if so_far._has(so_far.table2_official) else None, labels=FIGURE3_LABELS)
+                         overlay=official2 if so_far.figure3_official else None, labels=FIGURE3_LABELS)
         if so_far.table5_official:
             official5 = self._aggregate(so_far.table5_official, "table5", "official", "table5_pflib_results.csv")
-            if so_far._has(so_far.table5_official):
+            if so_far.figure4_official:
                 self._figure(official5, "table5", "figure4_official", f"Figure 4 so far: {CIFAR100}, {PFLLIB} (preset=official)",
                              reference=True)
         if so_far.official_readings:
             self._comparison("official", "comparison_pflib", SCORING_PFLLIB)
-        if so_far._has_pair(so_far.table2):
-            self._pair(with_official=so_far._has_pair(so_far.table2_official))
+        if so_far.pair:
+            self._pair(with_official=so_far.pair_official)
         self._claims()
 
     def _aggregate(self, found: list[Record], experiment: str, reading: str, name: str) -> Path:
@@ -256,20 +285,17 @@ class _Writer:
 
     def _figure(self, curves: Path, experiment: str, name: str, title: str, targets: bool = False,
                 reference: bool = False, overlay: Path | None = None, labels: dict[str, str] | None = None) -> None:
-        """Accuracy per round on FIGURE_SETTING: the targets and the paper's rounds marked (Figure 3),
-        or the paper's Table 5 values (Figure 4); PFLlib's FedAMP and FedGH beside Table 2's runs (the
-        paper's numbers of those two are PFLlib's reading's)."""
+        """Accuracy per round on FIGURE_SETTING, with the targets and the paper's rounds (Figure 3) or the
+        paper's values (Figure 4) marked, and OVERLAY_ALGORITHMS of PFLlib's reading's `overlay` curves."""
         from fedgmh.report.figures import plot_curves
         from fedgmh.report.marks import Marks
         from fedgmh.report.paper import read_reference
         from fedgmh.report.runs import read_curves
 
-        extra = {}
-        if overlay is not None:
-            frame = read_curves(overlay)
-            extra = {"overlay": frame[frame["algorithm"].isin(OVERLAY_ALGORITHMS)], "overlay_name": PFLLIB}
+        beside = read_curves(overlay) if overlay is not None else None
         marks = Marks(targets=list(TARGETS) if targets else [], paper_rounds=paper_rounds() if targets else {},
-                      labels=labels or {}, reference=read_reference(REFERENCE) if reference else None, **extra)
+                      overlay=beside[beside["algorithm"].isin(OVERLAY_ALGORITHMS)] if beside is not None else None,
+                      overlay_name=PFLLIB, labels=labels or {}, reference=read_reference(REFERENCE) if reference else None)
         plot_curves(read_curves(curves), self.out / f"{name}.pdf", png=self.out / f"{name}.png", settings=[FIGURE_SETTING],
                     experiment=experiment, title=title, marks=marks)
         print(f"so_far: {title} -> {self.out / name}.pdf, .png")
