@@ -39,6 +39,7 @@ include: "workflow/rules/download.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/so_far.smk"
 
 
 rule all:

@@ -9,9 +9,6 @@ mirror, the run key of every training job of the configs whose records are commi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,32 +32,37 @@ def test_every_committed_record_is_one_run_json_filed_by_its_labels() -> None:
         assert {p.name for p in path.parent.iterdir()} == {"run.json", "metrics.csv", *store.optional_files(path.parent)}, path
 
 
-def _with_fedgmh_on_path() -> dict[str, str]:
-    """The environment with this interpreter's scripts (fedgmh) first on PATH, for the tools' scripts."""
-    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+#: the figures of paper_artifacts/paper/so_far/, compared by name only: their bytes are matplotlib's
+FIGURE_SUFFIXES = (".pdf", ".png")
 
 
-def test_the_committed_comparison_so_far_is_what_the_committed_records_give(tmp_path: Path) -> None:
-    """paper_artifacts/paper/so_far/ is regenerated whenever a full-protocol record is committed."""
-    done = subprocess.run(["bash", "tools/comparison_so_far.sh", str(tmp_path)], cwd=REPO, env=_with_fedgmh_on_path(), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    for name in ("table2_results.csv", "comparison.md", "comparison.csv", "table2_pflib_results.csv", "table5_pflib_results.csv",
-                 "comparison_pflib.md", "comparison_pflib.csv", "rounds_to_target.csv", "rounds_to_target_official.csv",
-                 "claims.md", "claims.csv", "claims_pflib.csv"):
-        assert (tmp_path / name).read_text() == (ARTIFACTS / "paper" / "so_far" / name).read_text(), \
-            f"{name} is out of date: run `bash tools/comparison_so_far.sh` and commit paper_artifacts/paper/so_far/"
+def test_the_committed_comparison_so_far_is_what_the_committed_records_give(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """paper_artifacts/paper/so_far/ is regenerated (`snakemake so_far`) whenever a full-protocol record is
+    committed: the same files, and every table, comparison and claim the same text."""
+    from fedgmh.so_far import SoFar
+
+    monkeypatch.chdir(REPO)
+    so_far = SoFar.discover()
+    so_far.write(tmp_path)
+    committed = ARTIFACTS / "paper" / "so_far"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(so_far.outputs()) == sorted(p.name for p in committed.iterdir())
+    for name in so_far.outputs():
+        if not name.endswith(FIGURE_SUFFIXES):
+            assert (tmp_path / name).read_text() == (committed / name).read_text(), \
+                f"{name} is out of date: run `snakemake so_far --cores 1` and commit paper_artifacts/paper/so_far/"
 
 
-def test_the_comparison_so_far_takes_a_run_held_by_both_configs_once_from_paper(tmp_path: Path) -> None:
+def test_the_comparison_so_far_takes_a_run_held_by_both_configs_once_from_paper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
+
+    from fedgmh.so_far import SoFar
 
     record = ARTIFACTS / "table2_mnist" / "runs" / "table2" / "mnist_c2_a0.5" / "fedavg" / "seed0"
     for config in ("paper", "table2_mnist"):
         shutil.copytree(record, tmp_path / "paper_artifacts" / config / "runs" / record.relative_to(ARTIFACTS / "table2_mnist" / "runs"))
-    shutil.copytree(REPO / "tools", tmp_path / "tools")
     shutil.copytree(REPO / "reference", tmp_path / "reference")
-    done = subprocess.run(["bash", "tools/comparison_so_far.sh", "out"], cwd=tmp_path, env=_with_fedgmh_on_path(), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir(tmp_path)
+    SoFar.discover().write("out")
     rows = (tmp_path / "out" / "table2_results.csv").read_text().splitlines()[1:]
     assert len(rows) == 1 and rows[0].endswith("paper_artifacts/paper/runs/table2/mnist_c2_a0.5/fedavg/seed0")
 

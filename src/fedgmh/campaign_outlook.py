@@ -8,7 +8,7 @@ not the group's. Runs exist when the store holds a record of their computation (
 FedProx with mu = 0 is FedAvg). A run gives a seed to its experiment's cell under the paper's text,
 or, when its experiment and variant stand for a paper experiment under PFLlib's reading (config
 `official_reading`), to that experiment's cell there; Table 5's official FedGMH runs stand for Table
-2's (`STAND_INS`, as tools/comparison_so_far.sh reads them). Verdicts come from the committed
+2's (`STAND_INS`, as fedgmh.so_far reads them). Verdicts come from the committed
 comparison so far (claims.csv under the paper's text, claims_pflib.csv under PFLlib's).
 
 Times: a run on one CPU core takes the median wall time of the committed records trained on a CPU with
