@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
 from conftest import REPO_ROOT
 
 from fedgmh import campaign_outlook as outlook
+from fedgmh.report import claims
 from fedgmh.report.claim_file import read_claims
 
 
@@ -61,6 +63,31 @@ def test_a_group_decides_a_claim_only_when_every_cell_it_needs_has_the_seeds(tmp
     # cells complete before the first group: decided by none of them
     assert outlook.decided_by_group(groups[1:], claims, verdicts, {**stored, cell("fedavg"): {0, 1, 2}})[groups[1][0]] == []
     assert outlook.claims_text([("paper", "best"), ("official", "best")]) == "2 claim(s) (best; under PFLlib's reading best)"
+
+
+ORDER_CLAIMS = """
+claims:
+  - {id: first, where: Figure 3, claim: FedGMH reaches 70 % before FedAvg, test: rounds, target: 70,
+     curves: table2/mnist_c2_a5, earlier: [fedgmh], later: [fedavg]}
+  - {id: after, where: Figure 3, claim: FedAvg reaches 70 % after round 100, test: rounds, target: 70,
+     curves: table2/mnist_c2_a5, after: 100, algorithms: [fedavg]}
+"""
+
+
+def test_which_method_comes_first_waits_for_the_seeds_its_sign_test_can_hold_on(tmp_path: Path):
+    """A sign test cannot hold on 3 seeds (p = 1/8): the order claim counts only from SIGN_SEEDS seeds on,
+    the round claim beside it from MIN_SEEDS."""
+    (tmp_path / "claims.yaml").write_text(ORDER_CLAIMS)
+    first, after = read_claims(tmp_path / "claims.yaml")
+    assert (first.fewest_seeds(), after.fewest_seeds()) == (claims.SIGN_SEEDS, claims.MIN_SEEDS) == (5, 3)
+    cell = lambda algorithm: ("paper", "table2", "mnist_c2_a5", algorithm)  # noqa: E731
+    groups = [(f"seed {seed}", [(cell("fedgmh"), seed), (cell("fedavg"), seed)]) for seed in range(5)]
+    decided = outlook.decided_by_group(groups, [first, after], {}, {})
+    assert decided == {"seed 0": [], "seed 1": [], "seed 2": [("paper", "after")], "seed 3": [], "seed 4": [("paper", "first")]}
+    # SIGN_SEEDS is the fewest seeds at which every seed one way holds
+    one_way = lambda n: claims.rounds_order("x", (math.nan, {s: 10.0 for s in range(n)}), (math.nan, {s: 20.0 for s in range(n)}))  # noqa: E731
+    assert one_way(claims.SIGN_SEEDS).verdict == claims.HOLDS
+    assert one_way(claims.SIGN_SEEDS - 1).verdict == claims.INCONCLUSIVE
 
 
 def test_times_fill_the_slots_and_say_what_they_lack():

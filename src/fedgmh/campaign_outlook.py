@@ -2,8 +2,8 @@
 group decides, and how long its runs take.
 
 A group decides a claim still undecided when, after its runs and those of the groups before it, every
-cell the claim needs (`Claim.needs`) has runs of at least MIN_SEEDS seeds (the fewest a claim's test
-decides on) under a reading of the protocol; a claim whose cells were complete before the group is
+cell the claim needs (`Claim.needs`) has runs of as many seeds as its test can decide on
+(`Claim.fewest_seeds`: 3, or 5 for which method comes first) under a reading of the protocol; a claim whose cells were complete before the group is
 not the group's. Runs exist when the store holds a record of their computation (`RunSpec.computation`:
 FedProx with mu = 0 is FedAvg). A run gives a seed to its experiment's cell under the paper's text,
 or, when its experiment and variant stand for a paper experiment under PFLlib's reading (config
@@ -28,7 +28,6 @@ from typing import Any
 from fedgmh.filing import parse_setting_id
 from fedgmh.plan_estimate import GPU_RATES, gpu_measurements, slots_end
 from fedgmh.report.artifacts.paper import official_reading
-from fedgmh.report.claims import MIN_SEEDS
 from fedgmh.runspec import RunSpec
 from fedgmh.store import scan_specs
 
@@ -83,13 +82,13 @@ def entry_cells(runs: Iterable[Any], plan_runs: Iterable[Any], official: Mapping
 
 def decidable(claims: Iterable, verdicts: Mapping[str, Mapping[str, str]], seeds: Mapping[Cell, set[int]]) -> set[tuple[str, str]]:
     """(reading, claim id) of every claim undecided under a reading (no settled verdict) whose every
-    needed cell has at least MIN_SEEDS seeds there."""
+    needed cell has the claim's fewest seeds there."""
     found = set()
     for claim in claims:
-        needs = claim.needs()
+        needs, fewest = claim.needs(), claim.fewest_seeds()
         for reading in READINGS:
             if needs and verdicts.get(reading, {}).get(claim.id) not in SETTLED and all(
-                    len(seeds.get((reading, n.experiment, n.setting, n.algorithm), ())) >= MIN_SEEDS for n in needs):
+                    len(seeds.get((reading, n.experiment, n.setting, n.algorithm), ())) >= fewest for n in needs):
                 found.add((reading, claim.id))
     return found
 

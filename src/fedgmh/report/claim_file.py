@@ -36,6 +36,10 @@ class Claim:
         """Every cell or curve the claim's test reads, in the file's order, without repeats."""
         return list(dict.fromkeys(claim_kinds()[self.test].needs(self.spec)))
 
+    def fewest_seeds(self) -> int:
+        """The seeds each needed cell must have before the claim's test can decide it."""
+        return claim_kinds()[self.test].seeds(self.spec)
+
     def experiments(self) -> set[str]:
         return {need.experiment for need in self.needs()}
 

@@ -36,6 +36,8 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
 ALPHA = 0.05
 #: fewer seeds (shared seeds for paired tests) and a comparison is inconclusive: no spread to judge it by
 MIN_SEEDS = 3
+#: the fewest shared seeds at which a sign test (`rounds_order`) can hold: all of them one way, 1/2**n < ALPHA
+SIGN_SEEDS = math.floor(math.log2(1 / ALPHA)) + 1
 #: the coverage of the prediction interval a paper's round to a target is held against: outside it, refuted
 PREDICTION = 0.90
 #: a paper's round to a target holds when our mean round's 90 % interval lies within +- this share of it
@@ -298,8 +300,8 @@ def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: 
                 f"{_seed_rounds({s: a[s] for s in shared})} vs {_seed_rounds({s: b[s] for s in shared})}); mean curves "
                 f"{_round_text(mean_a)} vs {_round_text(mean_b)}; sign test p = {p_hold:.2g}, the other way p = {p_against:.2g} "
                 f"(refuting below {against_alpha:.2g})" + _unknown(count["unknown"]))
-    if verdict == INCONCLUSIVE and n < 5 and count["unknown"] == 0:
-        evidence += f"; {n} seeds cannot reach {ALPHA:g} (all {n} one way: p = {sign_p(n, n):.2g}; 5 needed)"
+    if verdict == INCONCLUSIVE and n < SIGN_SEEDS and count["unknown"] == 0:
+        evidence += f"; {n} seeds cannot reach {ALPHA:g} (all {n} one way: p = {sign_p(n, n):.2g}; {SIGN_SEEDS} needed)"
     one_way = count["earlier"] == n if verdict == HOLDS else count["later"] + count["tie"] == n
     return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", _exact(mean_b) - _exact(mean_a),
                 min((low for low, _ in gaps if not math.isnan(low)), default=math.nan),

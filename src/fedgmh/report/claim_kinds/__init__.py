@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 from fedgmh.errors import UserError
-from fedgmh.report.claims import NOT_RUN, Part, Rules
+from fedgmh.report.claims import MIN_SEEDS, NOT_RUN, Part, Rules
 from fedgmh.report.parsing import is_percent_target
 
 #: the fields every claim has, besides its kind's
@@ -54,6 +54,10 @@ def _reads_no_rule(spec: Mapping[str, Any]) -> frozenset[str]:
     return frozenset()
 
 
+def _fewest_seeds(spec: Mapping[str, Any]) -> int:
+    return MIN_SEEDS
+
+
 @dataclass(frozen=True)
 class ClaimKind:
     """One kind of claim (`test: <name>` in the claims file) and everything it does."""
@@ -73,6 +77,9 @@ class ClaimKind:
     #: checked fields -> the `Rules` fields its verdicts read (the rule alternatives the robustness
     #: check re-decides it under)
     rules: Callable[[Mapping[str, Any]], frozenset[str]] = _reads_no_rule
+    #: checked fields -> the fewest seeds per cell at which its comparisons can be decided (what
+    #: `fedgmh campaign status` waits for before it counts the claim as decidable)
+    seeds: Callable[[Mapping[str, Any]], int] = _fewest_seeds
     #: a computation, not a measurement: its verdicts have no alternative (robustness: exact)
     exact: bool = False
 
@@ -85,7 +92,7 @@ class ClaimKind:
         shared = sorted((self.required & self.optional) | ((self.required | self.optional) & COMMON))
         if shared:
             raise ValueError(f"{where}: field(s) {', '.join(shared)} declared twice (required, optional or common to every claim)")
-        missing = [f.name for f in fields(self) if f.name in ("check", "needs", "comparisons", "rules")
+        missing = [f.name for f in fields(self) if f.name in ("check", "needs", "comparisons", "rules", "seeds")
                    and not callable(getattr(self, f.name))]
         if missing:
             raise ValueError(f"{where} lacks {', '.join(missing)} (each a function)")

@@ -104,6 +104,11 @@ def rules(spec: Mapping[str, Any]) -> frozenset[str]:
     return frozenset({"prediction", "tolerance"}) if "paper" in spec else frozenset()
 
 
+def seeds(spec: Mapping[str, Any]) -> int:
+    """Which comes first (`earlier`, `points`) is a sign test: it cannot hold on fewer than SIGN_SEEDS."""
+    return claims.SIGN_SEEDS if "earlier" in spec or "points" in spec else claims.MIN_SEEDS
+
+
 KINDS = (ClaimKind("rounds", frozenset({"target"}),
                    frozenset({"curves", "paper", "earlier", "later", "after", "algorithms", "points", "parameter"}),
-                   check, needs, comparisons, rules),)
+                   check, needs, comparisons, rules, seeds),)
