@@ -111,7 +111,7 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 #: the bottom layer that the algorithm cards may import besides their own package
-CARD_FOUNDATION = {"fedgmh.config", "fedgmh.errors"}
+CARD_FOUNDATION = {"fedgmh.config", "fedgmh.declarations", "fedgmh.errors"}
 #: modules that import torch (directly or through the model)
 TORCH_SIDE = ("fedgmh.algorithms", "fedgmh.engine", "fedgmh.train", "fedgmh.train_resolve", "fedgmh.train_record",
               "fedgmh.model", "fedgmh.data", "fedgmh.costs", "fedgmh.priors")

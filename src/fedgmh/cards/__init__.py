@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, get_type_hints
 
 from fedgmh.config import EngineOptions, RangedOptions, build_options, option_names
+from fedgmh.declarations import collect, module_names
 from fedgmh.errors import UserError, did_you_mean
 
 #: the presets every algorithm takes
@@ -110,21 +109,18 @@ class Card:
 
 def family_names() -> list[str]:
     """The card modules of this package (one per algorithm family)."""
-    return sorted(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_"))
+    return module_names(__path__)
+
+
+def _check_family(family: str, card: Card) -> None:
+    if not card.algorithm.startswith(f"fedgmh.algorithms.{family}:"):
+        raise ValueError(f"card {card.name!r} in {__name__}.{family} names {card.algorithm!r}: its class belongs in "
+                         f"fedgmh.algorithms.{family}")
 
 
 @functools.cache
 def _cards_on(path: tuple[str, ...]) -> dict[str, Card]:
-    found: dict[str, Card] = {}
-    for family in family_names():
-        for card in importlib.import_module(f"{__name__}.{family}").CARDS:
-            if not card.algorithm.startswith(f"fedgmh.algorithms.{family}:"):
-                raise ValueError(f"card {card.name!r} in {__name__}.{family} names {card.algorithm!r}: its class belongs in "
-                                 f"fedgmh.algorithms.{family}")
-            if card.name in found:
-                raise ValueError(f"algorithm {card.name!r} has two cards")
-            found[card.name] = card
-    return found
+    return collect(__name__, path, "CARDS", Card, "algorithm card", _check_family)
 
 
 def all_cards() -> dict[str, Card]:

@@ -9,31 +9,20 @@ pandas at import: the workflow reads them while it builds its DAG.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 
+from fedgmh.declarations import collect, module_names
 from fedgmh.report.artifact import Artifact
 
 
 def family_names() -> list[str]:
     """The declaring modules of this package."""
-    return sorted(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_"))
+    return module_names(__path__)
 
 
 @functools.cache
 def artifacts() -> dict[str, Artifact]:
     """Every artifact by name, in the order of the modules and their lists."""
-    found: dict[str, Artifact] = {}
-    for family in family_names():
-        module = importlib.import_module(f"{__name__}.{family}")
-        declared = getattr(module, "ARTIFACTS", None)
-        if not (isinstance(declared, tuple) and declared and all(isinstance(a, Artifact) for a in declared)):
-            raise ValueError(f"{module.__name__} declares no ARTIFACTS: a non-empty tuple of Artifact")
-        for artifact in declared:
-            if artifact.name in found:
-                raise ValueError(f"artifact {artifact.name!r} is declared twice")
-            found[artifact.name] = artifact
-    return found
+    return collect(__name__, __path__, "ARTIFACTS", Artifact, "artifact")
 
 
 def of_kind(kind: str) -> list[Artifact]:

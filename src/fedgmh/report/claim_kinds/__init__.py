@@ -12,14 +12,13 @@ reads the claims file while it builds its DAG (`fedgmh.report.artifacts.paper.cl
 from __future__ import annotations
 
 import functools
-import importlib
 import math
-import pkgutil
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
+from fedgmh.declarations import collect, module_names
 from fedgmh.errors import UserError
 from fedgmh.report.claims import MIN_SEEDS, NOT_RUN, Part, Rules
 from fedgmh.report.parsing import is_percent_target
@@ -100,22 +99,12 @@ class ClaimKind:
 
 def family_names() -> list[str]:
     """The kind modules of this package."""
-    return sorted(module.name for module in pkgutil.iter_modules(__path__) if not module.name.startswith("_"))
+    return module_names(__path__)
 
 
 @functools.cache
 def _kinds_on(path: tuple[str, ...]) -> dict[str, ClaimKind]:
-    found: dict[str, ClaimKind] = {}
-    for family in family_names():
-        module = importlib.import_module(f"{__name__}.{family}")
-        declared = getattr(module, "KINDS", None)
-        if not (isinstance(declared, tuple) and declared and all(isinstance(kind, ClaimKind) for kind in declared)):
-            raise ValueError(f"{module.__name__} declares no KINDS: a non-empty tuple of ClaimKind")
-        for kind in declared:
-            if kind.name in found:
-                raise ValueError(f"claim kind {kind.name!r} is declared twice")
-            found[kind.name] = kind
-    return dict(sorted(found.items()))
+    return dict(sorted(collect(__name__, path, "KINDS", ClaimKind, "claim kind").items()))
 
 
 def claim_kinds() -> dict[str, ClaimKind]:
