@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedgmh.lease import MIB, Clock, schedule, tree_bytes
+from fedgmh.lease import MIB, QUICK_S, Clock, schedule, tree_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedgmh/seed0"]
@@ -86,21 +86,27 @@ def _device(root: Path, scratch: Path, number: int, carry: list[str], command: s
 CALL = re.compile(r"call (\d+) \(.*\): carry (.*); timeout_s (\d+); command: (.*)")
 
 
-def test_a_prepared_lease_runs_end_to_end_on_a_stand_in_device_and_its_records_merge(tmp_path: Path) -> None:
-    root = _checkout(tmp_path)
-    prepared = _fedgmh(root, "lease", "prepare", "--file", "config/lease_campaign.yaml", "--config", "device=cpu",
-                       "--clock", "lease_s=400", "start_s=0", "gap_s=0", "transfer_s=0", "check_s=20", "levers_s=4",
-                       "launch_s=5", "stop_s=30", "correct_after_s=10")
+CLOCK = ["--clock", "lease_s=400", "start_s=0", "gap_s=0", "transfer_s=0", "check_s=20", "levers_s=4", "launch_s=5",
+         "stop_s=30", "correct_after_s=10"]
+
+
+def _lease(root: Path, tmp_path: Path, *extra: str) -> tuple[list[str], Path]:
+    """Prepare a lease of RUNS and make its calls on the stand-in: each call's output, the last one's files."""
+    prepared = _fedgmh(root, "lease", "prepare", "--file", "config/lease_campaign.yaml", "--config", "device=cpu", *CLOCK, *extra)
     assert prepared.returncode == 0, prepared.stderr
     calls = [CALL.fullmatch(line).groups() for line in (root / ".lease" / "calls.txt").read_text().splitlines()]
     assert 1 <= len(calls) <= 3 and calls[0][1].split()[0] == ".lease/meta"
     lease = json.loads((root / ".lease" / "meta" / "lease.json").read_text())
     assert [r["name"] for r in lease["runs"]] == RUNS[: len(lease["runs"])]  # the campaign's order
-    said = ""
+    said = []
     for number, carry, timeout_s, command in calls:
         output, out = _device(root, tmp_path / "device", int(number), carry.split(), command, int(timeout_s))
-        said += output
-    assert "check: every module imports; no CUDA test failed" in said and "levers: " in said and "started: " in said, said
+        said.append(output)
+    return said, out
+
+
+def _merged(root: Path, out: Path) -> None:
+    """What the last call brought back merges here: records into the store, snapshots resumable."""
     back = json.loads((out / "lease.json").read_text())
     ends = back["runs"]
     assert set(ends.values()) <= {"finished", "cut off", "not started", "spare"}, ends  # none failed or was killed
@@ -117,6 +123,30 @@ def test_a_prepared_lease_runs_end_to_end_on_a_stand_in_device_and_its_records_m
     assert json.loads((root / "benchmarks" / "levers.json").read_text())["device"] == "cpu"
     if back["measured_rate"]:  # measured once every run had played a round: the rate goes on file
         assert (root / "benchmarks" / "gpu_throughput.csv").read_text().splitlines()[-1].endswith("fedgmh lease collect")
+
+
+def test_a_prepared_lease_runs_end_to_end_on_a_stand_in_device_and_its_records_merge(tmp_path: Path) -> None:
+    root = _checkout(tmp_path)
+    said, out = _lease(root, tmp_path)
+    said = "".join(said)
+    assert "check: every module imports; no CUDA test failed" in said and "levers: " in said and "started: " in said, said
+    _merged(root, out)
+
+
+def test_the_check_and_the_levers_run_while_the_other_parts_travel(tmp_path: Path) -> None:
+    """Data in two parts (calls made small): call 1 brings the first, starts the check and the levers in
+    the background and returns at once; call 2 brings the last part, waits for them and starts the runs."""
+    root = _checkout(tmp_path)
+    assert _fedgmh(root, "lease", "prepare", "--file", "config/lease_campaign.yaml", "--config", "device=cpu", *CLOCK).returncode == 0
+    data = next((root / ".lease" / "cache").glob("data-*.tar.xz")).stat().st_size
+    meta = sum(p.stat().st_size for p in (root / ".lease" / "meta" / "files").rglob("*") if p.is_file())
+    call_mib = (tree_bytes(root) + meta + 0.6 * data) / MIB  # the first call has room for 60 % of the data
+    said, out = _lease(root, tmp_path, "--call-mib", f"{call_mib:.6f}")
+    lease = json.loads((root / ".lease" / "meta" / "lease.json").read_text())
+    assert lease["parts"] == 2 and [c["starts"] for c in lease["calls"]][:2] == [False, True]
+    assert "check and levers: running for" in said[0] and "started: " not in said[0], said[0]
+    assert "check: every module imports; no CUDA test failed" in said[1] and "levers: " in said[1] and "started: " in said[1], said[1]
+    _merged(root, out)
 
 
 def test_a_run_the_lease_cannot_finish_comes_back_as_a_snapshot_the_campaign_resumes(tmp_path: Path) -> None:
@@ -163,6 +193,16 @@ def test_the_calls_fit_the_lease_and_the_device(tmp_path: Path) -> None:
         schedule(4, clock)
     with pytest.raises(Exception, match="no time to train"):
         schedule(1, Clock(lease_s=200))
+
+
+def test_the_check_and_the_levers_cost_no_training_while_parts_still_travel() -> None:
+    """They run in the background from call 1: with three parts, a longer measurement that still ends
+    before the last part has come and been joined leaves the training time as it was; with the data in
+    one call, the runs wait for it."""
+    quick, slow = Clock(levers_s=10), Clock(levers_s=60)
+    assert schedule(3, slow)[1] == schedule(3, quick)[1]
+    assert schedule(1, slow)[1] == schedule(1, quick)[1] - 50
+    assert [call["seconds"] for call in schedule(3, slow)[0]][:2] == [slow.transfer_s + QUICK_S] * 2
 
 
 @pytest.mark.parametrize(("words", "error"), [

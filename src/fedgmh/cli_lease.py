@@ -28,8 +28,19 @@ def _cmd_prepare(args: argparse.Namespace) -> None:
     if not any(item.startswith("device=") for item in overrides):
         overrides.append("device=cuda")
     clock = Clock(**_clock_items(args.clock))
-    for line in summary(prepare_lease(args.file, base, overrides, clock, args.rates)):
+    sizes = {"call_mib": args.call_mib} if args.call_mib is not None else {}
+    for line in summary(prepare_lease(args.file, base, overrides, clock, args.rates, **sizes)):
         print(line)
+
+
+def _mib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of MiB")
+    return value
 
 
 def _clock_items(items: list[str]) -> dict[str, int]:
@@ -123,6 +134,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--rates", default=None, help="the GPU rates on file (default benchmarks/gpu_throughput.csv)")
     v.add_argument("--clock", nargs="*", default=[], metavar="KEY=SECONDS",
                    help="the lease's time where it differs from fedgmh.lease.Clock's (lease_s=900, start_s=120, ...)")
+    v.add_argument("--call-mib", type=_mib, default=None, metavar="MIB",
+                   help="what a call may carry, the tree included (default 60: the device's 64 MiB less a margin)")
     v.set_defaults(func=_cmd_prepare)
     v = verbs.add_parser("collect", help="the records the lease brought back into the store, its snapshots into their run folders")
     v.add_argument("folder", help="the folder of the last call's files")

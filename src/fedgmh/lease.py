@@ -43,6 +43,8 @@ MIB = 2**20
 CALL_MIB = 60
 #: at most this many device calls in one lease
 MAX_CALLS = 3
+#: the seconds of a call that only brings a data part (call 1 also starts the check and the levers)
+QUICK_S = 10
 #: the folder `prepare_lease` writes (ignored by git) and the one the device keeps between calls
 LEASE_DIR = Path(".lease")
 #: the device's command for call N (the runs' code is the tree's src/)
@@ -91,26 +93,28 @@ def tree_bytes(base: Path) -> int:
 
 def schedule(parts: int, clock: Clock) -> tuple[list[dict], int]:
     """The calls of a lease whose data travels in `parts` parts (one call each; none: one call), and the
-    seconds its runs train. Call 1 checks the environment and measures the levers; the call that brings
-    the last part starts the runs; one more call, when the lease has time left, lets them train on and
-    brings them back. Each call: its number, the part it carries (None), its seconds, whether it starts
-    the runs and whether it is the last."""
+    seconds its runs train. Call 1 starts the environment check and the lever measurement on the device
+    in the background (they need no data), so that they run while the other parts travel; a call that
+    only brings a part returns at once (QUICK_S); the call that brings the last part joins the data and
+    starts the runs once the check and the levers are done; one more call, when the lease has time
+    left, lets them train on and brings them back. Each call: its number, the part it carries (None),
+    its seconds, whether it starts the runs and whether it is the last."""
     clock.check()
     data_calls = max(parts, 1)
     if data_calls > MAX_CALLS:
         raise UserError(f"the runs' data need {data_calls} calls to travel, more than a lease's {MAX_CALLS}")
-    left = clock.lease_s - clock.start_s
-    calls = []
+    ready_at = clock.transfer_s + clock.check_s + clock.levers_s  # seconds after the machine's start
+    left, now, calls, training = clock.lease_s - clock.start_s, 0, [], 0
     for number in range(1, data_calls + 1):
-        seconds = clock.transfer_s + (clock.check_s + clock.levers_s if number == 1 else 0)
-        if number == data_calls:  # starts the runs and trains for the rest of the call
-            seconds = min(clock.call_limit_s, left)
+        starts = number == data_calls
+        seconds = min(clock.call_limit_s, left) if starts else clock.transfer_s + QUICK_S
         calls.append({"call": number, "part": number - 1 if number <= parts else None, "seconds": seconds,
-                      "starts": number == data_calls, "last": False})
+                      "starts": starts, "last": False})
+        if starts:  # the runs train from when the data are joined and the levers chosen to the call's end
+            training = now + seconds - max(now + clock.transfer_s + clock.launch_s, ready_at)
+        now += seconds + clock.gap_s
         left -= seconds + clock.gap_s
-    before_training = clock.transfer_s + clock.launch_s + (clock.check_s + clock.levers_s if data_calls == 1 else 0)
-    training = calls[-1]["seconds"] - before_training
-    if len(calls) < MAX_CALLS and left >= clock.transfer_s + clock.stop_s + 30:  # the runs go on through the gap
+    if len(calls) < MAX_CALLS and left > clock.transfer_s + clock.stop_s:  # the runs go on through the gap
         seconds = min(clock.call_limit_s, left)
         calls.append({"call": len(calls) + 1, "part": None, "seconds": seconds, "starts": False, "last": False})
         training += clock.gap_s + seconds - clock.transfer_s
@@ -201,9 +205,10 @@ def _packed_data(files: list[Path], base: Path, cache: Path) -> Path:
 
 
 def prepare_lease(campaign: str, base: Path | str = ".", overrides: list[str] = (), clock: Clock = Clock(),
-                  rates: Path | str | None = None, snakefile: str = "Snakefile") -> Prepared:
-    """Write `.lease/` in `base` for the next runs of the campaign file `campaign` (see the module).
-    Everything is checked before the old `.lease/` is replaced."""
+                  rates: Path | str | None = None, snakefile: str = "Snakefile", call_mib: float = CALL_MIB) -> Prepared:
+    """Write `.lease/` in `base` for the next runs of the campaign file `campaign` (see the module), each
+    call carrying at most `call_mib` MiB with the tree. Everything is checked before the old `.lease/`
+    is replaced."""
     base = Path(base)
     clock.check()
     rows = gpu_measurements(base / (rates or GPU_RATES))
@@ -215,9 +220,9 @@ def prepare_lease(campaign: str, base: Path | str = ".", overrides: list[str] = 
     if shared_rate(rows, dataset, 1) is None:
         raise UserError(f"no GPU rate on file for {dataset} ({rates or GPU_RATES}): the lease cannot tell how many runs finish")
     tree = tree_bytes(base)
-    payload = CALL_MIB * MIB - tree
-    if payload <= MIB:
-        raise UserError(f"the tree is {tree / MIB:.1f} MiB: nothing more fits in a call of {CALL_MIB} MiB")
+    payload = int(call_mib * MIB) - tree
+    if payload <= 0:
+        raise UserError(f"the tree is {tree / MIB:.1f} MiB: nothing more fits in a call of {call_mib:g} MiB")
     config = entries[0].config
     _draw_partitions(entries, config, list(overrides), base)
     files = _dataset_files(entries, base)

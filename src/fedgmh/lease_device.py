@@ -3,10 +3,13 @@
     PYTHONPATH=src python3 -m fedgmh.lease_device --call N
 
 Every call keeps what it carried (`.lease/meta`, `.lease/part-NN`) in KEEP, which lasts while the
-machine is held. Call 1 checks the environment (every module of fedgmh imports; on CUDA the tests of
-the vectorised and batched paths) and chooses the levers (fedgmh.lease_levers). The call that brings
-the last part joins the data (its checksum compared), and starts the runs in a supervisor of their own
-(a new process session, so that they train on between calls) with the chosen execution options; the
+machine is held. Call 1 starts, in a process session of its own that lives on between calls (as the
+runs do), the environment check (every module of fedgmh imports; on CUDA the tests of the vectorised
+and batched paths) and then the choice of the levers (fedgmh.lease_levers), on a copy of its tree; a
+call that only brings a part returns at once, saying how far they got. The call that brings the last
+part joins the data (its checksum compared), waits for the check and the levers, and starts the runs
+in a supervisor of their own (a new process session, so that they train on between calls) with the
+chosen execution options; the
 supervisor corrects the rate on file by the rate it measures after `correct_after_s` (it stops the
 last runs when not all would finish, and starts spares when more would), and stops every run still
 training at the lease's end (SIGTERM: the round is finished and snapshotted). The last call waits for
@@ -161,6 +164,51 @@ def choose_levers(lease: dict, seconds: float) -> dict:
     say("levers: " + ", ".join(f"{name} {r['rounds_per_s']:.2f} rounds/s" for name, r in rates.items()) + f"; chosen: {choice}")
     return {"engine": current, "device": device, "date": time.strftime("%Y-%m-%d"), "rates": rates,
             "choice": rates[choice]["options"], "measured": True}
+
+
+def start_readiness() -> None:
+    """The check and the levers, in the background, on a copy of this call's tree (the next call's tree
+    may replace this one while they run); once: a later call 1 (a retry) finds them started."""
+    if (KEEP / "ready.started").exists():
+        return
+    tree = KEEP / "check"
+    shutil.rmtree(tree, ignore_errors=True)
+    shutil.copytree(".", tree, ignore=shutil.ignore_patterns(".lease", ".git", "__pycache__", "results", "paper_artifacts"))
+    write_json(KEEP / "ready.started", {"at": time.time()})
+    subprocess.Popen([sys.executable, "-m", "fedgmh.lease_device", "--ready"], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree / "src")),
+                     stdin=subprocess.DEVNULL, stdout=open(KEEP / "ready.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def get_ready() -> int:
+    """The background step of call 1: the check, then the levers; ends in KEEP/ready or KEEP/failed."""
+    lease = read_json(KEEP / "meta" / "lease.json")
+    problems = check_environment(lease, lease["clock"]["check_s"])
+    if problems:
+        for line in problems:
+            say(f"check: {line}")
+        (KEEP / "failed").touch()
+        return 1
+    say("check: every module imports; no CUDA test failed (none run without CUDA)")
+    write_json(KEEP / "levers.json", choose_levers(lease, lease["clock"]["levers_s"]))
+    (KEEP / "ready").touch()
+    return 0
+
+
+def readiness() -> str:
+    """Where the check and the levers stand, in one line (their own lines are in lease.log)."""
+    if (KEEP / "failed").exists():
+        return "failed"
+    if (KEEP / "ready").exists():
+        return "done"
+    if (KEEP / "ready.started").exists():
+        return f"running for {time.time() - read_json(KEEP / 'ready.started')['at']:.0f} s"
+    return "not started (call 1 starts them)"
+
+
+def wait_until_ready(until: float) -> bool:
+    while time.time() < until and readiness().startswith("running"):
+        time.sleep(0.5)
+    return readiness() == "done"
 
 
 # ------------------------------------------------------------------------------------- supervisor
@@ -341,6 +389,14 @@ def wait_for_runs(until: float) -> None:
         time.sleep(1)
 
 
+def failed(out: Path) -> int:
+    """The check failed (or never ended): nothing trains; its lines come back in lease.log."""
+    say(f"lease: the environment check and the levers: {readiness()}; nothing trains (lease.log)")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(KEEP / "lease.log", out / "lease.log")
+    return 1
+
+
 def call(number: int, out: Path) -> int:
     began = time.time()
     keep_carried()
@@ -352,29 +408,24 @@ def call(number: int, out: Path) -> int:
     work = KEEP / "work"
     say(f"call {number} of {len(lease['calls'])}: parts here {len(list((KEEP / 'parts').glob('part-??')))} of {lease['parts']}")
     if number == 1:
-        problems = check_environment(lease, clock["check_s"])
-        if problems:
-            for line in problems:
-                say(f"check: {line}")
-            (KEEP / "failed").touch()
-        else:
-            say("check: every module imports; no CUDA test failed (none run without CUDA)")
-            write_json(KEEP / "levers.json", choose_levers(lease, clock["levers_s"]))
-    if (KEEP / "failed").exists():
-        say("lease: the environment check failed; nothing trains (lease.log)")
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(KEEP / "lease.log", out / "lease.log")
-        return 1
+        start_readiness()
     if this["starts"] and not (KEEP / "state.json").exists():
         work.mkdir(parents=True, exist_ok=True)
-        join_data(lease, work)
+        join_data(lease, work)  # while the check and the levers run
         shutil.copytree(KEEP / "meta" / "files", work, dirs_exist_ok=True)
         shutil.copytree("src", work / "src", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        if not wait_until_ready(ends - clock["stop_s"]):
+            return failed(out)
+        print((KEEP / "ready.log").read_text().rstrip(), flush=True)  # the check's and the levers' lines
         if shutil.which("nvidia-cuda-mps-control"):
             subprocess.run(["nvidia-cuda-mps-control", "-d"], check=False)
         start_supervisor(lease, read_json(KEEP / "levers.json"), work)
         say(f"started: {sum(not r['spare'] for r in lease['runs'])} runs (and {sum(r['spare'] for r in lease['runs'])} spares) "
             f"with {read_json(KEEP / 'levers.json')['choice'] or 'the default options'}")
+    if (KEEP / "failed").exists():
+        return failed(out)
+    if not (KEEP / "levers.json").exists():
+        say(f"check and levers: {readiness()}")
     if (KEEP / "meta").exists() and (work / "src").exists():
         if this["last"]:
             wait_for_runs(ends - clock["stop_s"])
@@ -391,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--call", type=int, help="this call's number (calls.txt)")
     parser.add_argument("--supervise", type=float, help=argparse.SUPPRESS)  # the supervisor: its deadline
+    parser.add_argument("--ready", action="store_true", help=argparse.SUPPRESS)  # call 1's background check and levers
     args = parser.parse_args(argv)
+    if args.ready:
+        return get_ready()
     if args.supervise is not None:
         lease = read_json(KEEP / "meta" / "lease.json")
         Supervisor(lease, read_json(KEEP / "levers.json")["choice"], Path.cwd(), args.supervise).loop()
