@@ -269,8 +269,7 @@ def test_the_readme_top_statements_are_those_of_the_committed_records() -> None:
     for claim_id in ("f3-fedamp-70", "f3-fedamp-75"):
         assert paper.loc[claim_id, "verdict"] == "does not hold" and "not refuted" in pflib.loc[claim_id, "evidence"], claim_id
     after = paper.loc["f3-75-after-200"]
-    assert (after["verdict"], after["robustness"], after["untested"], pflib.loc["f3-75-after-200", "verdict"]) == (
-        "holds", "partly tested", "PFLlib's reading", "inconclusive")
+    assert (after["verdict"], after["robustness"], pflib.loc["f3-75-after-200", "verdict"]) == ("holds", "robust", "holds")
     for claim_id in ("f3-first-70", "f3-first-75", "f3-fedper-before-fedamp-70", "f3-fedamp-before-fedper-75"):
         assert paper.loc[claim_id, "verdict"] == "inconclusive", claim_id
 
