@@ -141,12 +141,16 @@ def check_environment(lease: dict, seconds: float) -> list[str]:
     return problems
 
 
+def device_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
 def choose_levers(lease: dict, seconds: float) -> dict:
     """The execution options the runs start with: benchmarks/levers.json's choice when it was measured
     on this device with this engine, else measured now (fedgmh.lease_levers)."""
-    import torch
-
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    device = device_name()
     current = engine_hash()
     recorded = Path("benchmarks/levers.json")
     if recorded.is_file():
@@ -182,14 +186,22 @@ def start_readiness() -> None:
 def get_ready() -> int:
     """The background step of call 1: the check, then the levers; ends in KEEP/ready or KEEP/failed."""
     lease = read_json(KEEP / "meta" / "lease.json")
-    problems = check_environment(lease, lease["clock"]["check_s"])
+    try:
+        problems = check_environment(lease, lease["clock"]["check_s"])
+    except Exception as err:  # noqa: BLE001 - torch itself missing, say: the waiting call must learn it
+        problems = [f"{type(err).__name__}: {err}"]
     if problems:
         for line in problems:
             say(f"check: {line}")
         (KEEP / "failed").touch()
         return 1
     say("check: every module imports; no CUDA test failed (none run without CUDA)")
-    write_json(KEEP / "levers.json", choose_levers(lease, lease["clock"]["levers_s"]))
+    try:
+        levers = choose_levers(lease, lease["clock"]["levers_s"])
+    except Exception as err:  # noqa: BLE001 - a measurement that breaks costs the levers, not the lease
+        say(f"levers: not measured ({type(err).__name__}: {err}); the default options")
+        levers = {"engine": engine_hash(), "device": device_name(), "choice": {}, "measured": False}
+    write_json(KEEP / "levers.json", levers)
     (KEEP / "ready").touch()
     return 0
 
