@@ -57,7 +57,8 @@ def _fedgmh(root: Path, *args: str) -> subprocess.CompletedProcess:
                           env=_env(PYTHONPATH=str(REPO / "src")))
 
 
-def _device(root: Path, scratch: Path, number: int, carry: list[str], command: str, timeout_s: int) -> tuple[str, Path]:
+def _device(root: Path, scratch: Path, number: int, carry: list[str], command: str, timeout_s: int, rc: int = 0,
+            attempt: str = "") -> tuple[str, Path]:
     """The device tool, stood in for: the call is refused over the carry or time limit; the tree (git's
     tracked and untracked, not ignored files) and the carried paths are copied fresh; the command runs
     there with $OUT; KEEP lasts from call to call as the machine's /tmp does; what comes back is checked."""
@@ -67,16 +68,16 @@ def _device(root: Path, scratch: Path, number: int, carry: list[str], command: s
     carried = [p for c in carry for p in ([root / c] if (root / c).is_file() else (root / c).rglob("*")) if p.is_file()]
     size = tree_bytes(root) + sum(p.stat().st_size for p in carried)
     assert size <= CARRY_LIMIT, f"call {number} carries {size / MIB:.1f} MiB, over the device's 64 MiB"
-    there = scratch / f"call{number}"
+    there = scratch / f"call{number}{attempt}"
     for path in [root / name for name in listed if name] + carried:
         if path.is_file():
             (there / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, there / path.relative_to(root))
-    out = scratch / f"out{number}"
+    out = scratch / f"out{number}{attempt}"
     out.mkdir()
     done = subprocess.run(["bash", "-c", command], cwd=there, capture_output=True, text=True, timeout=timeout_s,
                           env=_env(OUT=str(out), FEDGMH_LEASE_KEEP=str(scratch / "keep")))
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == rc, done.stdout + done.stderr
     back = list(out.rglob("*"))
     assert len(back) <= BACK_FILES and all(p.stat().st_size <= BACK_FILE for p in back)
     assert sum(p.stat().st_size for p in back) <= BACK_ALL
@@ -141,7 +142,7 @@ def test_the_check_and_the_levers_run_while_the_other_parts_travel(tmp_path: Pat
     data = next((root / ".lease" / "cache").glob("data-*.tar.xz")).stat().st_size
     meta = sum(p.stat().st_size for p in (root / ".lease" / "meta" / "files").rglob("*") if p.is_file())
     call_mib = (tree_bytes(root) + meta + 0.6 * data) / MIB  # the first call has room for 60 % of the data
-    said, out = _lease(root, tmp_path, "--call-mib", f"{call_mib:.6f}")
+    said, out = _lease(root, tmp_path, "--call-mib", f"{call_mib:.6f}", "--clock", "transfer_s=20")  # slack for a busy machine
     lease = json.loads((root / ".lease" / "meta" / "lease.json").read_text())
     assert lease["parts"] == 2 and [c["starts"] for c in lease["calls"]][:2] == [False, True]
     assert "check and levers: running for" in said[0] and "started: " not in said[0], said[0]
@@ -203,6 +204,24 @@ def test_the_check_and_the_levers_cost_no_training_while_parts_still_travel() ->
     assert schedule(3, slow)[1] == schedule(3, quick)[1]
     assert schedule(1, slow)[1] == schedule(1, quick)[1] - 50
     assert [call["seconds"] for call in schedule(3, slow)[0]][:2] == [slow.transfer_s + QUICK_S] * 2
+
+
+def test_a_failed_check_trains_nothing_and_every_later_call_says_so(tmp_path: Path) -> None:
+    """A module that does not import on the device: the background check fails, the call that would start
+    the runs returns 1 with the check's line, and so does the next call, at once."""
+    root = _checkout(tmp_path)
+    (root / "src" / "fedgmh" / "broken_here.py").write_text('raise ImportError("not on this machine")\n')
+    prepared = _fedgmh(root, "lease", "prepare", "--file", "config/lease_campaign.yaml", "--config", "device=cpu", *CLOCK)
+    assert prepared.returncode == 0, prepared.stderr
+    calls = [CALL.fullmatch(line).groups() for line in (root / ".lease" / "calls.txt").read_text().splitlines()]
+    said = [_device(root, tmp_path / "device", int(number), carry.split(), command, int(timeout_s), rc=1)[0]
+            for number, carry, timeout_s, command in calls]
+    number, carry, timeout_s, command = calls[-1]  # the last call again, as after a broken transfer
+    said.append(_device(root, tmp_path / "device", int(number), carry.split(), command, int(timeout_s), rc=1, attempt="b")[0])
+    for output in said:
+        assert "nothing trains" in output and "started: " not in output, output
+    assert "check: import fedgmh.broken_here: ImportError: not on this machine" in (tmp_path / "device" / "out1" / "lease.log").read_text()
+    assert not (tmp_path / "device" / "keep" / "state.json").exists()
 
 
 @pytest.mark.parametrize(("words", "error"), [

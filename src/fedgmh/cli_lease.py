@@ -16,6 +16,8 @@ from fedgmh.errors import UserError
 
 DEFAULT_CAMPAIGN = "config/campaign.yaml"
 LEVERS_FILE = Path("benchmarks") / "levers.json"
+#: what the device carries in one call, the tree included
+DEVICE_MIB = 64
 
 
 def _cmd_prepare(args: argparse.Namespace) -> None:
@@ -38,8 +40,8 @@ def _mib(text: str) -> float:
         value = float(text)
     except ValueError:
         value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of MiB")
+    if not 0 < value <= DEVICE_MIB:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of MiB in (0, {DEVICE_MIB}] (the device carries at most {DEVICE_MIB})")
     return value
 
 

@@ -72,7 +72,7 @@ class Clock:
         for name, value in asdict(self).items():
             if not isinstance(value, int) or value < 0:
                 raise UserError(f"lease clock: {name} must be a whole number of seconds >= 0, not {value!r}")
-        if self.call_limit_s < self.transfer_s + self.stop_s + 1:
+        if self.call_limit_s < self.transfer_s + max(self.stop_s, QUICK_S) + 1:
             raise UserError(f"lease clock: a call of {self.call_limit_s} s leaves no time to train")
 
 
@@ -114,12 +114,16 @@ def schedule(parts: int, clock: Clock) -> tuple[list[dict], int]:
             training = now + seconds - max(now + clock.transfer_s + clock.launch_s, ready_at)
         now += seconds + clock.gap_s
         left -= seconds + clock.gap_s
+    starting = calls[-1]
+    after = starting["seconds"] - clock.transfer_s  # from the starting call's command to the end of its call
     if len(calls) < MAX_CALLS and left > clock.transfer_s + clock.stop_s:  # the runs go on through the gap
         seconds = min(clock.call_limit_s, left)
         calls.append({"call": len(calls) + 1, "part": None, "seconds": seconds, "starts": False, "last": False})
         training += clock.gap_s + seconds - clock.transfer_s
+        after += clock.gap_s + seconds - clock.transfer_s
     calls[-1]["last"] = True
     training -= clock.stop_s
+    starting["stop_after_s"] = after - clock.stop_s  # the supervisor's deadline, from its call's command
     if training <= 0:
         raise UserError(f"a lease of {clock.lease_s} s leaves no time to train after its {len(calls)} call(s)")
     return calls, training

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 #: where the device keeps what the calls bring and what the runs make, while the machine is held
-KEEP = Path(os.environ.get("FEDGMH_LEASE_KEEP", "/tmp/fedgmh-lease"))
+KEEP = Path(os.environ.get("FEDGMH_LEASE_KEEP", "/tmp/fedgmh-lease")).resolve()
 #: what comes back from a call: files of at most 16 MiB, 8 of them, 64 MiB in all
 RETURN_FILE_BYTES, RETURN_FILES, RETURN_BYTES = 16 * 2**20 - 4096, 8, 64 * 2**20 - 2**20
 #: the CUDA tests of the paths the runs take (vectorised clients, batched evaluation, grouped runs)
@@ -178,18 +178,39 @@ def start_readiness() -> None:
     tree = KEEP / "check"
     shutil.rmtree(tree, ignore_errors=True)
     shutil.copytree(".", tree, ignore=shutil.ignore_patterns(".lease", ".git", "__pycache__", "results", "paper_artifacts"))
-    write_json(KEEP / "ready.started", {"at": time.time()})
-    subprocess.Popen([sys.executable, "-m", "fedgmh.lease_device", "--ready"], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree / "src")),
-                     stdin=subprocess.DEVNULL, stdout=open(KEEP / "ready.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    began = time.time()
+    child = subprocess.Popen([sys.executable, "-m", "fedgmh.lease_device", "--ready"], cwd=tree, env=dict(os.environ, PYTHONPATH=str(tree / "src")),
+                             stdin=subprocess.DEVNULL, stdout=open(KEEP / "ready.log", "ab"), stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    write_json(KEEP / "ready.started", {"at": began, "pid": child.pid})
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return not Path("/proc").is_dir()  # no /proc: a signal is all there is to ask
 
 
 def get_ready() -> int:
-    """The background step of call 1: the check, then the levers; ends in KEEP/ready or KEEP/failed."""
-    lease = read_json(KEEP / "meta" / "lease.json")
+    """The background step of call 1: the check, then the levers; ends in KEEP/ready or KEEP/failed
+    whatever breaks (a call waits on it)."""
     try:
-        problems = check_environment(lease, lease["clock"]["check_s"])
-    except Exception as err:  # noqa: BLE001 - torch itself missing, say: the waiting call must learn it
-        problems = [f"{type(err).__name__}: {err}"]
+        return _check_then_levers()
+    except BaseException as err:
+        say(f"check: {type(err).__name__}: {err}")
+        (KEEP / "failed").touch()
+        return 1
+
+
+def _check_then_levers() -> int:
+    lease = read_json(KEEP / "meta" / "lease.json")
+    problems = check_environment(lease, lease["clock"]["check_s"])
     if problems:
         for line in problems:
             say(f"check: {line}")
@@ -213,14 +234,22 @@ def readiness() -> str:
     if (KEEP / "ready").exists():
         return "done"
     if (KEEP / "ready.started").exists():
-        return f"running for {time.time() - read_json(KEEP / 'ready.started')['at']:.0f} s"
+        started = read_json(KEEP / "ready.started")
+        if not alive(started["pid"]) and not (KEEP / "ready").exists():  # a marker may land as it ends
+            return "ended without a verdict (ready.log)"
+        return f"running for {time.time() - started['at']:.0f} s"
     return "not started (call 1 starts them)"
 
 
 def wait_until_ready(until: float) -> bool:
+    """Wait for the check and the levers; False (and KEEP/failed: no later call waits again) unless done."""
     while time.time() < until and readiness().startswith("running"):
         time.sleep(0.5)
-    return readiness() == "done"
+    if readiness() == "done":
+        return True
+    say(f"check and levers: {readiness()}")
+    (KEEP / "failed").touch()
+    return False
 
 
 # ------------------------------------------------------------------------------------- supervisor
@@ -336,9 +365,8 @@ class Supervisor:
         (KEEP / "ended").touch()
 
 
-def start_supervisor(lease: dict, levers: dict, work: Path) -> None:
+def start_supervisor(lease: dict, levers: dict, work: Path, deadline: float) -> None:
     write_json(KEEP / "levers.json", levers)
-    deadline = time.time() + lease["training_s"]
     subprocess.Popen([sys.executable, "-m", "fedgmh.lease_device", "--supervise", str(deadline)], cwd=work,
                      env=dict(os.environ, PYTHONPATH=str(work / "src")), stdin=subprocess.DEVNULL,
                      stdout=open(KEEP / "supervisor.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -403,7 +431,7 @@ def wait_for_runs(until: float) -> None:
 
 def failed(out: Path) -> int:
     """The check failed (or never ended): nothing trains; its lines come back in lease.log."""
-    say(f"lease: the environment check and the levers: {readiness()}; nothing trains (lease.log)")
+    say("lease: the environment check failed or did not end; nothing trains (lease.log)")
     out.mkdir(parents=True, exist_ok=True)
     shutil.copy2(KEEP / "lease.log", out / "lease.log")
     return 1
@@ -421,7 +449,7 @@ def call(number: int, out: Path) -> int:
     say(f"call {number} of {len(lease['calls'])}: parts here {len(list((KEEP / 'parts').glob('part-??')))} of {lease['parts']}")
     if number == 1:
         start_readiness()
-    if this["starts"] and not (KEEP / "state.json").exists():
+    if this["starts"] and not (KEEP / "started").exists():
         work.mkdir(parents=True, exist_ok=True)
         join_data(lease, work)  # while the check and the levers run
         shutil.copytree(KEEP / "meta" / "files", work, dirs_exist_ok=True)
@@ -431,14 +459,17 @@ def call(number: int, out: Path) -> int:
         print((KEEP / "ready.log").read_text().rstrip(), flush=True)  # the check's and the levers' lines
         if shutil.which("nvidia-cuda-mps-control"):
             subprocess.run(["nvidia-cuda-mps-control", "-d"], check=False)
-        start_supervisor(lease, read_json(KEEP / "levers.json"), work)
+        start_supervisor(lease, read_json(KEEP / "levers.json"), work, began + this["stop_after_s"])
+        (KEEP / "started").touch()
         say(f"started: {sum(not r['spare'] for r in lease['runs'])} runs (and {sum(r['spare'] for r in lease['runs'])} spares) "
             f"with {read_json(KEEP / 'levers.json')['choice'] or 'the default options'}")
+    if readiness().startswith("ended"):  # the background step died without a verdict
+        (KEEP / "failed").touch()
     if (KEEP / "failed").exists():
         return failed(out)
     if not (KEEP / "levers.json").exists():
         say(f"check and levers: {readiness()}")
-    if (KEEP / "meta").exists() and (work / "src").exists():
+    if (KEEP / "started").exists():
         if this["last"]:
             wait_for_runs(ends - clock["stop_s"])
             (KEEP / "stop").touch()
