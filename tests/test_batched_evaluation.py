@@ -161,3 +161,49 @@ def test_a_resumed_run_evaluated_in_passes_ends_with_the_metrics_of_an_uninterru
     with pytest.raises(KeyboardInterrupt):
         run(checkpoint, stop_after_round_2)
     pd.testing.assert_frame_equal(run(checkpoint), run(), check_exact=True)
+
+
+def _two_runs(first: str = "ditto", second: str = "ditto"):
+    """Two runs sharing their data, as a group's do; the second's clients 0 and 1 have swapped their test
+    splits (of equal length: the same buckets), so each run's rows must come from its own buckets."""
+    runs = [_trained(first), _trained(second)]
+    b = runs[1][0]
+    b.images, b.labels = runs[0][0].images, runs[0][0].labels
+    b.test_idx = [b.test_idx[i] for i in (1, 0, 2, 3, 4)]
+    b.__dict__.pop("test_buckets", None)
+    return runs
+
+
+def _request(fed, algorithm, clients):
+    return batched_evaluation.EvalRequest(fed, [algorithm.eval_params(c) for c in clients], clients, algorithm.forward)
+
+
+def test_two_runs_share_passes_and_each_gets_the_bits_of_its_own(float64, monkeypatch):
+    """A group's evaluation (`evaluate_requests`): one set of passes for both runs' models, each run's
+    sums equal to its own passes' bit for bit, its useful samples counted as alone; fewer samples
+    executed than in the runs' own passes, each filled up with copies."""
+    (fa, a), (fb, b) = _two_runs()
+    clients_a, clients_b = [0, 1, 3], [0, 4]
+    with torch.no_grad():
+        for value in fb.model.parameters():  # the second run's models differ from the first's
+            value.add_(0.01)
+    b.personal = {c: {k: v + 0.01 for k, v in b.eval_params(c).items()} for c in range(fb.num_clients)}
+    alone = [batched_evaluation.evaluate_requests([_request(fed, algorithm, clients)])[0]
+             for fed, algorithm, clients in ((fa, a, clients_a), (fb, b, clients_b))]
+    counts_alone = [fed.evaluation_passes.state() for fed in (fa, fb)]
+    passes, shared = [], []
+    monkeypatch.setattr(batched_evaluation, "_evaluate_pass", lambda *a, f=batched_evaluation._evaluate_pass: passes.append(a[2].shape[0]) or f(*a))
+    together = batched_evaluation.evaluate_requests([_request(fa, a, clients_a), _request(fb, b, clients_b)], shared)
+    assert shared == [2] and passes == [4, 1]  # the bucket of splits of 3 (4 models: 2 passes alone), that of 1
+    assert not torch.equal(alone[0][0], alone[1][0])  # client 0: the runs' models differ
+    assert all(torch.equal(x, y) for x, y in zip(together, alone))
+    counts = [fed.evaluation_passes.state() for fed in (fa, fb)]
+    assert [c[0] - own[0] for c, own in zip(counts, counts_alone)] == [own[0] for own in counts_alone]  # useful: as alone
+    assert sum(c[1] - own[1] for c, own in zip(counts, counts_alone)) < sum(own[1] for own in counts_alone)
+
+
+def test_runs_whose_forwards_differ_evaluate_in_passes_of_their_own():
+    (fa, a), (fb, b) = _two_runs("fedavg", "fedrod")
+    shared = []
+    batched_evaluation.evaluate_requests([_request(fa, a, [0, 1]), _request(fb, b, [0, 1])], shared)
+    assert shared == [1, 1]

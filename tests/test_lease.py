@@ -196,6 +196,25 @@ def test_the_calls_fit_the_lease_and_the_device(tmp_path: Path) -> None:
         schedule(1, Clock(lease_s=200))
 
 
+def test_the_tree_may_grow_to_the_size_prepare_names_and_no_further(tmp_path: Path) -> None:
+    """Calls sized so that the data fill three of them once the tree has grown by 4 KiB: prepare names
+    that limit and goes on; 8 KiB more of tree and the data would need a fourth call, which it refuses."""
+    root = _checkout(tmp_path)
+    words = ["lease", "prepare", "--file", "config/lease_campaign.yaml", "--config", "device=cpu", *CLOCK]
+    assert _fedgmh(root, *words).returncode == 0
+    data = next((root / ".lease" / "cache").glob("data-*.tar.xz")).stat().st_size
+    meta = sum(p.stat().st_size for p in (root / ".lease" / "meta" / "files").rglob("*") if p.is_file())
+    limit = tree_bytes(root) + 4096
+    call_mib = (limit + (data + meta) / 3) / MIB
+    named = _fedgmh(root, *words, "--call-mib", f"{call_mib:.9f}")
+    assert named.returncode == 0, named.stderr
+    assert f"while it stays under {limit / MIB:.1f} MiB" in named.stdout, named.stdout
+    assert json.loads((root / ".lease" / "meta" / "lease.json").read_text())["parts"] == 3
+    (root / "grown.bin").write_bytes(b"\0" * 8192)  # untracked, not ignored: it travels with the tree
+    refused = _fedgmh(root, *words, "--call-mib", f"{call_mib:.9f}")
+    assert refused.returncode == 2 and "need 4 calls to travel, more than a lease's 3" in refused.stderr, refused.stderr
+
+
 def test_the_check_and_the_levers_cost_no_training_while_parts_still_travel() -> None:
     """They run in the background from call 1: with three parts, a longer measurement that still ends
     before the last part has come and been joined leaves the training time as it was; with the data in

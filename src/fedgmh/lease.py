@@ -13,8 +13,8 @@ starts only when the rate it measures says they finish too (fedgmh.lease_device)
   (each one's seconds), the training seconds and the rate assumed;
 - `meta/files/`: their partition files, drawn here by the workflow's own rule, and the snapshots of
   cut-off runs, at their paths in the repository;
-- `part-NN`: the prepared dataset files the runs read, as one xz-compressed tar cut to what each call
-  has room for once the tree (measured: git's tracked and untracked, not ignored files) is counted;
+- `part-NN`: the prepared dataset files the runs read (their images as residuals, `fedgmh.lease_data`),
+  as one xz-compressed tar cut to what each call has room for once the tree (measured: git's tracked and untracked, not ignored files) is counted;
 - `calls.txt`: what each call carries and runs.
 
 More than MAX_CALLS calls (a dataset too large to travel in time) is refused before anything is written.
@@ -34,6 +34,7 @@ import tarfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fedgmh import lease_data
 from fedgmh.campaign import Entry, load_campaign, next_runs
 from fedgmh.errors import UserError
 from fedgmh.plan_estimate import GPU_RATES, gpu_measurements, shared_rate
@@ -151,6 +152,9 @@ class Prepared:
     data_mib: float
     parts: int
     skipped: list[str]
+    tree_mib: float
+    #: the largest tree with which the data still travel in MAX_CALLS calls
+    tree_limit_mib: float
 
 
 def _runs_of_one_dataset(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
@@ -191,19 +195,21 @@ def _dataset_files(entries: list[Entry], base: Path) -> list[Path]:
 
 
 def _packed_data(files: list[Path], base: Path, cache: Path) -> Path:
-    """The dataset files as one xz-compressed tar (kept in `cache` while the files are unchanged:
-    compressing CIFAR-100 takes minutes)."""
-    stamp = hashlib.sha256(json.dumps([[str(f), (base / f).stat().st_size, (base / f).stat().st_mtime_ns] for f in files])
-                           .encode()).hexdigest()[:16]
+    """The dataset files, their images as residuals (`fedgmh.lease_data`), as one xz-compressed tar (kept
+    in `cache` while the files are unchanged: compressing CIFAR-100 takes minutes)."""
+    stamp = hashlib.sha256(json.dumps([[str(f), (base / f).stat().st_size, (base / f).stat().st_mtime_ns] for f in files]
+                                      + [lease_data.SUFFIX]).encode()).hexdigest()[:16]
     packed = cache / f"data-{stamp}.tar.xz"
     if not packed.is_file():
         cache.mkdir(parents=True, exist_ok=True)
-        for old in cache.glob("data-*.tar.xz*"):
+        for old in cache.glob("data-*"):
             old.unlink()
-        partial = packed.with_suffix(".xz.part")
+        partial, encoded = packed.with_suffix(".xz.part"), cache / f"data-{stamp}{lease_data.SUFFIX}"
         with lzma.open(partial, "wb", preset=6) as stream, tarfile.open(fileobj=stream, mode="w") as archive:
             for name in files:
-                archive.add(base / name, arcname=str(name))
+                lease_data.encode_file(base / name, encoded)
+                archive.add(encoded, arcname=f"{name}{lease_data.SUFFIX}")
+                encoded.unlink()
         partial.rename(packed)
     return packed
 
@@ -265,7 +271,8 @@ def prepare_lease(campaign: str, base: Path | str = ".", overrides: list[str] = 
              "config": config, "name": entries[0].plan.name}
     (work / "meta" / "lease.json").write_text(json.dumps(lease, indent=1) + "\n")
     (work / "calls.txt").write_text("".join(call_line(call) + "\n" for call in calls))
-    return Prepared(runs, calls, training, rate, expected, payload / MIB, data / MIB, parts, skipped)
+    tree_limit = int(call_mib * MIB) - (data + meta_bytes) / MAX_CALLS
+    return Prepared(runs, calls, training, rate, expected, payload / MIB, data / MIB, parts, skipped, tree / MIB, tree_limit / MIB)
 
 
 def carried(call: dict) -> list[str]:
@@ -287,7 +294,8 @@ def summary(prepared: Prepared) -> list[str]:
              f"benchmarks/gpu_throughput.csv), {len(prepared.runs) - prepared.expected} spares the device starts if it "
              "measures more",
              f"data: {prepared.data_mib:.1f} MiB in {prepared.parts} part(s), one a call, each at most "
-             f"{prepared.payload_mib:.1f} MiB besides the tree"]
+             f"{prepared.payload_mib:.1f} MiB besides the tree ({prepared.tree_mib:.1f} MiB; the data travel in "
+             f"{MAX_CALLS} calls while it stays under {prepared.tree_limit_mib:.1f} MiB)"]
     if prepared.skipped:
         lines.append(f"left for a lease of their own dataset: {len(prepared.skipped)} run(s), first {prepared.skipped[0]}")
     return lines + [call_line(call) for call in prepared.calls]

@@ -35,6 +35,8 @@ import tarfile
 import time
 from pathlib import Path
 
+from fedgmh import lease_data
+
 #: where the device keeps what the calls bring and what the runs make, while the machine is held
 KEEP = Path(os.environ.get("FEDGMH_LEASE_KEEP", "/tmp/fedgmh-lease")).resolve()
 #: what comes back from a call: files of at most 16 MiB, 8 of them, 64 MiB in all
@@ -79,7 +81,8 @@ def keep_carried() -> None:
 
 
 def join_data(lease: dict, work: Path) -> None:
-    """The dataset files from the kept parts, checked whole against the prepared checksum."""
+    """The dataset files from the kept parts, checked whole against the prepared checksum, their images
+    decoded (`fedgmh.lease_data`, each array checked against its sha256)."""
     parts = [KEEP / "parts" / f"part-{index:02d}" for index in range(lease["parts"])]
     missing = [p.name for p in parts if not p.is_file()]
     if missing:
@@ -96,6 +99,13 @@ def join_data(lease: dict, work: Path) -> None:
     if lease["parts"]:
         with tarfile.open(joined, "r:xz") as archive:
             archive.extractall(work, filter="data")
+            travelled = [work / name for name in archive.getnames() if name.endswith(lease_data.SUFFIX)]
+        for path in travelled:
+            try:
+                lease_data.decode_file(path, path.with_name(path.name[: -len(lease_data.SUFFIX)]))
+            except ValueError as err:
+                raise SystemExit(f"lease: {err}") from err
+            path.unlink()
     joined.unlink()
 
 

@@ -102,7 +102,8 @@ def evaluate_clients(
             fresh.append((client, params, EvalCache._signature(params) if cache is not None else None))
         else:
             correct[client], losses[client] = cached
-    read = _evaluation_sums(fed, [c for c, *_ in fresh], [p for _, p, _ in fresh], forward, many).tolist() if fresh else []
+    # with `many`, also when nothing is fresh: the runs of a group meet at each evaluation (`engine.group`)
+    read = _evaluation_sums(fed, [c for c, *_ in fresh], [p for _, p, _ in fresh], forward, many).tolist() if fresh or many else []
     for (client, params, signature), (hits, loss) in zip(fresh, read):
         correct[client], losses[client] = hits, loss
         if cache is not None:
@@ -134,6 +135,8 @@ def _evaluation_sums(fed: Federation, clients: list[int], models: list[Params], 
 
 def can_stack(models: list[Params]) -> bool:
     """Whether the models can be stacked: the same parameter names (in the same order), shapes and dtypes."""
+    if not models:
+        return True
     first = models[0]
     return all(list(m) == list(first) and all(m[k].shape == v.shape and m[k].dtype == v.dtype for k, v in first.items())
                for m in models[1:])
