@@ -102,6 +102,19 @@ def same_records(a: Path, b: Path, passes: bool = True, acc_atol: float = 1e-4) 
     assert not passes or ra["sample_passes"] == rb["sample_passes"]
 
 
+def _counted(monkeypatch, field: str) -> list[int]:
+    """What every group's `field` (`RunGroup.steps` or `RunGroup.evaluations`) gains during the test."""
+    seen, real = [], RunGroup._maybe_train
+
+    def counting(self):
+        before = len(getattr(self, field))
+        real(self)
+        seen.extend(getattr(self, field)[before:])
+
+    monkeypatch.setattr(RunGroup, "_maybe_train", counting)
+    return seen
+
+
 @pytest.mark.parametrize("runs", [[("fedavg", 0), ("fedavg", 1), ("fedavg", 2)], [("fedgmh", 0), ("fedgmh", 1), ("fedgmh", 2)],
                                   [("fedavg", 0), ("fedgmh", 0)], [("fedrod", 0), ("fedrod", 1)], [("fedcp", 0), ("fedcp", 1)]],
                          ids=["fedavg-seeds", "fedgmh-seeds", "two-methods", "fedrod-seeds", "fedcp-seeds"])
@@ -109,17 +122,7 @@ def test_runs_trained_together_equal_the_runs_trained_alone(digits, tmp_path, ru
     """Seeds of one method, two methods whose local training is the same plain SGD, and seeds of a
     method whose loss is a bound method (FedRoD, FedCP) share steps: the steps counted are those trained
     (`RunGroup.steps`, from `train_requests`), not the requests handed over."""
-    from fedgmh.engine import group as group_module
-
-    steps = []
-    real = group_module.RunGroup._maybe_train
-
-    def counting(self):
-        before = len(self.steps)
-        real(self)
-        steps.extend(self.steps[before:])
-
-    monkeypatch.setattr(group_module.RunGroup, "_maybe_train", counting)
+    steps = _counted(monkeypatch, "steps")
     alone = [run_training(config(digits, seed, name), tmp_path / f"alone{i}", progress=False) for i, (name, seed) in enumerate(runs)]
     together = run_group([GroupRun(config(digits, seed, name), tmp_path / f"group{i}", {"progress": False}) for i, (name, seed) in enumerate(runs)])
     assert all(isinstance(record, dict) for record in together), together
@@ -137,17 +140,7 @@ def test_a_groups_runs_evaluate_in_shared_passes_with_the_records_of_the_runs_al
     """Batched evaluation (eval_batched=on) in a group: every evaluation holds both runs' models
     (`RunGroup.evaluations`), and each run's record is that of the run alone (its training to a batched
     step's float tolerance)."""
-    from fedgmh.engine import group as group_module
-
-    evaluations = []
-    real = group_module.RunGroup._maybe_train
-
-    def counting(self):
-        before = len(self.evaluations)
-        real(self)
-        evaluations.extend(self.evaluations[before:])
-
-    monkeypatch.setattr(group_module.RunGroup, "_maybe_train", counting)
+    evaluations = _counted(monkeypatch, "evaluations")
     runs = [config(digits, seed, "fedgmh", eval_batched="on") for seed in (0, 1)]
     alone = [run_training(c, tmp_path / f"alone{i}", progress=False) for i, c in enumerate(runs)]
     together = run_group([GroupRun(c, tmp_path / f"group{i}", {"progress": False}) for i, c in enumerate(runs)])
