@@ -14,7 +14,8 @@ starts only when the rate it measures says they finish too (fedgmh.lease_device)
 - `meta/files/`: their partition files, drawn here by the workflow's own rule, and the snapshots of
   cut-off runs, at their paths in the repository;
 - `part-NN`: the prepared dataset files the runs read (their images as residuals, `fedgmh.lease_data`),
-  as one xz-compressed tar cut to what each call has room for once the tree (measured: git's tracked and untracked, not ignored files) is counted;
+  as one xz-compressed tar cut to what each call has room for once the tree (measured: git's tracked
+  and untracked, not ignored files) is counted;
 - `calls.txt`: what each call carries and runs.
 
 More than MAX_CALLS calls (a dataset too large to travel in time) is refused before anything is written.

@@ -3,6 +3,7 @@ the engine option `eval_batched` (`rounds.evaluator`)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -101,11 +102,11 @@ def evaluate_requests(requests: list[EvalRequest], shared: list[int] | None = No
         per_pass = max(1, min(len(fed.test_buckets[b].clients), EVAL_SAMPLES_PER_PASS // width))
         for start in range(0, len(slots), per_pass):
             part = slots[start : start + per_pass]
-            sums = _evaluate_part(requests, b, part, per_pass, place)
-            for r in sorted({r for r, _ in part}):
-                at = [i for i, (own, _) in enumerate(part) if own == r]  # consecutive: slots go request by request
-                pieces[r].append(sums[at[0] : at[-1] + 1])
-                orders[r] += [part[i][1] for i in at]
+            sums, offset = _evaluate_part(requests, b, part, per_pass, place), 0
+            for r, positions in _stretches(part):
+                pieces[r].append(sums[offset : offset + len(positions)])
+                orders[r] += positions
+                offset += len(positions)
     results = []
     for request, own, order in zip(requests, pieces, orders):
         result = torch.zeros(len(request.models), 2, dtype=torch.float64, device=fed.device)
@@ -122,12 +123,8 @@ def _evaluate_part(requests: list[EvalRequest], b: int, part: list[tuple[int, in
     slots = part + [part[0]] * (per_pass - len(part))
     models, index, real = [], [], []
     start = 0
-    while start < len(slots):  # each stretch of one run's slots: its rows from its own bucket, in one gather
-        r = slots[start][0]
-        end = start
-        while end < len(slots) and slots[end][0] == r:
-            end += 1
-        request, positions = requests[r], [p for _, p in slots[start:end]]
+    for r, positions in _stretches(slots):  # each run's rows from its own bucket, in one gather
+        request = requests[r]
         bucket = request.fed.test_buckets[b]
         rows = [place[request.clients[p]][1] for p in positions]
         on_device = to_device(rows, request.fed.device, torch.long)
@@ -136,11 +133,16 @@ def _evaluate_part(requests: list[EvalRequest], b: int, part: list[tuple[int, in
         real.append(bucket.mask[on_device])
         useful = sum(bucket.lengths[row] for i, row in enumerate(rows, start) if i < len(part))
         request.fed.evaluation_passes.add(useful=useful, executed=len(rows) * bucket.width)
-        start = end
+        start += len(rows)
     stacked = {k: torch.stack([m[k] for m in models]) for k in models[0]}
     real_mask = torch.cat(real) & (torch.arange(per_pass, device=first.fed.device) < len(part))[:, None]
     prior = None if first.priors is None else torch.stack([requests[r].priors[p] for r, p in slots])
     return _evaluate_pass(first.fed, stacked, torch.cat(index), real_mask, first.forward, prior)[: len(part)]
+
+
+def _stretches(slots: list[tuple[int, int]]) -> list[tuple[int, list[int]]]:
+    """(request, its positions) for each stretch of consecutive slots of one request."""
+    return [(r, [p for _, p in stretch]) for r, stretch in itertools.groupby(slots, key=lambda slot: slot[0])]
 
 
 def _evaluate_pass(fed: Federation, stacked: Params, index: torch.Tensor, real: torch.Tensor, forward: Forward,
