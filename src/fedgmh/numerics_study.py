@@ -1,0 +1,180 @@
+"""The numerics study: do PyTorch's default GPU numerics (engine option `numerics=pytorch`: TF32 for
+cuDNN convolutions, as the paper's authors most likely ran PFLlib) give Table 2's accuracies, which
+every committed record computed in plain fp32 (`strict`), within the comparison's margin?
+
+A cell is a run of config/numerics.yaml's experiment without its seed (FedPer, FedGMH on CIFAR-100
+ExDir(5, 0.5)). Its *TF32* side is that config's records, each found by its run key and trained on
+CUDA with TF32 convolutions allowed: a record made elsewhere computed fp32 under the TF32 key and is
+refused, named. Its *strict* side is the paper config's Table 2 records of the same runs but for
+`numerics` (on a CPU or a GPU: either is fp32). The test is the comparison's (fedgmh.report.verdicts,
+docs/verdicts.md): Welch's (1 - 2 alpha) interval of the difference of the two means of the best
+accuracy over distinct seeds, and TOST at the margin; at least MIN_SEEDS seeds a side. A cell is
+*equivalent* (TOST rejects), *differs* (the interval lies beyond the margin) or *inconclusive*.
+`numerics=pytorch` may become the GPU campaign's default only when every cell is equivalent.
+
+`power` is the rule calibrated on simulated seeds before it judges: how often a cell whose two sides
+do not differ at all comes out equivalent, with the strict side's spread, at 3 and 5 TF32 seeds; the
+study's seeds are planned by it. `python -m fedgmh.numerics_study` prints the table (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from fedgmh import store
+from fedgmh.errors import UserError
+from fedgmh.filing import parse_setting_id
+from fedgmh.plan import Run
+from fedgmh.plan_cost import load_plan
+from fedgmh.report.verdicts import DEFAULT_ALPHA, DEFAULT_MARGIN, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, welch_tost
+from fedgmh.runspec import RunSpec
+
+STUDY_CONFIG, STUDY_EXPERIMENT = "config/numerics.yaml", "numerics"
+STRICT_CONFIG, STRICT_EXPERIMENT = "config/config.yaml", "table2"
+STORES = ("paper_artifacts",)
+EQUIVALENT, DIFFERS, INCONCLUSIVE, NOT_JUDGED = "equivalent", "differs", "inconclusive", "not judged"
+#: the numbers of TF32 seeds `power` is given for
+PLANNED_SEEDS = (3, 5)
+TRIALS = 2000
+#: the accuracy (%) the simulated cells are drawn around (the test sees only differences)
+LEVEL = 75.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell: its name, each side's best accuracy (%) by seed, and the verdict (with Welch's numbers
+    when both sides have MIN_SEEDS seeds)."""
+
+    name: str
+    tf32: dict[int, float]
+    strict: dict[int, float]
+    verdict: str
+    diff: float = math.nan
+    ci: tuple[float, float] = (math.nan, math.nan)
+
+
+def _summary(values: Iterable[float]) -> tuple[float, float, int]:
+    values = list(values)
+    return float(np.mean(values)), float(np.std(values, ddof=1)), len(values)
+
+
+def judge(name: str, tf32: dict[int, float], strict: dict[int, float], margin: float = DEFAULT_MARGIN,
+          alpha: float = DEFAULT_ALPHA) -> Cell:
+    """The cell's verdict from each side's best accuracy (%) by seed."""
+    for side, values in (("TF32", tf32), ("strict", strict)):
+        bad = [seed for seed, value in values.items() if not (math.isfinite(value) and 0 <= value <= 100)]
+        if bad:
+            raise UserError(f"numerics study, {name}: the {side} side's seed(s) {bad} have no accuracy in [0, 100]")
+    if min(len(tf32), len(strict)) < MIN_SEEDS:
+        return Cell(name, tf32, strict, NOT_JUDGED)
+    test = welch_tost(_summary(tf32.values()), _summary(strict.values()), margin, alpha)
+    verdict = {REPRODUCED: EQUIVALENT, NOT_REPRODUCED: DIFFERS}.get(test.verdict, INCONCLUSIVE)
+    return Cell(name, tf32, strict, verdict, test.diff, (test.ci_low, test.ci_high))
+
+
+def power(std: float, tf32_seeds: int, strict_seeds: int, margin: float = DEFAULT_MARGIN, alpha: float = DEFAULT_ALPHA,
+          shift: float = 0.0, trials: int = TRIALS, seed: int = 0) -> float:
+    """The share of `trials` simulated cells, both sides normal with this std and means `shift` apart, that
+    `judge` calls equivalent (shift 0: the power; shift = margin: the false-equivalence rate, <= alpha)."""
+    rng = np.random.default_rng(seed)
+    found = 0
+    for _ in range(trials):
+        tf32, strict = rng.normal(LEVEL + shift, std, tf32_seeds), rng.normal(LEVEL, std, strict_seeds)
+        found += judge("simulated", dict(enumerate(tf32)), dict(enumerate(strict)), margin, alpha).verdict == EQUIVALENT
+    return found / trials
+
+
+def decision(cells: Sequence[Cell]) -> str:
+    """What the study says of `numerics=pytorch` as the GPU campaign's default."""
+    differing = [cell.name for cell in cells if cell.verdict == DIFFERS]
+    open_cells = [cell.name for cell in cells if cell.verdict in (INCONCLUSIVE, NOT_JUDGED)]
+    if differing:
+        return f"numerics=pytorch stays opt-in: TF32 changes the accuracy beyond the margin in {', '.join(differing)}"
+    if open_cells or not cells:
+        return f"Not settled ({', '.join(open_cells) or 'no cell'} not shown equivalent): numerics=pytorch stays opt-in"
+    return "numerics=pytorch is equivalent to strict in every cell: it may become the GPU campaign's default"
+
+
+def _by_spec(keyed: list[tuple[Path, RunSpec]], run: Run) -> Path | None:
+    """The folder of the first record of `run` (its key, the partition's data aside; store order), or None."""
+    found = [folder for folder, spec in keyed if spec.without_data() == run.spec]
+    return found[0] if found else None
+
+
+def _tf32_problem(record: dict) -> str | None:
+    device, machine = str(record.get("device", "")), record.get("machine") or {}
+    if not device.startswith("cuda"):
+        return f"trained on {device or 'an unnamed device'}, where numerics=pytorch computes fp32"
+    if machine.get("tf32_cudnn") is not True:
+        return "its machine facts do not show TF32 convolutions allowed"
+    return None
+
+
+def study_cells(base: Path | str = ".", stores: Sequence[Path | str] = STORES, margin: float = DEFAULT_MARGIN,
+                alpha: float = DEFAULT_ALPHA) -> list[Cell]:
+    """Every cell of the study with the records committed in `stores` (below `base`)."""
+    base = Path(base)
+    study, strict = (load_plan([config], [], base) for config in (STUDY_CONFIG, STRICT_CONFIG))
+    keyed, _ = store.scan_specs([base / folder for folder in stores])
+    cells: dict[str, tuple[dict[int, float], dict[int, float]]] = {}
+    for run in (run for run in study.runs if run.experiment == STUDY_EXPERIMENT):
+        setting = parse_setting_id(run.setting).without_variant
+        tf32, fp32 = cells.setdefault(f"{run.algorithm} {setting}", ({}, {}))
+        twin = strict.train_job(STRICT_EXPERIMENT, setting, run.algorithm, run.seed)
+        for side, wanted, check in ((tf32, run, True), (fp32, twin, False)):
+            folder = _by_spec(keyed, wanted)
+            if folder is None:
+                continue
+            record = store.read_record(folder).record
+            problem = _tf32_problem(record) if check else None
+            if problem:
+                raise UserError(f"numerics study: {folder} is not a TF32 run ({problem}); move it out of the store")
+            side[run.seed] = 100 * float(record["best_test_acc"])
+    return [judge(name, tf32, fp32, margin, alpha) for name, (tf32, fp32) in cells.items()]
+
+
+def _accuracy(values: dict[int, float]) -> str:
+    if not values:
+        return "none"
+    mean, std, n = _summary(values.values()) if len(values) > 1 else (next(iter(values.values())), math.nan, 1)
+    return f"{mean:.2f}" + (f" ± {std:.2f}" if n > 1 else "") + f" ({n})"
+
+
+def markdown(cells: Sequence[Cell], margin: float = DEFAULT_MARGIN, alpha: float = DEFAULT_ALPHA) -> str:
+    """The study's table: each side's mean ± sample std (seeds), the difference and its interval, the
+    verdict, and the power at PLANNED_SEEDS TF32 seeds against the strict side as it is."""
+    level = round(100 * (1 - 2 * alpha))
+    lines = [f"| cell | TF32 (seeds) | strict (seeds) | difference, {level} % interval | verdict | "
+             f"power at {' / '.join(map(str, PLANNED_SEEDS))} TF32 seeds |", "| --- | --- | --- | --- | --- | --- |"]
+    for cell in cells:
+        interval = f"{cell.diff:+.2f} [{cell.ci[0]:+.2f}, {cell.ci[1]:+.2f}]" if math.isfinite(cell.diff) else "-"
+        if len(cell.strict) >= 2:
+            _, std, n = _summary(cell.strict.values())
+            powers = " / ".join(f"{power(std, k, n, margin, alpha):.0%}" for k in PLANNED_SEEDS)
+        else:
+            powers = "-"
+        lines.append(f"| {cell.name} | {_accuracy(cell.tf32)} | {_accuracy(cell.strict)} | {interval} | {cell.verdict} | {powers} |")
+    return "\n".join(lines) + f"\n\nMargin ±{margin:g} points, alpha {alpha:g}. {decision(cells)}.\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fedgmh.numerics_study", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    args = parser.parse_args(argv)
+    try:
+        print(markdown(study_cells(margin=args.margin, alpha=args.alpha), args.margin, args.alpha), end="")
+    except UserError as err:
+        print(f"error: {err}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
