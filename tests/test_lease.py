@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedgmh.lease import MIB, QUICK_S, Clock, schedule, tree_bytes
+from fedgmh.campaign import load_campaign
+from fedgmh.lease import MIB, QUICK_S, Clock, lease_overrides, schedule, tree_bytes
+from fedgmh.lease_device import MAX_AT_ONCE
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = ["table2/digits_c2_a0.5/fedavg/seed0", "table2/digits_c2_a0.5/fedgmh/seed0"]
@@ -172,13 +174,14 @@ def test_a_run_the_lease_cannot_finish_comes_back_as_a_snapshot_the_campaign_res
 
 
 def test_the_check_names_a_module_that_does_not_import_on_the_device(tmp_path: Path) -> None:
-    """A machine whose filelock lacks `lock_descriptor` (training's locks need it) fails call 1's check."""
-    probe = ("import filelock; del filelock.lock_descriptor; from fedgmh import lease_device; "
+    """A machine without a package fedgmh's modules import (here scipy) fails call 1's check, naming the
+    module. (A filelock without `lock_descriptor` no longer does: tests/test_locks.py.)"""
+    probe = ("import sys; sys.modules['scipy'] = None; from fedgmh import lease_device; "
              "print(lease_device.check_environment({'runs': []}, 5))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
                           env=_env(PYTHONPATH=str(REPO / "src"), FEDGMH_LEASE_KEEP=str(tmp_path)))
     assert done.returncode == 0, done.stderr
-    assert "import fedgmh.locks: ImportError: cannot import name 'lock_descriptor'" in done.stdout, done.stdout
+    assert "import fedgmh.report.verdicts: ModuleNotFoundError: import of scipy halted" in done.stdout, done.stdout
 
 
 def test_the_calls_fit_the_lease_and_the_device(tmp_path: Path) -> None:
@@ -310,3 +313,13 @@ def test_the_plans_batch_command_is_the_batch_jobs_word_for_word(tmp_path: Path)
     rows, printed, _ = _planned_and_printed(root, runs, settings, "printf ")
     assert printed == [rows[0][4]] and "fedgmh train-group " in rows[0][4], printed
     assert rows[1][4] == "" and rows[0][1] == rows[1][1] and rows[0][1].endswith(".log")
+
+
+def test_every_run_the_device_starts_at_once_has_a_gpu_slot_of_its_own() -> None:
+    """The paper config's `jobs_per_gpu` is 1: a lease's runs, all on the device's one GPU, would wait for its
+    one slot (fedgmh.gpu_slots) but for the lease's `jobs_per_gpu`; what the caller gives is kept."""
+    entry = load_campaign(REPO / "config" / "campaign.yaml", REPO, REPO / "Snakefile", lease_overrides([]))[0]
+    words = entry.plan.train_words(entry.run, entry.partition, 1)
+    assert words[words.index("--device") + 1] == "cuda:auto"
+    assert int(words[words.index("--jobs-per-gpu") + 1]) >= MAX_AT_ONCE
+    assert lease_overrides(["device=cpu", "jobs_per_gpu=2"]) == ["device=cpu", "jobs_per_gpu=2"]

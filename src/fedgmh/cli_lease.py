@@ -26,12 +26,9 @@ def _cmd_prepare(args: argparse.Namespace) -> None:
     base = Path(args.directory)
     if not (base / args.file).is_file():
         raise UserError(f"campaign file {args.file} not found in {base}")
-    overrides = [*args.config]
-    if not any(item.startswith("device=") for item in overrides):
-        overrides.append("device=cuda")
     clock = Clock(**_clock_items(args.clock))
     sizes = {"call_mib": args.call_mib} if args.call_mib is not None else {}
-    for line in summary(prepare_lease(args.file, base, overrides, clock, args.rates, **sizes)):
+    for line in summary(prepare_lease(args.file, base, list(args.config), clock, args.rates, **sizes)):
         print(line)
 
 
@@ -132,7 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--file", default=DEFAULT_CAMPAIGN, help=f"the campaign's priority list (default {DEFAULT_CAMPAIGN})")
     v.add_argument("--directory", default=".", help="the repository root (default .)")
     v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="Snakemake --config overrides for the runs, e.g. mirror=../shared/data (device=cuda unless given)")
+                   help="Snakemake --config overrides for the runs, e.g. mirror=../shared/data (device=cuda and jobs_per_gpu=16 unless given)")
     v.add_argument("--rates", default=None, help="the GPU rates on file (default benchmarks/gpu_throughput.csv)")
     v.add_argument("--clock", nargs="*", default=[], metavar="KEY=SECONDS",
                    help="the lease's time where it differs from fedgmh.lease.Clock's (lease_s=900, start_s=120, ...)")

@@ -38,6 +38,7 @@ from pathlib import Path
 from fedgmh import lease_data
 from fedgmh.campaign import Entry, load_campaign, next_runs
 from fedgmh.errors import UserError
+from fedgmh.lease_device import MAX_AT_ONCE
 from fedgmh.plan_estimate import GPU_RATES, gpu_measurements, shared_rate
 
 MIB = 2**20
@@ -215,12 +216,24 @@ def _packed_data(files: list[Path], base: Path, cache: Path) -> Path:
     return packed
 
 
+def lease_overrides(overrides: list[str]) -> list[str]:
+    """The `--config` values of the lease's runs: `overrides`, `device=cuda` unless they name a device, and
+    `jobs_per_gpu` = MAX_AT_ONCE unless they give it: with the config's own (1 in the paper's), every run
+    started on the GPU but the first would wait for its one slot (fedgmh.gpu_slots). Neither changes a run."""
+    overrides = list(overrides)
+    if not any(item.startswith("device=") for item in overrides):
+        overrides.append("device=cuda")
+    if not any(item.startswith("jobs_per_gpu=") for item in overrides):
+        overrides.append(f"jobs_per_gpu={MAX_AT_ONCE}")
+    return overrides
+
+
 def prepare_lease(campaign: str, base: Path | str = ".", overrides: list[str] = (), clock: Clock = Clock(),
                   rates: Path | str | None = None, snakefile: str = "Snakefile", call_mib: float = CALL_MIB) -> Prepared:
     """Write `.lease/` in `base` for the next runs of the campaign file `campaign` (see the module), each
     call carrying at most `call_mib` MiB with the tree. Everything is checked before the old `.lease/`
     is replaced."""
-    base = Path(base)
+    base, overrides = Path(base), lease_overrides(overrides)
     clock.check()
     rows = gpu_measurements(base / (rates or GPU_RATES))
     entries = next_runs(load_campaign(base / campaign, base, base / snakefile, list(overrides)), base)

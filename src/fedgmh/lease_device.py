@@ -121,8 +121,8 @@ def engine_hash(root: Path = Path("src/fedgmh")) -> str:
 
 
 def check_environment(lease: dict, seconds: float) -> list[str]:
-    """Problems that would make every run fail: a module of fedgmh that does not import (e.g. a missing
-    `filelock.lock_descriptor`), runs on CUDA without CUDA, a CUDA test of the runs' paths that fails."""
+    """Problems that would make every run fail: a module of fedgmh that does not import (e.g. a package
+    the image lacks), runs on CUDA without CUDA, a CUDA test of the runs' paths that fails."""
     import fedgmh
 
     problems = []

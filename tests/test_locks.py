@@ -1,0 +1,39 @@
+"""fedgmh.locks with a filelock older than 3.30 (no `lock_descriptor`, as a GPU machine's image may hold):
+the same fcntl.flock lock, seen by the newer filelock too, so a lease's runs still import and lock."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from filelock import lock_descriptor
+
+import fedgmh.locks
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_an_older_filelock_gives_the_same_lock(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "filelock", types.ModuleType("filelock"))  # a filelock without lock_descriptor
+    try:
+        locks = importlib.reload(fedgmh.locks)
+        assert locks.lock_descriptor.__module__ == "fedgmh.locks"
+        path = tmp_path / "slot.lock"
+        held = locks.hold(path)
+        assert locks.hold(path, wait=False) is None  # another open file: refused at once
+        other = os.open(path, os.O_RDWR)
+        try:
+            assert lock_descriptor(other, blocking=False) is False  # the real filelock sees the same lock
+        finally:
+            os.close(other)
+        os.close(held)
+        again = locks.hold(path, wait=False)
+        assert again is not None
+        os.close(again)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(fedgmh.locks)
+    assert fedgmh.locks.lock_descriptor is lock_descriptor
