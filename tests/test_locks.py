@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -15,8 +17,8 @@ from filelock import lock_descriptor
 import fedgmh.locks
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 def test_an_older_filelock_gives_the_same_lock(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("fcntl")  # the fallback is POSIX's
     monkeypatch.setitem(sys.modules, "filelock", types.ModuleType("filelock"))  # a filelock without lock_descriptor
     try:
         locks = importlib.reload(fedgmh.locks)
@@ -29,10 +31,15 @@ def test_an_older_filelock_gives_the_same_lock(tmp_path: Path, monkeypatch) -> N
             assert lock_descriptor(other, blocking=False) is False  # the real filelock sees the same lock
         finally:
             os.close(other)
+        got = []
+        waiter = threading.Thread(target=lambda: got.append(locks.hold(path)))  # waits while it is held
+        waiter.start()
+        time.sleep(0.3)
+        assert waiter.is_alive() and not got
         os.close(held)
-        again = locks.hold(path, wait=False)
-        assert again is not None
-        os.close(again)
+        waiter.join(5)
+        assert got and got[0] is not None
+        os.close(got[0])
     finally:
         monkeypatch.undo()
         importlib.reload(fedgmh.locks)

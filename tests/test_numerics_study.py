@@ -30,7 +30,7 @@ def test_each_study_run_is_table2s_run_but_for_numerics() -> None:
         assert run.spec.difference(twin.spec) == ["engine_options.numerics: 'pytorch' vs 'strict'"]
     listed = load_campaign(REPO / "config" / "numerics_campaign.yaml", REPO, REPO / "Snakefile")
     assert sorted(entry.run.run_dir for entry in listed) == sorted(run.run_dir for run in runs)
-    assert [entry.run.seed for entry in listed[:6]] == [0, 0, 1, 1, 2, 2]  # seeds 0-2 first
+    assert [entry.run.seed for entry in listed] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]  # every seed, in order
 
 
 def test_the_verdicts() -> None:
@@ -48,7 +48,7 @@ def test_the_decision_needs_every_cell_equivalent() -> None:
     cell = study.Cell("a", {}, {}, study.EQUIVALENT)
     assert "may become" in study.decision([cell, study.Cell("b", {}, {}, study.EQUIVALENT)])
     assert "Not settled" in study.decision([cell, study.Cell("b", {}, {}, study.INCONCLUSIVE)])
-    assert "stays opt-in: TF32 changes" in study.decision([cell, study.Cell("b", {}, {}, study.DIFFERS)])
+    assert "stays opt-in: its runs differ" in study.decision([cell, study.Cell("b", {}, {}, study.DIFFERS)])
     assert "Not settled" in study.decision([])
 
 
@@ -62,16 +62,17 @@ def test_the_rule_is_calibrated_on_simulated_cells() -> None:
     assert study.power(1.0, 5, 5) < 0.05
 
 
-def _copy(seed: int, into: Path, tf32_on: str | None) -> None:
-    """A committed strict record of FedPer's seed, or (tf32_on: a device) made a TF32 record."""
+def _copy(seed: int, into: Path, tf32_on: str | None, **edits) -> None:
+    """A committed strict record of FedPer's seed, or (tf32_on: a device) made a TF32 record; `edits`:
+    run.json's top-level fields replaced."""
     folder = into / ("tf32" if tf32_on else "strict") / f"seed{seed}"
     shutil.copytree(STRICT_RECORDS / f"seed{seed}", folder)
+    record = json.loads((folder / "run.json").read_text())
     if tf32_on:
-        record = json.loads((folder / "run.json").read_text())
         record["engine_options"]["numerics"] = "pytorch"
         record["device"] = tf32_on
         record["machine"]["tf32_cudnn"] = tf32_on.startswith("cuda")
-        (folder / "run.json").write_text(json.dumps(record))
+    (folder / "run.json").write_text(json.dumps({**record, **edits}))
 
 
 def test_cells_from_records(tmp_path: Path) -> None:
@@ -89,9 +90,23 @@ def test_cells_from_records(tmp_path: Path) -> None:
     assert cells["fedgmh cifar100_c5_a0.5"].verdict == study.NOT_JUDGED
     assert "| fedper cifar100_c5_a0.5 |" in study.markdown(list(cells.values()))
 
+    gpu = {s for s in range(5) if json.loads((STRICT_RECORDS / f"seed{s}" / "run.json").read_text())["device"].startswith("cuda")}
+    assert fedper.strict_on_gpu == len(gpu)
+
     shutil.rmtree(tmp_path / "tf32" / "seed1")
     _copy(1, tmp_path, "cpu")
     with pytest.raises(UserError, match="tf32/seed1 is not a TF32 run \\(trained on cpu"):
+        study.study_cells(REPO, [tmp_path])
+    shutil.rmtree(tmp_path / "tf32" / "seed1")
+    _copy(1, tmp_path, "cuda:0 (NVIDIA H200)")
+    record = json.loads((tmp_path / "strict" / "seed3" / "run.json").read_text())
+    shutil.rmtree(tmp_path / "strict" / "seed3")
+    _copy(3, tmp_path, None, device="cuda:0 (NVIDIA H200)", machine={**record["machine"], "tf32_cudnn": True})
+    with pytest.raises(UserError, match="strict/seed3 is not a strict run \\(a GPU record of a strict run"):
+        study.study_cells(REPO, [tmp_path])
+    shutil.rmtree(tmp_path / "strict" / "seed3")
+    _copy(3, tmp_path, None, partition={**record["partition"], "dataset_fingerprint": "another"})
+    with pytest.raises(UserError, match="trained on other data than"):
         study.study_cells(REPO, [tmp_path])
 
 

@@ -219,7 +219,7 @@ def _packed_data(files: list[Path], base: Path, cache: Path) -> Path:
 def lease_overrides(overrides: list[str]) -> list[str]:
     """The `--config` values of the lease's runs: `overrides`, `device=cuda` unless they name a device, and
     `jobs_per_gpu` = MAX_AT_ONCE unless they give it: with the config's own (1 in the paper's), every run
-    started on the GPU but the first would wait for its one slot (fedgmh.gpu_slots). Neither changes a run."""
+    started on the GPU but the first would wait for its one slot (fedgmh.gpu_slots). Neither is in the run key."""
     overrides = list(overrides)
     if not any(item.startswith("device=") for item in overrides):
         overrides.append("device=cuda")

@@ -6,11 +6,16 @@ A cell is a run of config/numerics.yaml's experiment without its seed (FedPer, F
 ExDir(5, 0.5)). Its *TF32* side is that config's records, each found by its run key and trained on
 CUDA with TF32 convolutions allowed: a record made elsewhere computed fp32 under the TF32 key and is
 refused, named. Its *strict* side is the paper config's Table 2 records of the same runs but for
-`numerics` (on a CPU or a GPU: either is fp32). The test is the comparison's (fedgmh.report.verdicts,
-docs/verdicts.md): Welch's (1 - 2 alpha) interval of the difference of the two means of the best
-accuracy over distinct seeds, and TOST at the margin; at least MIN_SEEDS seeds a side. A cell is
-*equivalent* (TOST rejects), *differs* (the interval lies beyond the margin) or *inconclusive*.
-`numerics=pytorch` may become the GPU campaign's default only when every cell is equivalent.
+`numerics`, as the tables pool them: fp32 on a CPU or a GPU (device is not in the run key, so no
+GPU twin of a CPU record can be stored beside it); a GPU record there must show TF32 off. A cell's
+records must share their partition's data (fingerprint and digest). The test is the comparison's
+(fedgmh.report.verdicts, docs/verdicts.md): Welch's (1 - 2 alpha) interval of the difference of the
+two means of the best accuracy over distinct seeds, and TOST at the margin; at least MIN_SEEDS seeds
+a side; one look, after every planned seed (config/numerics_campaign.yaml). A cell is *equivalent*
+(TOST rejects), *differs* (the interval lies beyond the margin) or *inconclusive*. So the study asks
+whether TF32 runs may be pooled with the strict records, not what TF32 alone does: a gap between a
+GPU's and a CPU's fp32 would show as a difference too. `numerics=pytorch` may become the GPU
+campaign's default only when every cell is equivalent.
 
 `power` is the rule calibrated on simulated seeds before it judges: how often a cell whose two sides
 do not differ at all comes out equivalent, with the strict side's spread, at 3 and 5 TF32 seeds; the
@@ -20,9 +25,9 @@ study's seeds are planned by it. `python -m fedgmh.numerics_study` prints the ta
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +51,7 @@ TRIALS = 2000
 LEVEL = 75.0
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Cell:
     """One cell: its name, each side's best accuracy (%) by seed, and the verdict (with Welch's numbers
     when both sides have MIN_SEEDS seeds)."""
@@ -57,6 +62,8 @@ class Cell:
     verdict: str
     diff: float = math.nan
     ci: tuple[float, float] = (math.nan, math.nan)
+    #: how many of the strict side's records were trained on a GPU (the others on a CPU)
+    strict_on_gpu: int = 0
 
 
 def _summary(values: Iterable[float]) -> tuple[float, float, int]:
@@ -95,9 +102,9 @@ def decision(cells: Sequence[Cell]) -> str:
     differing = [cell.name for cell in cells if cell.verdict == DIFFERS]
     open_cells = [cell.name for cell in cells if cell.verdict in (INCONCLUSIVE, NOT_JUDGED)]
     if differing:
-        return f"numerics=pytorch stays opt-in: TF32 changes the accuracy beyond the margin in {', '.join(differing)}"
+        return f"numerics=pytorch stays opt-in: its runs differ from the strict records beyond the margin in {', '.join(differing)}"
     if open_cells or not cells:
-        return f"Not settled ({', '.join(open_cells) or 'no cell'} not shown equivalent): numerics=pytorch stays opt-in"
+        return f"Not settled ({', '.join(open_cells) or 'no cell'}): numerics=pytorch stays opt-in"
     return "numerics=pytorch is equivalent to strict in every cell: it may become the GPU campaign's default"
 
 
@@ -107,13 +114,25 @@ def _by_spec(keyed: list[tuple[Path, RunSpec]], run: Run) -> Path | None:
     return found[0] if found else None
 
 
-def _tf32_problem(record: dict) -> str | None:
-    device, machine = str(record.get("device", "")), record.get("machine") or {}
-    if not device.startswith("cuda"):
-        return f"trained on {device or 'an unnamed device'}, where numerics=pytorch computes fp32"
-    if machine.get("tf32_cudnn") is not True:
+def _on_gpu(record: dict) -> bool:
+    return str(record.get("device", "")).startswith("cuda")
+
+
+def _arithmetic_problem(record: dict, tf32: bool) -> str | None:
+    """Why `record` did not compute in the arithmetic of its side (TF32 convolutions on CUDA, or fp32), or None."""
+    allowed = (record.get("machine") or {}).get("tf32_cudnn")
+    if tf32 and not _on_gpu(record):
+        return f"trained on {record.get('device') or 'an unnamed device'}, where numerics=pytorch computes fp32"
+    if tf32 and allowed is not True:
         return "its machine facts do not show TF32 convolutions allowed"
+    if not tf32 and _on_gpu(record) and allowed is not False:
+        return "a GPU record of a strict run whose machine facts do not show TF32 off"
     return None
+
+
+def _data(record: dict) -> tuple:
+    partition = record.get("partition") or {}
+    return partition.get("dataset_fingerprint"), partition.get("digest")
 
 
 def study_cells(base: Path | str = ".", stores: Sequence[Path | str] = STORES, margin: float = DEFAULT_MARGIN,
@@ -122,35 +141,43 @@ def study_cells(base: Path | str = ".", stores: Sequence[Path | str] = STORES, m
     base = Path(base)
     study, strict = (load_plan([config], [], base) for config in (STUDY_CONFIG, STRICT_CONFIG))
     keyed, _ = store.scan_specs([base / folder for folder in stores])
-    cells: dict[str, tuple[dict[int, float], dict[int, float]]] = {}
+    cells: dict[str, tuple[dict[int, float], dict[int, float], list[dict]]] = {}
     for run in (run for run in study.runs if run.experiment == STUDY_EXPERIMENT):
         setting = parse_setting_id(run.setting).without_variant
-        tf32, fp32 = cells.setdefault(f"{run.algorithm} {setting}", ({}, {}))
+        tf32, fp32, records = cells.setdefault(f"{run.algorithm} {setting}", ({}, {}, []))
         twin = strict.train_job(STRICT_EXPERIMENT, setting, run.algorithm, run.seed)
-        for side, wanted, check in ((tf32, run, True), (fp32, twin, False)):
+        for side, wanted, is_tf32 in ((tf32, run, True), (fp32, twin, False)):
             folder = _by_spec(keyed, wanted)
             if folder is None:
                 continue
             record = store.read_record(folder).record
-            problem = _tf32_problem(record) if check else None
+            problem = _arithmetic_problem(record, is_tf32)
             if problem:
-                raise UserError(f"numerics study: {folder} is not a TF32 run ({problem}); move it out of the store")
+                raise UserError(f"numerics study: {folder} is not a {'TF32' if is_tf32 else 'strict'} run ({problem}); "
+                                "move it out of the store")
+            if records and _data(record) != _data(records[0]):
+                raise UserError(f"numerics study: {folder} was trained on other data than {records[0]['folder']} "
+                                "(partition fingerprint or digest)")
+            records.append({**record, "folder": str(folder), "tf32": is_tf32})
             side[run.seed] = 100 * float(record["best_test_acc"])
-    return [judge(name, tf32, fp32, margin, alpha) for name, (tf32, fp32) in cells.items()]
+    return [dataclasses.replace(judge(name, tf32, fp32, margin, alpha),
+                                strict_on_gpu=sum(not r["tf32"] and _on_gpu(r) for r in records))
+            for name, (tf32, fp32, records) in cells.items()]
 
 
-def _accuracy(values: dict[int, float]) -> str:
+def _accuracy(values: dict[int, float], note: str = "") -> str:
+    """'mean ± sample std (seeds[; note])', or 'none'."""
     if not values:
         return "none"
     mean, std, n = _summary(values.values()) if len(values) > 1 else (next(iter(values.values())), math.nan, 1)
-    return f"{mean:.2f}" + (f" ± {std:.2f}" if n > 1 else "") + f" ({n})"
+    return f"{mean:.2f}" + (f" ± {std:.2f}" if n > 1 else "") + f" ({n}{'; ' + note if note else ''})"
 
 
 def markdown(cells: Sequence[Cell], margin: float = DEFAULT_MARGIN, alpha: float = DEFAULT_ALPHA) -> str:
     """The study's table: each side's mean ± sample std (seeds), the difference and its interval, the
     verdict, and the power at PLANNED_SEEDS TF32 seeds against the strict side as it is."""
     level = round(100 * (1 - 2 * alpha))
-    lines = [f"| cell | TF32 (seeds) | strict (seeds) | difference, {level} % interval | verdict | "
+    lines = [f"| cell | TF32, mean ± sample std (seeds) | strict, the same (seeds; on a GPU) | difference, {level} % interval | verdict | "
              f"power at {' / '.join(map(str, PLANNED_SEEDS))} TF32 seeds |", "| --- | --- | --- | --- | --- | --- |"]
     for cell in cells:
         interval = f"{cell.diff:+.2f} [{cell.ci[0]:+.2f}, {cell.ci[1]:+.2f}]" if math.isfinite(cell.diff) else "-"
@@ -159,7 +186,8 @@ def markdown(cells: Sequence[Cell], margin: float = DEFAULT_MARGIN, alpha: float
             powers = " / ".join(f"{power(std, k, n, margin, alpha):.0%}" for k in PLANNED_SEEDS)
         else:
             powers = "-"
-        lines.append(f"| {cell.name} | {_accuracy(cell.tf32)} | {_accuracy(cell.strict)} | {interval} | {cell.verdict} | {powers} |")
+        strict = _accuracy(cell.strict, str(cell.strict_on_gpu))
+        lines.append(f"| {cell.name} | {_accuracy(cell.tf32)} | {strict} | {interval} | {cell.verdict} | {powers} |")
     return "\n".join(lines) + f"\n\nMargin ±{margin:g} points, alpha {alpha:g}. {decision(cells)}.\n"
 
 

@@ -94,7 +94,7 @@ def record_run(run: ResolvedRun, fed: Federation, algorithm, played: PlayedRound
         "threads": torch.get_num_threads(),
         **({"sample_passes": passes} if (passes := fed.sample_passes.record()) else {}),
         **({"evaluation_sample_passes": passes} if (passes := fed.evaluation_passes.record()) else {}),
-        **({"jobs_per_gpu": run.jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # GPU shared by that many jobs
+        **({"jobs_per_gpu": run.jobs_per_gpu} if config.device == gpu_slots.SLOT_DEVICE else {}),  # slots per GPU: at most that many jobs shared it
         "host": platform.node(),
         "machine": machine_facts(device),
         "versions": {
