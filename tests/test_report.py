@@ -195,6 +195,16 @@ def test_a_run_keeps_the_setting_id_its_record_files_it_under(tmp_path: Path) ->
     assert report.aggregate_runs([twenty], default_clients=20)[0]["setting"].tolist() == ["mnist_c2_a0.5"]
 
 
+def test_an_execution_option_is_not_a_dimension_of_the_cell(tmp_path: Path) -> None:
+    """A run laid out channels_last (the campaign's CPU runs) is the same run as one that is not (the run
+    key): aggregated under another experiment than its record's, it stays in the same cell."""
+    plain = make_run(tmp_path / "a", experiment="table2", algorithm="fedgmh", seed=0)
+    laid_out = make_run(tmp_path / "b", experiment="table5", algorithm="gmh_a", seed=3, options={"memory_format": "channels_last"})
+    results, _ = report.aggregate_runs([plain, label(laid_out, setting="mnist_c2_a0.5")], experiment="table5")
+    assert results["setting"].tolist() == ["mnist_c2_a0.5", "mnist_c2_a0.5"]
+    assert "memory_format" not in results.columns and results["options"].tolist() == ["{}", "{}"]
+
+
 def test_swept_dimension_becomes_a_column(tmp_path: Path) -> None:
     dirs = [make_run(tmp_path, experiment="table3", dataset="cifar10", algorithm="fedavg", local_epochs=e, seed=s, best=0.3 + 0.01 * e)
             for e in (4, 6) for s in (0, 1)]

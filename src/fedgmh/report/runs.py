@@ -27,6 +27,7 @@ from fedgmh.report.labels import (
 )
 from fedgmh.filing import assign_setting_ids, base_id, parse_setting_id
 from fedgmh.report.parsing import jsonable, parse_options
+from fedgmh.runspec import EXECUTION_OPTIONS
 
 LAST_ROUNDS = 10  # `last10_test_acc`: the mean test accuracy of the last 10 evaluated rounds
 #: metrics.csv columns kept in curves.csv when a run has them (`clients_up`: clients that uploaded in the round)
@@ -77,7 +78,8 @@ def load_run(run_dir: Path | str, preset_evaluation: bool = False,
         "join_ratio": config.get("join_ratio"),
         "batch_size": config.get("batch_size"),
         "lr": config.get("lr"),
-        "options": parse_options(config.get("overrides")),
+        # how a run was computed (memory_format, conv, ...) is not what it is: not a cell's option
+        "options": {k: v for k, v in parse_options(config.get("overrides")).items() if k not in EXECUTION_OPTIONS},
         "resolved_options": {k: jsonable(v) for k, v in (record.get("algorithm_options") or {}).items()
                              if k in REPORTED_OPTIONS and isinstance(v, (str, int, float, bool))},
         "best_test_acc": float(record["best_test_acc"]),
