@@ -10,7 +10,7 @@ import signal
 
 import pandas as pd
 import pytest
-from conftest import make_federation, prepare_digits, train_args
+from conftest import REPO_ROOT, load_script, make_federation, prepare_digits, train_args
 
 from fedgmh.algorithms import get_algorithm
 from fedgmh.cadence import SNAPSHOT_SHARE, snapshot_cadence
@@ -156,3 +156,26 @@ def test_the_cadence_is_not_part_of_the_run_a_snapshot_resumes_under_another(tmp
     pd.testing.assert_frame_equal(read(out), read(whole), check_exact=True)
     # a finished run is the same run whatever its cadence: not trained again
     assert main(train_args(setup, whole, "--checkpoint-every", "5", rounds=4)) == 0
+
+
+def _record(store, name, algorithm, wall, seconds, resumed_from=None, device="cpu", code="new"):
+    folder = store / name
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"algorithm": algorithm, "device": device, "wall_time_s": wall,
+                                                 "resumed_from_round": resumed_from, "code_version": code}))
+    pd.DataFrame({"round": range(len(seconds)), "seconds": seconds}).to_csv(folder / "metrics.csv", index=False)
+
+
+def test_the_share_outside_the_rounds_counts_only_the_rounds_its_process_played(tmp_path):
+    """tools/snapshot_share.py: a resumed process played the rounds from `resumed_from_round` (the
+    snapshot's next round) on, and a record made without the cadence does not count."""
+    share = load_script(REPO_ROOT / "tools" / "snapshot_share.py")
+    _record(tmp_path, "whole", "fedavg", wall=10.0, seconds=[1.0, 4.0, 4.0])
+    _record(tmp_path, "resumed", "fedavg", wall=5.0, seconds=[3.0, 3.0, 2.0, 2.0], resumed_from=2)
+    _record(tmp_path, "gpu", "fedavg", wall=2.0, seconds=[1.0, 0.5], device="cuda:0")
+    _record(tmp_path, "old", "fedamp", wall=100.0, seconds=[1.0], code="old")
+    found = share.shares([tmp_path], counts=lambda code: code == "new")
+    assert found.keys() == {("cpu", "fedavg"), ("gpu", "fedavg")}
+    assert sorted(found[("cpu", "fedavg")]) == pytest.approx([0.1, 0.2])
+    assert found[("gpu", "fedavg")] == pytest.approx([0.25])
+    assert "| cpu | fedavg | 2 | 15.00 % | 20.00 % |" in share.markdown(found)
