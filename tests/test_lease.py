@@ -77,14 +77,19 @@ def _device(root: Path, scratch: Path, number: int, carry: list[str], command: s
             shutil.copy2(path, there / path.relative_to(root))
     out = scratch / f"out{number}{attempt}"
     out.mkdir()
-    done = subprocess.run(["bash", "-c", command], cwd=there, capture_output=True, text=True, timeout=timeout_s,
-                          env=_env(OUT=str(out), FEDGMH_LEASE_KEEP=str(scratch / "keep")))
+    env = _env(OUT=str(out), FEDGMH_LEASE_KEEP=str(scratch / "keep"))
+    if os.environ.get(DEVICE_PYTHON):  # the device image's stack, e.g. a venv of its torch and numpy
+        env["PATH"] = f"{Path(os.environ[DEVICE_PYTHON]).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["bash", "-c", command], cwd=there, capture_output=True, text=True, timeout=timeout_s, env=env)
     assert done.returncode == rc, done.stdout + done.stderr
     back = list(out.rglob("*"))
     assert len(back) <= BACK_FILES and all(p.stat().st_size <= BACK_FILE for p in back)
     assert sum(p.stat().st_size for p in back) <= BACK_ALL
     return done.stdout, out
 
+
+#: a python3 for the stand-in's calls instead of this one (the lease's own `python3`)
+DEVICE_PYTHON = "FEDGMH_REHEARSAL_PYTHON3"
 
 CALL = re.compile(r"call (\d+) \(.*\): carry (.*); timeout_s (\d+); command: (.*)")
 
