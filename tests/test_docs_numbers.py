@@ -193,9 +193,8 @@ def test_the_readme_top_statements_are_those_of_the_committed_records() -> None:
     has(f"reproduces on MNIST (ExDir(2, 0.5): {text_m['our_mean']:.2f} as the paper's text describes the method and "
         f"{pflib_m['our_mean']:.2f} as its authors' code runs it, against the paper's {text_m['paper_mean']:.2f}; ExDir(2, 5): "
         f"{text_m5['our_mean']:.2f} against {text_m5['paper_mean']:.2f})")
-    assert text_c["n_seeds"] == pflib_c["n_seeds"] == 3
-    has(f"inconclusive on CIFAR-100 ExDir(5, 0.5) at 3 seeds ({text_c['our_mean']:.2f} and {pflib_c['our_mean']:.2f} against "
-        f"{text_c['paper_mean']:.2f})")
+    has(f"inconclusive on CIFAR-100 ExDir(5, 0.5) ({text_c['our_mean']:.2f} at {int(text_c['n_seeds'])} seeds and "
+        f"{pflib_c['our_mean']:.2f} at {int(pflib_c['n_seeds'])} against {text_c['paper_mean']:.2f})")
 
     # the claims, counted
     def count(table, verdict: str, status: str | None = None) -> int:
@@ -246,11 +245,14 @@ def test_the_readme_top_statements_are_those_of_the_committed_records() -> None:
     # convergence
     fedgh, fedgh_text = pflib.loc["f3-fedgh-no-convergence"], paper.loc["f3-fedgh-no-convergence"]
     assert (fedgh["verdict"], fedgh["robustness"], fedgh_text["verdict"], fedgh_text["robustness"]) == (
-        "holds", "robust", "holds", "fragile") and "swing over the last 40 rounds: inconclusive" in fedgh_text["flips"]
+        "holds", "robust", "holds", "robust")
     times = r"swing over the last 20 rounds ([\d.]+) times"
+    for row in (fedgh, fedgh_text):
+        seeds = re.search(r"swing over the last 20 rounds [\d.]+ times the reference's \(seeds ([\d., ]+);", row["evidence"])
+        assert min(float(x) for x in seeds.group(1).split(",")) > 2, row["evidence"]
     has(f"FedGH swings about its trend {_number(fedgh['evidence'], times):.2f} times as much as FedGMH on the same seeds "
-        f"under PFLlib's reading (robust: every seed above twice) and {_number(fedgh_text['evidence'], times):.2f} times as "
-        "the paper's text describes it (fragile: inconclusive over the last 40 rounds)")
+        f"under PFLlib's reading and {_number(fedgh_text['evidence'], times):.2f} times as the paper's text describes it "
+        "(both robust: every seed above twice)")
     fedavg = paper.loc["t2-fedavg-no-convergence"]
     assert fedavg["verdict"] == "inconclusive"
     rise = _number(fedavg["evidence"], r"rise over the last 50 rounds \+([\d.]+) points")
