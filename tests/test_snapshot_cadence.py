@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 
 import pandas as pd
@@ -158,24 +159,37 @@ def test_the_cadence_is_not_part_of_the_run_a_snapshot_resumes_under_another(tmp
     assert main(train_args(setup, whole, "--checkpoint-every", "5", rounds=4)) == 0
 
 
-def _record(store, name, algorithm, wall, seconds, resumed_from=None, device="cpu", code="new"):
+def _record(made, store, name, wall, seconds, resumed_from=None, device="cpu", code="new"):
+    """A copy of the valid record `made` (rounds 0-3) with its timing fields and labels set."""
     folder = store / name
-    folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({"algorithm": algorithm, "device": device, "wall_time_s": wall,
-                                                 "resumed_from_round": resumed_from, "code_version": code}))
-    pd.DataFrame({"round": range(len(seconds)), "seconds": seconds}).to_csv(folder / "metrics.csv", index=False)
+    shutil.copytree(made, folder)
+    record = json.loads((folder / "run.json").read_text())
+    record.update(device=device, wall_time_s=wall, resumed_from_round=resumed_from, code_version=code)
+    (folder / "run.json").write_text(json.dumps(record))
+    metrics = pd.read_csv(folder / "metrics.csv")
+    metrics["seconds"] = seconds
+    metrics.to_csv(folder / "metrics.csv", index=False)
 
 
-def test_the_share_outside_the_rounds_counts_only_the_rounds_its_process_played(tmp_path):
+def test_the_share_outside_the_rounds_counts_only_the_rounds_its_process_played(tmp_path, capsys):
     """tools/snapshot_share.py: a resumed process played the rounds from `resumed_from_round` (the
-    snapshot's next round) on, and a record made without the cadence does not count."""
+    snapshot's next round) on; a record made without the cadence does not count, and one that is not
+    valid is left out and named."""
+    from fedgmh.cli import main
+
     share = load_script(REPO_ROOT / "tools" / "snapshot_share.py")
-    _record(tmp_path, "whole", "fedavg", wall=10.0, seconds=[1.0, 4.0, 4.0])
-    _record(tmp_path, "resumed", "fedavg", wall=5.0, seconds=[3.0, 3.0, 2.0, 2.0], resumed_from=2)
-    _record(tmp_path, "gpu", "fedavg", wall=2.0, seconds=[1.0, 0.5], device="cuda:0")
-    _record(tmp_path, "old", "fedamp", wall=100.0, seconds=[1.0], code="old")
-    found = share.shares([tmp_path], counts=lambda code: code == "new")
+    digits = prepare_digits(tmp_path)
+    made = tmp_path / "made"
+    main(train_args(digits, made, rounds=3))
+    store = tmp_path / "store"
+    _record(made, store, "whole", wall=10.0, seconds=[0.0, 1.0, 4.0, 4.0])
+    _record(made, store, "resumed", wall=5.0, seconds=[3.0, 3.0, 2.0, 2.0], resumed_from=2)
+    _record(made, store, "gpu", wall=2.0, seconds=[0.0, 0.5, 0.5, 0.5], device="cuda:0")
+    _record(made, store, "old", wall=100.0, seconds=[1.0, 1.0, 1.0, 1.0], code="old")
+    _record(made, store, "broken", wall=10.0, seconds=[1.0, float("nan"), 1.0, 1.0])
+    found, problems = share.shares([store], counts=lambda code: code == "new")
     assert found.keys() == {("cpu", "fedavg"), ("gpu", "fedavg")}
     assert sorted(found[("cpu", "fedavg")]) == pytest.approx([0.1, 0.2])
     assert found[("gpu", "fedavg")] == pytest.approx([0.25])
     assert "| cpu | fedavg | 2 | 15.00 % | 20.00 % |" in share.markdown(found)
+    assert len(problems) == 1 and "broken" in problems[0] and "seconds" in problems[0]
