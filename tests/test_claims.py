@@ -75,9 +75,20 @@ def test_rounds_value_after_and_order() -> None:
     # a seed never at the target: the interval needs every seed's round
     assert kinds.rounds_value("r", 68.0, {0: 60.0, 1: math.inf, 2: 70.0}, 290).verdict == INCONCLUSIVE
     assert kinds.rounds_value("r", 68.0, {0: 60.0, 1: 75.0}, 68).verdict == INCONCLUSIVE
-    assert kinds.rounds_after("r", 250.0, {0: 230.0, 1: 260.0, 2: math.inf}, 200).verdict == HOLDS
-    assert kinds.rounds_after("r", 150.0, {0: 130.0, 1: 160.0, 2: 190.0}, 200).verdict == FAILS
-    assert kinds.rounds_after("r", 200.0, {0: 130.0, 1: 260.0, 2: 190.0}, 200).verdict == INCONCLUSIVE
+    # only after round 200: a sign test, so every seed of at least 5 (all 3 of 3 one way: p = 1/8)
+    late = {0: 230.0, 1: 260.0, 2: math.inf, 3: 210.0, 4: 290.0}
+    part = kinds.rounds_after("r", 250.0, late, 200)
+    assert part.verdict == HOLDS and part.p_value == pytest.approx(1 / 32) and part.unanimous
+    early = {0: 130.0, 1: 160.0, 2: 190.0, 3: 200.0, 4: 150.0}  # round 200 itself is not after it
+    assert kinds.rounds_after("r", 150.0, early, 200).verdict == FAILS
+    # at a Holm level of 2.5 %: 5 of 5 (p = 1/32) does not refute, 6 of 6 (1/64) does, 5 of 6 (7/64) does not
+    assert kinds.rounds_after("r", 150.0, early, 200, against_alpha=0.05 / 2).verdict == INCONCLUSIVE
+    assert kinds.rounds_after("r", 150.0, {**early, 5: 170.0}, 200, against_alpha=0.05 / 2).verdict == FAILS
+    assert kinds.rounds_after("r", 150.0, {**early, 5: 250.0}, 200, against_alpha=0.05 / 2).verdict == INCONCLUSIVE
+    three = kinds.rounds_after("r", 250.0, {s: late[s] for s in range(3)}, 200)
+    assert three.verdict == INCONCLUSIVE and "3 seeds cannot reach 0.05" in three.evidence
+    assert kinds.rounds_after("r", 150.0, {s: early[s] for s in range(3)}, 200).verdict == INCONCLUSIVE
+    assert kinds.rounds_after("r", 200.0, {0: 130.0, 1: 260.0, 2: 190.0, 3: 250.0, 4: 120.0}, 200).verdict == INCONCLUSIVE
     fast = (65.0, {0: 60.0, 1: 70.0, 2: 65.0, 3: 62.0, 4: 66.0})
     slow = (110.0, {0: 100.0, 1: 120.0, 2: math.inf, 3: 105.0, 4: 111.0})
     part = kinds.rounds_order("a before b", fast, slow)  # earlier in all 5 seeds: sign test p = 1/32
@@ -112,19 +123,20 @@ def test_rounds_of_runs_cut_short_or_evaluated_in_part_decide_only_what_they_cov
     # a claim on rounds the runs cover is decided: none of them reached it by round 100
     by100 = {s: (101.0, inf) for s in range(3)}
     assert kinds.rounds_value("r", (101.0, inf), by100, 68).verdict == INCONCLUSIVE  # how much later: unknown
-    assert kinds.rounds_after("r", (101.0, inf), by100, 100).verdict == HOLDS
     by100_5 = {s: (101.0, inf) for s in range(5)}
+    assert kinds.rounds_after("r", (101.0, inf), by100_5, 100).verdict == HOLDS
     assert kinds.rounds_order("r", (60.0, {0: 60.0, 1: 70.0, 2: 65.0, 3: 61.0, 4: 62.0}), ((101.0, inf), by100_5)).verdict == HOLDS
     # only rounds 281-300 evaluated, every one at the target: the first round is somewhere in 0-281
     late = {s: (0.0, 281.0) for s in range(3)}
     part = kinds.rounds_after("r", (0.0, 281.0), late, 200)
     assert part.verdict == INCONCLUSIVE and "3 unknown" in part.evidence and math.isnan(part.estimate)
     assert kinds.rounds_value("r", (0.0, 281.0), late, 68).verdict == INCONCLUSIVE
-    assert kinds.rounds_after("r", (0.0, 281.0), late, 290).verdict == FAILS  # by round 281 at the latest
+    late_5 = {s: (0.0, 281.0) for s in range(5)}
+    assert kinds.rounds_after("r", (0.0, 281.0), late_5, 290).verdict == FAILS  # by round 281 at the latest
     assert kinds.rounds_order("r", ((0.0, 281.0), late), (100.0, {0: 100.0, 1: 120.0, 2: 110.0})).verdict == INCONCLUSIVE
     # never in the paper's rounds (a run of the whole protocol) is evidence: later than any round of it
     never = {s: (inf, inf) for s in range(3)}
-    assert kinds.rounds_after("r", inf, never, 200).verdict == HOLDS
+    assert kinds.rounds_after("r", inf, {s: (inf, inf) for s in range(5)}, 200).verdict == HOLDS
     assert kinds.rounds_value("r", inf, never, 68).verdict == FAILS
     assert kinds.rounds_order("r", (inf, never), (inf, never)).verdict == INCONCLUSIVE  # 3 ties: against, but 3 cannot refute
 
@@ -469,6 +481,22 @@ def test_a_verdict_resting_on_one_seed_is_fragile_and_says_which() -> None:
     assert robust["below-fedper"].status == "robust" and robust["below-fedper"].untested == ()
 
 
+def test_a_flip_on_the_deciding_comparisons_gives_the_other_readings_whole_verdict_too() -> None:
+    """Ablations below FedGMH: refuted by the one comparison run under the paper's text; under PFLlib's
+    reading that comparison holds but the other is not run, so the claim there is inconclusive, and the
+    flip must not read as 'PFLlib's reading: holds'."""
+    from fedgmh.report.claims import Part
+    from fedgmh.report.robustness import flip, re_decided
+
+    parts = [Part("gmh-o", FAILS, "", n_seeds=3), Part("gmh-oa", NOT_RUN, "")]
+    other = [Part("gmh-o", HOLDS, "", n_seeds=3), Part("gmh-oa", NOT_RUN, "")]
+    assert re_decided(parts, other) == HOLDS
+    assert flip("PFLlib's reading", HOLDS, parts, other) == \
+        "PFLlib's reading: holds on the comparison that decided it (inconclusive on all 2)"
+    both_run = [Part("gmh-o", HOLDS, "", n_seeds=3), Part("gmh-oa", HOLDS, "", n_seeds=3)]
+    assert flip("PFLlib's reading", HOLDS, parts, both_run) == "PFLlib's reading: holds"
+
+
 def test_claims_on_data_that_cannot_be_obtained_have_their_own_status(tmp_path: Path) -> None:
     """CIFAR-10 offline: its claims read 'data unavailable offline'; 'not run' means waiting for runs."""
     results_csv, curves_csv, _ = toy_runs(tmp_path)
@@ -518,10 +546,10 @@ ROUNDS_CLAIMS = {"claims": [
 ]}
 
 
-def rounds_verdicts(tmp_path: Path, rounds: range, accuracy: float) -> dict[str, str]:
-    """The verdicts of ROUNDS_CLAIMS on three seeds of FedGMH and FedPer evaluated at `rounds` with a flat `accuracy`."""
+def rounds_verdicts(tmp_path: Path, rounds: range, accuracy: float, seeds: int = 3) -> dict[str, str]:
+    """The verdicts of ROUNDS_CLAIMS on `seeds` seeds of FedGMH and FedPer evaluated at `rounds` with a flat `accuracy`."""
     curves = pd.DataFrame([{"experiment": "table2", "setting": SETTING, "dataset": "cifar100", "algorithm": alg, "seed": seed,
-                            "round": r, "test_acc": accuracy + 0.001 * seed} for alg in ("fedgmh", "fedper") for seed in range(3)
+                            "round": r, "test_acc": accuracy + 0.001 * seed} for alg in ("fedgmh", "fedper") for seed in range(seeds)
                            for r in rounds])
     path = tmp_path / "rounds_claims.yaml"
     path.write_text(yaml.safe_dump(ROUNDS_CLAIMS, sort_keys=False))
@@ -535,8 +563,10 @@ def test_rounds_claims_on_runs_cut_short_or_evaluated_in_part_are_inconclusive(t
     # preset=official evaluates only the last 20 of 300 rounds: a first hit "at 281" is only "by 281"
     assert rounds_verdicts(tmp_path, range(281, 301), 0.75) == {"after-200": INCONCLUSIVE, "at-68": INCONCLUSIVE,
                                                                "first": INCONCLUSIVE}
-    # the whole protocol, never at 70 %: later than round 200 and than 68; both never is a tie, no evidence of order
-    assert rounds_verdicts(tmp_path, range(0, 301), 0.40) == {"after-200": HOLDS, "at-68": FAILS, "first": INCONCLUSIVE}
+    # the whole protocol, never at 70 %: later than round 200 and than 68; both never is a tie, no evidence of order;
+    # "only after round 200" is a sign test: 3 seeds cannot decide it, 5 can
+    assert rounds_verdicts(tmp_path, range(0, 301), 0.40) == {"after-200": INCONCLUSIVE, "at-68": FAILS, "first": INCONCLUSIVE}
+    assert rounds_verdicts(tmp_path, range(0, 301), 0.40, seeds=5)["after-200"] == HOLDS
 
 
 def test_a_refutation_is_judged_among_every_comparison_the_claim_defines(tmp_path: Path) -> None:

@@ -72,6 +72,16 @@ def rounds_value(shift: float, seeds: int, trials: int = TRIALS, spread: float =
     return rates(verdict, trials)
 
 
+def rounds_after(shift: float, seeds: int, trials: int = TRIALS, spread: float = 10.0, bound: float = 200.0) -> tuple[float, float]:
+    """"Only after round `bound`" with the seeds' first rounds drawn normal (std `spread`, whole rounds)
+    about bound + shift: at the bound (shift 0) the claim is false, and so is its refutation."""
+    def verdict(rng: np.random.Generator) -> str:
+        rounds = np.round(rng.normal(bound + shift, spread, seeds))
+        return kinds.rounds_after("x", math.nan, {s: float(r) for s, r in enumerate(rounds)}, bound).verdict
+
+    return rates(verdict, trials)
+
+
 def rounds_order(lead: float, seeds: int, trials: int = TRIALS, spread: float = 2.0) -> tuple[float, float]:
     """"A before B" with A's first rounds `lead` rounds earlier than B's in law (normal, std `spread`,
     whole rounds: ties are frequent when lead is 0)."""
@@ -105,6 +115,8 @@ CASES: list[tuple[str, str, bool, Callable[[int, int], tuple[float, float]]]] = 
     ("round r (three zones)", "our mean at r, spread 10", True, lambda n, t: rounds_value(0.0, n, trials=t)),
     ("round r (three zones)", "our mean 15 % after r, spread 10", False, lambda n, t: rounds_value(0.15, n, trials=t)),
     ("round r (three zones)", "our mean 30 % after r, spread 10", False, lambda n, t: rounds_value(0.30, n, trials=t)),
+    ("only after round R (sign test)", "the seeds' median at R, spread 10", False, lambda n, t: rounds_after(0.0, n, trials=t)),
+    ("only after round R (sign test)", "the seeds' mean 20 rounds after R, spread 10", True, lambda n, t: rounds_after(20.0, n, trials=t)),
     ("A before B (sign test, ties against)", "A and B alike (ties frequent)", False, lambda n, t: rounds_order(0.0, n, trials=t)),
     ("A before B (sign test, ties against)", "A 5 rounds earlier", True, lambda n, t: rounds_order(5.0, n, trials=t)),
     ("A above B (paired t-test)", "A and B alike", False, lambda n, t: ranking(0.0, n, trials=t)),

@@ -36,7 +36,7 @@ VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_RUN)
 ALPHA = 0.05
 #: fewer seeds (shared seeds for paired tests) and a comparison is inconclusive: no spread to judge it by
 MIN_SEEDS = 3
-#: the fewest shared seeds at which a sign test (`rounds_order`) can hold: all of them one way, 1/2**n < ALPHA
+#: the fewest seeds at which a sign test (`rounds_order`, `rounds_after`) can decide: all of them one way, 1/2**n < ALPHA
 SIGN_SEEDS = math.floor(math.log2(1 / ALPHA)) + 1
 #: the coverage of the prediction interval a paper's round to a target is held against: outside it, refuted
 PREDICTION = 0.90
@@ -244,18 +244,28 @@ def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], pap
                 n_seeds=len(spans), reference=paper, unanimous=unanimous)
 
 
-def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bound: float) -> Part:
-    """Claim: the method reaches the target only after round `bound`. Holds when every seed's first
-    round is known to be later, does not hold when every seed's is known not to be."""
+def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bound: float,
+                 against_alpha: float = ALPHA) -> Part:
+    """Claim: the method reaches the target only after round `bound`. A sign test on the seeds whose
+    first round is known to be later or known not to be (an unknown seed counts for neither side):
+    holds when P(Binomial(n, 1/2) >= later) < ALPHA, does not hold when the same chance of the seeds
+    at or before it is below `against_alpha` (its Holm level); so every one of at least SIGN_SEEDS seeds (`rounds_order`'s rule:
+    all 3 of 3 one way happens 1 time in 8 when the seeds' median is at the bound)."""
     if len(rounds) < MIN_SEEDS:
         return _few(label, len(rounds), "seed")
     spans = [_span(r) for r in rounds.values()]
+    n = len(spans)
     later, earlier = sum(low > bound for low, _ in spans), sum(high <= bound for _, high in spans)
-    verdict = HOLDS if later == len(spans) else FAILS if earlier == len(spans) else INCONCLUSIVE
-    evidence = (f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}): {later} of {len(spans)} "
-                f"after round {bound:g}" + _unknown(len(spans) - later - earlier))
+    p_hold, p_against = sign_p(later, n), sign_p(earlier, n)
+    verdict = HOLDS if p_hold < ALPHA else FAILS if p_against < against_alpha else INCONCLUSIVE
+    evidence = (f"seeds' first rounds {_seed_rounds(rounds)} (mean curve {_round_text(mean_round)}): {later} of {n} "
+                f"after round {bound:g}; sign test p = {p_hold:.2g}, the other way p = {p_against:.2g} (refuting below "
+                f"{against_alpha:.2g})" + _unknown(n - later - earlier))
+    if verdict == INCONCLUSIVE and n < SIGN_SEEDS and max(later, earlier) == n:
+        evidence += f"; {n} seeds cannot reach {ALPHA:g} (all {n} one way: p = {sign_p(n, n):.2g}; {SIGN_SEEDS} needed)"
+    unanimous = later == n if verdict == HOLDS else earlier == n if verdict == FAILS else False
     return Part(label, verdict, evidence, "first round of the mean curve", _exact(mean_round), min(low for low, _ in spans),
-                max(high for _, high in spans), n_seeds=len(spans), reference=bound, unanimous=verdict in (HOLDS, FAILS))
+                max(high for _, high in spans), p_hold, n, reference=bound, p_against=p_against, unanimous=unanimous)
 
 
 def _order(a: tuple[float, float], b: tuple[float, float]) -> str:

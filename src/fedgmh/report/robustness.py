@@ -13,7 +13,8 @@ Under an alternative the claim is decided on the comparisons that decided it (th
 to decide: holds, does not hold, or at least MIN_SEEDS seeds), each as the alternative makes it, and
 only those of them that have the seeds there too. *Robust*: every alternative that applies was
 evaluated and none gives another verdict; *fragile*: some alternative gives another verdict, and the
-flips are listed; *partly tested*: none flips it but some could not be evaluated (listed); *exact*:
+flips are listed (`flip`: with the alternative's verdict on the whole claim where that differs);
+*partly tested*: none flips it but some could not be evaluated (listed); *exact*:
 a computation, with no alternative. docs/claims.md, "Robustness".
 """
 
@@ -75,6 +76,18 @@ def re_decided(parts: Sequence[kinds.Part], alternative: Sequence[kinds.Part]) -
     return kinds.combine(kept) if kept and len(kept) == len(labels) else None
 
 
+def flip(name: str, verdict: str, parts: Sequence[kinds.Part], alternative: Sequence[kinds.Part]) -> str:
+    """'alternative: verdict', and where the alternative's whole claim says otherwise than the
+    comparisons that decided it (others not run or not decided there), that verdict too: a reader
+    must not take 'holds on these comparisons' for the other reading's verdict."""
+    whole = kinds.combine(alternative)
+    if whole == verdict:
+        return f"{name}: {verdict}"
+    deciding = sum(tested(part) for part in parts)
+    which = "the comparison" if deciding == 1 else f"the {deciding} comparisons"
+    return f"{name}: {verdict} on {which} that decided it ({whole} on all {len(alternative)})"
+
+
 def alternatives(claims: Sequence[Claim], runs: Runs, other: tuple[str, Runs] | None = None) -> dict[str, dict[str, list[kinds.Part]]]:
     """alternative -> claim id -> the claim's comparisons under it (the other reading: its name, or
     'the other reading' with no runs, where every claim is untested)."""
@@ -132,7 +145,8 @@ def robustness(claims: Sequence[Claim], verdicts: Mapping[str, str], parts: Mapp
         else:
             seed_check = ""
             untested.append(f"{SEEDS} ({min(part.n_seeds for part in decisive)} seeds, not every one the same way)")
-        flips = tuple(f"{name}: {v}" for name, v in again.items() if v is not None and v != verdict)
+        flips = tuple(flip(name, v, parts[claim_id], alternative[name][claim_id])
+                      for name, v in again.items() if v is not None and v != verdict)
         evaluated = tuple(name for name, v in again.items() if v is not None and not name.startswith("without seed "))
         evaluated += (seed_check,) if seed_check else ()
         status = FRAGILE if flips else PARTLY if untested else ROBUST

@@ -74,7 +74,7 @@ def comparisons(spec: Mapping[str, Any], runs: Any, rules: claims.Rules) -> list
         for alg in spec["algorithms"]:
             label = f"{algorithm_name(alg)} reaches {at} only after round {format_number(spec['after'])}"
             found.append(not_run(label, [need[alg]]) if reached[alg] is None else
-                         decided(claims.rounds_after(label, *reached[alg], spec["after"])))
+                         partial(claims.rounds_after, label, *reached[alg], spec["after"]))
     else:
         for a in spec["earlier"]:
             for b in (b for b in spec["later"] if b != a):
