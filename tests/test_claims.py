@@ -406,12 +406,32 @@ def test_claims_cli_writes_verdicts_with_their_numbers(tmp_path: Path) -> None:
     assert [float(frame.loc["at-68", c]) for c in ("reference", "ci_low", "ci_high")] == [68, round(test.low, 4), round(test.high, 4)]
     text = md.read_text()
     # one reading only: the other is an alternative that could not be evaluated, so no verdict is robust; "first"
-    # (earlier in all 5 seeds, sign test p = 1/32) is fragile: any 4 seeds give p = 1/16
+    # (earlier in all 5 seeds, sign test p = 1/32) is not fragile for want of a seed: 4 seeds cannot reach 5 %
+    # whatever they show, so its seeds are tested as every one going its way
     assert ("**the paper's text**: 3 holds, 1 does not hold, 3 inconclusive, 1 not run (of 8); of the 4 decided, 0 exact, "
-            "0 robust, 1 fragile, 3 partly tested") in text
-    assert "without seed 4: inconclusive" in frame.loc["first", "flips"]
+            "0 robust, 0 fragile, 4 partly tested") in text
+    assert frame.loc["first", "flips"] == "" and "every seed the same way" in frame.loc["first", "tested"]
     assert f"not decided under this reading until these run: table7/{SETTING}_eta_h0.1 (fedgmh)." in text
     assert f"| FedGMH reaches 70 % before FedAvg | holds | earlier in 5, later in 0 of 5 shared seeds" in text
+
+
+def test_a_sign_test_verdict_leaves_a_seed_out_only_where_the_rest_can_decide() -> None:
+    """'Only after round 200' on 6 seeds: each 5 of them still decide (p = 1/32), so each seed is left out;
+    with one seed at round 150 the claim does not hold on 6 (5 of 6 later: p = 7/64), and on 5 seeds
+    the seeds are tested as every one going the verdict's way."""
+    from fedgmh.report.robustness import leaves_one_out, re_decided
+
+    six = kinds.rounds_after("r", 250.0, {s: 230.0 + s for s in range(6)}, 200)
+    five = kinds.rounds_after("r", 250.0, {s: 230.0 + s for s in range(5)}, 200)
+    assert six.verdict == five.verdict == HOLDS and six.min_seeds == five.min_seeds == kinds.SIGN_SEEDS == 5
+    assert leaves_one_out(six) and not leaves_one_out(five)
+    # the other reading on 3 seeds: a sign test there cannot decide, so that alternative is not evaluated
+    three = kinds.rounds_after("r", 250.0, {s: 230.0 + s for s in range(3)}, 200)
+    assert three.verdict == INCONCLUSIVE and re_decided([five], [three]) is None and re_decided([five], [six]) == HOLDS
+    assert kinds.rounds_after("r", 250.0, {**{s: 230.0 + s for s in range(5)}, 5: 150.0}, 200).verdict == INCONCLUSIVE
+    t_three = kinds.ranking("x", {0: 0.5, 1: 0.4, 2: 0.6}, {0: 0.0, 1: 0.0, 2: 0.0})
+    t_four = kinds.ranking("x", {0: 0.5, 1: 0.4, 2: 0.6, 3: 0.5}, {s: 0.0 for s in range(4)})
+    assert not leaves_one_out(t_three) and leaves_one_out(t_four)
 
 
 def test_runs_at_another_protocol_say_so(tmp_path: Path) -> None:

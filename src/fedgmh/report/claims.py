@@ -90,6 +90,7 @@ class Part:
     reference: float = math.nan  # the threshold, tolerance or paper value it is held against
     p_against: float = math.nan  # the smallest level at which it refutes the claim (nan: a rule, not a test)
     unanimous: bool = False  # every seed points the way of its verdict (no single seed can turn it)
+    min_seeds: int = MIN_SEEDS  # the fewest seeds at which its rule can decide (a sign test: SIGN_SEEDS)
 
     @property
     def tested(self) -> bool:
@@ -265,7 +266,8 @@ def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bou
         evidence += f"; {n} seeds cannot reach {ALPHA:g} (all {n} one way: p = {sign_p(n, n):.2g}; {SIGN_SEEDS} needed)"
     unanimous = later == n if verdict == HOLDS else earlier == n if verdict == FAILS else False
     return Part(label, verdict, evidence, "first round of the mean curve", _exact(mean_round), min(low for low, _ in spans),
-                max(high for _, high in spans), p_hold, n, reference=bound, p_against=p_against, unanimous=unanimous)
+                max(high for _, high in spans), p_hold, n, reference=bound, p_against=p_against, unanimous=unanimous,
+                min_seeds=SIGN_SEEDS)
 
 
 def _order(a: tuple[float, float], b: tuple[float, float]) -> str:
@@ -316,7 +318,7 @@ def rounds_order(label: str, earlier: tuple[Round, Mapping[int, Round]], later: 
     return Part(label, verdict, evidence, "rounds between the mean curves (later minus earlier)", _exact(mean_b) - _exact(mean_a),
                 min((low for low, _ in gaps if not math.isnan(low)), default=math.nan),
                 max((high for _, high in gaps if not math.isnan(high)), default=math.nan), p_hold, n,
-                p_against=p_against, unanimous=verdict in (HOLDS, FAILS) and one_way)
+                p_against=p_against, unanimous=verdict in (HOLDS, FAILS) and one_way, min_seeds=SIGN_SEEDS)
 
 
 # ----------------------------------------------------------------------------- trend and bound over a swept parameter

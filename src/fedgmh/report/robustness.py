@@ -7,10 +7,11 @@ A claim that holds or does not hold is decided again under each alternative (`al
 - rule: a paper's round held against an 80 % or a 95 % prediction interval instead of 90 %, and
   within +-5 % or +-20 % instead of +-10 %; a curve's swing over its last 10 or 40 evaluated rounds
   instead of the claim's (20), its rise over the last 25 or 100 instead of 50;
-- seeds: each seed left out in turn (at least 4 seeds), or every seed going the verdict's way.
+- seeds: each seed left out in turn (where the rest can still decide: at least 4 seeds, 6 for a sign
+  test), or every seed going the verdict's way.
 
 Under an alternative the claim is decided on the comparisons that decided it (those with the seeds
-to decide: holds, does not hold, or at least MIN_SEEDS seeds), each as the alternative makes it, and
+to decide: holds, does not hold, or at least the seeds their rule decides on: `tested`), each as the alternative makes it, and
 only those of them that have the seeds there too. *Robust*: every alternative that applies was
 evaluated and none gives another verdict; *fragile*: some alternative gives another verdict, and the
 flips are listed (`flip`: with the alternative's verdict on the whole claim where that differs);
@@ -37,8 +38,12 @@ RULE_VARIANTS = {"80 % prediction interval": Rules(prediction=0.80), "95 % predi
                  "swing over the last 10 rounds": Rules(window=10), "swing over the last 40 rounds": Rules(window=40),
                  "rise over the last 25 rounds": Rules(rise_window=25), "rise over the last 100 rounds": Rules(rise_window=100)}
 SEEDS = "each seed left out"
-#: fewer seeds and leaving one out leaves too few to decide: the seeds are tested only when every seed goes one way
-LEAVE_ONE_OUT_SEEDS = kinds.MIN_SEEDS + 1
+
+
+def leaves_one_out(part: kinds.Part) -> bool:
+    """Whether its seeds less one can still decide (`Part.min_seeds`: 3 for a t-test, 5 for a sign test);
+    with fewer, the seeds are tested only when every seed goes one way."""
+    return part.n_seeds > part.min_seeds
 
 
 def applies(claim: Claim, variant: str) -> bool:
@@ -63,8 +68,9 @@ class Robustness:
 
 
 def tested(part: kinds.Part) -> bool:
-    """Whether a comparison has the seeds to decide: decided, or inconclusive on at least MIN_SEEDS seeds."""
-    return part.verdict in (kinds.HOLDS, kinds.FAILS) or part.n_seeds >= kinds.MIN_SEEDS
+    """Whether a comparison has the seeds to decide: decided, or inconclusive on at least the seeds its
+    rule can decide on (`Part.min_seeds`: a sign test on 3 seeds is untested, not inconclusive)."""
+    return part.verdict in (kinds.HOLDS, kinds.FAILS) or part.n_seeds >= part.min_seeds
 
 
 def re_decided(parts: Sequence[kinds.Part], alternative: Sequence[kinds.Part]) -> str | None:
@@ -115,8 +121,8 @@ def robustness(claims: Sequence[Claim], verdicts: Mapping[str, str], parts: Mapp
     `other_reading`: the other reading's name, or None where it has no runs (untested).
 
     Robust: every alternative that applies was evaluated and none flips the verdict, the seeds
-    included: each seed left out where the deciding comparisons have at least LEAVE_ONE_OUT_SEEDS
-    seeds, or, with fewer, every seed's difference going the way of the verdict. Fragile: some
+    included: each seed left out where the deciding comparisons' seeds less one can still decide
+    (`leaves_one_out`), or, with fewer, every seed's difference going the way of the verdict. Fragile: some
     alternative flips it. Partly tested: none flips it, but some could not be evaluated."""
     out = {}
     for claim in claims:
@@ -134,7 +140,7 @@ def robustness(claims: Sequence[Claim], verdicts: Mapping[str, str], parts: Mapp
         untested = [name for name, v in again.items() if v is None]
         if other_reading is None:
             untested.append("the other reading (no runs)")
-        if all(part.n_seeds >= LEAVE_ONE_OUT_SEEDS for part in decisive):
+        if all(leaves_one_out(part) for part in decisive):
             left_out = {f"without seed {s}": re_decided(parts[claim_id], alternative[f"without seed {s}"][claim_id])
                         for s in sorted(seeds.get(claim_id, ())) if f"without seed {s}" in alternative}
             again |= left_out
