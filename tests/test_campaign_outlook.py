@@ -71,19 +71,23 @@ claims:
      curves: table2/mnist_c2_a5, earlier: [fedgmh], later: [fedavg]}
   - {id: after, where: Figure 3, claim: FedAvg reaches 70 % after round 100, test: rounds, target: 70,
      curves: table2/mnist_c2_a5, after: 100, algorithms: [fedavg]}
+  - {id: at-80, where: Figure 3, claim: FedAvg reaches 70 % at round 80, test: rounds, target: 70,
+     curves: table2/mnist_c2_a5, paper: {fedavg: 80}}
 """
 
 
 def test_which_method_comes_first_waits_for_the_seeds_its_sign_test_can_hold_on(tmp_path: Path):
-    """A sign test cannot hold on 3 seeds (p = 1/8): the order claim counts only from SIGN_SEEDS seeds on,
-    the round claim beside it from MIN_SEEDS."""
+    """A sign test cannot decide on 3 seeds (p = 1/8): the order claim and 'only after round 100' count only
+    from SIGN_SEEDS seeds on, the paper's round beside them (a t interval) from MIN_SEEDS."""
     (tmp_path / "claims.yaml").write_text(ORDER_CLAIMS)
-    first, after = read_claims(tmp_path / "claims.yaml")
-    assert (first.fewest_seeds(), after.fewest_seeds()) == (claims.SIGN_SEEDS, claims.MIN_SEEDS) == (5, 3)
+    first, after, at = read_claims(tmp_path / "claims.yaml")
+    assert (first.fewest_seeds(), after.fewest_seeds(), at.fewest_seeds()) == (claims.SIGN_SEEDS,) * 2 + (claims.MIN_SEEDS,)
+    assert (claims.SIGN_SEEDS, claims.MIN_SEEDS) == (5, 3)
     cell = lambda algorithm: ("paper", "table2", "mnist_c2_a5", algorithm)  # noqa: E731
     groups = [(f"seed {seed}", [(cell("fedgmh"), seed), (cell("fedavg"), seed)]) for seed in range(5)]
-    decided = outlook.decided_by_group(groups, [first, after], {}, {})
-    assert decided == {"seed 0": [], "seed 1": [], "seed 2": [("paper", "after")], "seed 3": [], "seed 4": [("paper", "first")]}
+    decided = outlook.decided_by_group(groups, [first, after, at], {}, {})
+    assert decided == {"seed 0": [], "seed 1": [], "seed 2": [("paper", "at-80")], "seed 3": [],
+                       "seed 4": [("paper", "after"), ("paper", "first")]}
     # SIGN_SEEDS is the fewest seeds at which every seed one way holds
     one_way = lambda n: claims.rounds_order("x", (math.nan, {s: 10.0 for s in range(n)}), (math.nan, {s: 20.0 for s in range(n)}))  # noqa: E731
     assert one_way(claims.SIGN_SEEDS).verdict == claims.HOLDS

@@ -3,8 +3,8 @@ group decides, and how long its runs take.
 
 A group decides a claim still undecided when, after its runs and those of the groups before it, every
 cell the claim needs (`Claim.needs`) has runs of as many seeds as its test can decide on
-(`Claim.fewest_seeds`: 3, or 5 for which method comes first) under a reading of the protocol; a claim whose cells were complete before the group is
-not the group's. Runs exist when the store holds a record of their computation (`RunSpec.computation`:
+(`Claim.fewest_seeds`: 3, or 5 for a sign test: which method comes first, only after a round) under a
+reading of the protocol; a claim whose cells were complete before the group is not the group's. Runs exist when the store holds a record of their computation (`RunSpec.computation`:
 FedProx with mu = 0 is FedAvg). A run gives a seed to its experiment's cell under the paper's text,
 or, when its experiment and variant stand for a paper experiment under PFLlib's reading (config
 `official_reading`), to that experiment's cell there; Table 5's official FedGMH runs stand for Table

@@ -105,8 +105,9 @@ def rules(spec: Mapping[str, Any]) -> frozenset[str]:
 
 
 def seeds(spec: Mapping[str, Any]) -> int:
-    """Which comes first (`earlier`, `points`) is a sign test: it cannot hold on fewer than SIGN_SEEDS."""
-    return claims.SIGN_SEEDS if "earlier" in spec or "points" in spec else claims.MIN_SEEDS
+    """Which comes first (`earlier`, `points`) and only after a round (`after`) are sign tests: they
+    cannot decide on fewer than SIGN_SEEDS."""
+    return claims.SIGN_SEEDS if "earlier" in spec or "points" in spec or "after" in spec else claims.MIN_SEEDS
 
 
 KINDS = (ClaimKind("rounds", frozenset({"target"}),
