@@ -81,10 +81,13 @@ def test_rounds_value_after_and_order() -> None:
     assert part.verdict == HOLDS and part.p_value == pytest.approx(1 / 32) and part.unanimous
     early = {0: 130.0, 1: 160.0, 2: 190.0, 3: 200.0, 4: 150.0}  # round 200 itself is not after it
     assert kinds.rounds_after("r", 150.0, early, 200).verdict == FAILS
-    # at a Holm level of 2.5 %: 5 of 5 (p = 1/32) does not refute, 6 of 6 (1/64) does, 5 of 6 (7/64) does not
+    # at a Holm level of 2.5 %: 5 of 5 (p = 1/32) does not refute, 6 of 6 (1/64) does; 7 of 8 (9/256 = 0.035)
+    # refutes at 5 % and not at 2.5 %
     assert kinds.rounds_after("r", 150.0, early, 200, against_alpha=0.05 / 2).verdict == INCONCLUSIVE
     assert kinds.rounds_after("r", 150.0, {**early, 5: 170.0}, 200, against_alpha=0.05 / 2).verdict == FAILS
-    assert kinds.rounds_after("r", 150.0, {**early, 5: 250.0}, 200, against_alpha=0.05 / 2).verdict == INCONCLUSIVE
+    seven_of_eight = {**early, 5: 170.0, 6: 180.0, 7: 250.0}
+    assert kinds.rounds_after("r", 150.0, seven_of_eight, 200).verdict == FAILS
+    assert kinds.rounds_after("r", 150.0, seven_of_eight, 200, against_alpha=0.05 / 2).verdict == INCONCLUSIVE
     three = kinds.rounds_after("r", 250.0, {s: late[s] for s in range(3)}, 200)
     assert three.verdict == INCONCLUSIVE and "3 seeds cannot reach 0.05" in three.evidence
     assert kinds.rounds_after("r", 150.0, {s: early[s] for s in range(3)}, 200).verdict == INCONCLUSIVE
@@ -417,14 +420,14 @@ def test_claims_cli_writes_verdicts_with_their_numbers(tmp_path: Path) -> None:
 
 def test_a_sign_test_verdict_leaves_a_seed_out_only_where_the_rest_can_decide() -> None:
     """'Only after round 200' on 6 seeds: each 5 of them still decide (p = 1/32), so each seed is left out;
-    with one seed at round 150 the claim does not hold on 6 (5 of 6 later: p = 7/64), and on 5 seeds
-    the seeds are tested as every one going the verdict's way."""
+    with one seed at round 150 it is inconclusive on 6 (5 of 6 later: p = 7/64); on 5 seeds (every one
+    later) the seeds are tested as every one going the verdict's way."""
     from fedgmh.report.robustness import leaves_one_out, re_decided
 
     six = kinds.rounds_after("r", 250.0, {s: 230.0 + s for s in range(6)}, 200)
     five = kinds.rounds_after("r", 250.0, {s: 230.0 + s for s in range(5)}, 200)
     assert six.verdict == five.verdict == HOLDS and six.min_seeds == five.min_seeds == kinds.SIGN_SEEDS == 5
-    assert leaves_one_out(six) and not leaves_one_out(five)
+    assert leaves_one_out(six) and not leaves_one_out(five) and five.unanimous
     # the other reading on 3 seeds: a sign test there cannot decide, so that alternative is not evaluated
     three = kinds.rounds_after("r", 250.0, {s: 230.0 + s for s in range(3)}, 200)
     assert three.verdict == INCONCLUSIVE and re_decided([five], [three]) is None and re_decided([five], [six]) == HOLDS

@@ -10,7 +10,7 @@ and why these: docs/claims.md.
 - `ranking`: A above B, a one-sided paired t-test over the seeds both cells have.
 - `rounds_value` / `rounds_after` / `rounds_order`: rounds to a target accuracy, each seed's own first
   round: the paper's round against a prediction interval for a new seed, a bound, or another method's
-  rounds seed by seed (a tie is no evidence either way); a first round known only to lie in a range
+  rounds seed by seed (sign tests; a tie counts against "before"); a first round known only to lie in a range
   (a run cut short, rounds not evaluated) decides only what holds across the range.
 - `trend`: a monotone trend over a swept parameter (Spearman's sign, the first-to-last change, each step).
 - `bound`: "little effect": every two cells within a tolerance.
@@ -247,8 +247,8 @@ def rounds_value(label: str, mean_round: Round, rounds: Mapping[int, Round], pap
 
 def rounds_after(label: str, mean_round: Round, rounds: Mapping[int, Round], bound: float,
                  against_alpha: float = ALPHA) -> Part:
-    """Claim: the method reaches the target only after round `bound`. A sign test on the seeds whose
-    first round is known to be later or known not to be (an unknown seed counts for neither side):
+    """Claim: the method reaches the target only after round `bound`. A sign test over all n seeds, each
+    first round known to be later, known not to be, or unknown (counting for neither side):
     holds when P(Binomial(n, 1/2) >= later) < ALPHA, does not hold when the same chance of the seeds
     at or before it is below `against_alpha` (its Holm level); so every one of at least SIGN_SEEDS seeds (`rounds_order`'s rule:
     all 3 of 3 one way happens 1 time in 8 when the seeds' median is at the bound)."""

@@ -55,8 +55,8 @@ def claims_markdown(frames: dict[str, pd.DataFrame], parts: dict[str, dict[str, 
              "samples as the paper's numbers are (docs/verdicts.md).", "",
              "Each decided verdict is decided again with the other defensible choices (docs/claims.md, Robustness): the mean "
              "over clients instead of the pooled accuracy, the other reading's runs, the rule's other settings, each seed left "
-             "out. *Robust*: every alternative was evaluated and none changes it (with at least 4 seeds, or every seed going "
-             "the verdict's way); *fragile*: what flips it follows; *partly tested*: none flips it, but the alternatives listed "
+             "out. *Robust*: every alternative was evaluated and none changes it (a seed left out where the rest can "
+             "still decide, else every seed going the verdict's way); *fragile*: what flips it follows; *partly tested*: none flips it, but the alternatives listed "
              "could not be evaluated; *exact*: a computation.", ""]
     lines += [f"**{names[reading]}**: {counts_text(frame)}" + ("" if i == len(frames) - 1 else "  ") for i, (reading, frame)
               in enumerate(frames.items())]
