@@ -104,6 +104,33 @@ def ranking(lead: float, seeds: int, comparisons: int = 1, trials: int = TRIALS,
     return rates(verdict, trials)
 
 
+def swept_cells(levels: list[float], seeds: int, rng: np.random.Generator, spread: float = 0.3) -> list[tuple[float, kinds.Cell]]:
+    """Cells at parameter values 1, 2, ... with these mean accuracies on `seeds` seeds: a seed's offset
+    (std 0.5) shared by every cell, plus noise making each paired difference's std `spread`."""
+    offsets = rng.normal(0.0, 0.5, seeds)
+    return [(float(x), {s: level + offsets[s] + rng.normal(0.0, spread / math.sqrt(2)) for s in range(seeds)})
+            for x, level in enumerate(levels, 1)]
+
+
+def trend(step: float, seeds: int, trials: int = TRIALS, points: int = 5) -> tuple[float, float]:
+    """"Accuracy rises with the parameter" over `points` cells `step` points apart (Table 7's eta_h, Table
+    4's participation: 5 points)."""
+    def verdict(rng: np.random.Generator) -> str:
+        return kinds.trend("x", swept_cells([77.0 + step * i for i in range(points)], seeds, rng), True).verdict
+
+    return rates(verdict, trials)
+
+
+def bound(off: float, seeds: int, trials: int = TRIALS, points: int = 10, tolerance: float = 1.0) -> tuple[float, float]:
+    """"Little effect: every two cells within `tolerance`" over `points` cells (Table 6's beta: 10, within
+    1 point), all alike but the last, `off` points below."""
+    def verdict(rng: np.random.Generator) -> str:
+        levels = [77.0] * (points - 1) + [77.0 - off]
+        return kinds.bound("x", swept_cells(levels, seeds, rng), tolerance).verdict
+
+    return rates(verdict, trials)
+
+
 #: (rule, simulated case, whether the claim is true there, (seeds, trials) -> (share that holds, share that refutes))
 CASES: list[tuple[str, str, bool, Callable[[int, int], tuple[float, float]]]] = [
     ("not converged", "settled: flat, noise 0.2 as the reference's", False, lambda n, t: not_converged("flat", 0.2, n, trials=t)),
@@ -119,6 +146,10 @@ CASES: list[tuple[str, str, bool, Callable[[int, int], tuple[float, float]]]] = 
     ("only after round R (sign test)", "the seeds' mean 20 rounds after R, spread 10", True, lambda n, t: rounds_after(20.0, n, trials=t)),
     ("A before B (sign test, ties against)", "A and B alike (ties frequent)", False, lambda n, t: rounds_order(0.0, n, trials=t)),
     ("A before B (sign test, ties against)", "A 5 rounds earlier", True, lambda n, t: rounds_order(5.0, n, trials=t)),
+    ("rising trend (5 points)", "every point alike", False, lambda n, t: trend(0.0, n, trials=t)),
+    ("rising trend (5 points)", "0.5 points a step", True, lambda n, t: trend(0.5, n, trials=t)),
+    ("little effect (10 points, within 1)", "every point alike", True, lambda n, t: bound(0.0, n, trials=t)),
+    ("little effect (10 points, within 1)", "one point 1.5 below the rest", False, lambda n, t: bound(1.5, n, trials=t)),
     ("A above B (paired t-test)", "A and B alike", False, lambda n, t: ranking(0.0, n, trials=t)),
     ("A above B (paired t-test)", "A 0.5 points above", True, lambda n, t: ranking(0.5, n, trials=t)),
     ("A above B (paired t-test), 1 of 11 comparisons", "A 0.3 points below", False, lambda n, t: ranking(-0.3, n, 11, trials=t)),
