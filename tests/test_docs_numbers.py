@@ -163,6 +163,11 @@ def _comparison_numbers(claims_md: str, label: str) -> list[tuple[str, float, fl
     return [(m[1], float(m[2]), float(m[3]), float(m[4]), m[5]) for m in re.finditer(pattern, claims_md)]
 
 
+def _first_rounds(evidence: str) -> list[int]:
+    """The seeds' first rounds at a target, from a rounds claim's evidence."""
+    return [int(r) for r in re.search(r"seeds' first rounds ([\d, ]+) \(", evidence)[1].split(",")]
+
+
 def _number(evidence: str, pattern: str) -> float:
     match = re.search(pattern, evidence)
     assert match, f"{pattern!r} not in {evidence!r}"
@@ -268,11 +273,11 @@ def test_the_readme_top_statements_are_those_of_the_committed_records() -> None:
     # rounds to a target
     for claim_id in ("f3-fedgmh-70", "f3-fedgmh-75", "f3-fedper-70"):
         assert paper.loc[claim_id, "verdict"] == "inconclusive" and "not refuted" in paper.loc[claim_id, "evidence"], claim_id
-    first = [float(r) for r in re.search(r"seeds' first rounds ([\d, ]+) \(", paper.loc["f3-fedgmh-70", "evidence"])[1].split(",")]
+    first = _first_rounds(paper.loc["f3-fedgmh-70", "evidence"])
     has(f"FedGMH's seeds reach 70 % at rounds {min(first):g} to {max(first):g}")
     fedper_75 = paper.loc["f3-fedper-75"]
     assert (fedper_75["verdict"], fedper_75["robustness"], fedper_75["verdict_client_mean"]) == ("does not hold", "fragile", "holds")
-    first = [float(r) for r in re.search(r"seeds' first rounds ([\d, ]+) \(", fedper_75["evidence"])[1].split(",")]
+    first = _first_rounds(fedper_75["evidence"])
     has(f"FedPer's 297 does not hold at {len(first)} seeds (rounds {min(first):g} to {max(first):g}; fragile: inconclusive "
         f"with any of {fedper_75['flips'].count('without seed')} seeds left out, holds on the mean over clients)")
     for claim_id in ("f3-fedamp-70", "f3-fedamp-75"):
@@ -290,8 +295,7 @@ def test_the_readme_top_statements_are_those_of_the_committed_records() -> None:
     late, late_official = paper.loc["f4-gmh-o-late"], pflib.loc["f4-gmh-o-late"]
     assert (late["verdict"], late["robustness"], late["untested"]) == ("does not hold", "partly tested", "PFLlib's reading")
     assert late_official["verdict"] == "inconclusive" and "3 seeds cannot reach 0.05" in late_official["evidence"]
-    gmh_o = [[int(r) for r in re.search(r"seeds' first rounds ([\d, ]+) \(", row["evidence"])[1].split(",")]
-             for row in (late, late_official)]
+    gmh_o = [_first_rounds(row["evidence"]) for row in (late, late_official)]
     has(f"does not hold: {len(gmh_o[0])} seeds reach 70 % at rounds {min(gmh_o[0])}-{max(gmh_o[0])} (partly tested: the "
         f"official code's {len(gmh_o[1])}, at {min(gmh_o[1])}-{max(gmh_o[1])}, cannot decide)")
 
