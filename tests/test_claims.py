@@ -250,6 +250,14 @@ def test_not_converged_holds_on_a_rising_or_swinging_curve_and_says_which_part()
     assert swinging.verdict == HOLDS and swinging.evidence.endswith("decided by: swinging") and swinging.estimate > 3
     settled = kinds.not_converged("fedgmh", settling("flat", seeds=5, seed=2), settling("flat", seeds=5, seed=1), 20, 2.0)
     assert settled.verdict == FAILS and "both parts" in settled.evidence and settled.p_against < 0.05
+    # a settled curve that creeps up as much as its reference is not "rising": the rise is the reference's less
+    creep = 0.012 * np.arange(301)
+    creeping = {s: (r, acc + creep) for s, (r, acc) in settling("flat", seeds=5, seed=2).items()}
+    reference_creeping = {s: (r, acc + creep) for s, (r, acc) in settling("flat", seeds=5, seed=1).items()}
+    assert all(kinds.rise(r, acc, 50) > 0.5 for r, acc in creeping.values())
+    both = kinds.not_converged("fedgmh", creeping, reference_creeping, 20, 2.0)
+    assert both.verdict == FAILS and "rise over the last 50 rounds beyond the reference's" in both.evidence
+    assert kinds.not_converged("fedgmh", creeping, settling("flat", seeds=5, seed=1), 20, 2.0).verdict == HOLDS
     # a run evaluated in its last 20 rounds only: the rise is not measured, the swing still decides
     last20 = {s: (r[-20:], acc[-20:]) for s, (r, acc) in settling("swinging").items()}
     part = kinds.not_converged("fedgh", last20, reference, 20, 2.0)
