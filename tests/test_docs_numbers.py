@@ -200,6 +200,11 @@ def test_the_readme_top_statements_are_those_of_the_committed_records() -> None:
         f"{text_m5['our_mean']:.2f} against {text_m5['paper_mean']:.2f})")
     has(f"inconclusive on CIFAR-100 ExDir(5, 0.5) ({text_c['our_mean']:.2f} at {int(text_c['n_seeds'])} seeds and "
         f"{pflib_c['our_mean']:.2f} at {int(pflib_c['n_seeds'])} against {text_c['paper_mean']:.2f})")
+    text_c5 = cells[("paper", "table2", "CIFAR-100 ExDir(5, 5)", "FedGMH")]
+    assert text_c5["status"] == "not reproduced", text_c5["status"]
+    below_fedgh = _number(paper.loc["t2-best-cifar100-5-5", "evidence"], r"FedGMH > FedGH \(table2/cifar100_c5_a5\): -([\d.]+) points")
+    has(f"On ExDir(5, 5), as the paper's text describes the methods, it is not reproduced ({text_c5['our_mean']:.2f} at "
+        f"{int(text_c5['n_seeds'])} seeds against {text_c5['paper_mean']:.2f}) and {below_fedgh:.2f} points below FedGH.")
 
     # the claims, counted
     def count(table, verdict: str, status: str | None = None) -> int:
