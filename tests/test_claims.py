@@ -250,7 +250,7 @@ def test_not_converged_holds_on_a_rising_or_swinging_curve_and_says_which_part()
     assert swinging.verdict == HOLDS and swinging.evidence.endswith("decided by: swinging") and swinging.estimate > 3
     settled = kinds.not_converged("fedgmh", settling("flat", seeds=5, seed=2), settling("flat", seeds=5, seed=1), 20, 2.0)
     assert settled.verdict == FAILS and "both parts" in settled.evidence and settled.p_against < 0.05
-    # a settled curve that creeps up as much as its reference is not "rising": the rise is the reference's less
+    # a settled curve that creeps up as much as its reference is not "rising": its rise is counted beyond the reference's
     creep = 0.012 * np.arange(301)
     creeping = {s: (r, acc + creep) for s, (r, acc) in settling("flat", seeds=5, seed=2).items()}
     reference_creeping = {s: (r, acc + creep) for s, (r, acc) in settling("flat", seeds=5, seed=1).items()}

@@ -495,16 +495,17 @@ def not_converged(label: str, curve: Curve, reference: Curve, last: int, factor:
       the reference's on the same seed (tested on the log scale).
 
     Holds when either part does, each at ALPHA / 2 (a union of two tests). Does not hold when both
-    show the curve settled: the rise beyond the reference's, its 90 % interval within +-`settled_rise` points, and the swing
-    significantly below `factor` times the reference's, each at `against_alpha`. A part without
+    show the curve settled: the rise beyond the reference's, its 90 % interval within
+    +-`settled_rise` points, and the swing significantly below `factor` times the reference's, each at `against_alpha`. A part without
     the evaluated rounds it needs cannot decide; the evidence names the part that decided."""
     seeds = sorted(set(curve) & set(reference))
     if len(seeds) < MIN_SEEDS:
         return _few(label, len(seeds))
     evaluated = min(len(curve[s][1]) for s in seeds)
+    reference_evaluated = min(len(reference[s][1]) for s in seeds)
     notes, held, settled, p_holds, p_settled = [], [], [], [], []
     estimates: dict[str, tuple[str, TTest]] = {}
-    if evaluated >= rise_last and min(len(reference[s][1]) for s in seeds) >= rise_last:
+    if min(evaluated, reference_evaluated) >= rise_last:
         rises = [rise(curve[s][0], curve[s][1], rise_last) - rise(reference[s][0], reference[s][1], rise_last)
                  for s in seeds]
         up = t_test(rises)
@@ -520,9 +521,8 @@ def not_converged(label: str, curve: Curve, reference: Curve, last: int, factor:
                      f"{', '.join(f'{r:+.2f}' for r in rises)}; "
                      f"90% CI {up.low:+.2f} to {up.high:+.2f}; above 0 p = {up.p_greater:.2g}, within +-{settled_rise:g} p = {flat:.2g})")
     else:
-        short = min(evaluated, *(len(reference[s][1]) for s in seeds))
-        notes.append(f"rise: only {short} evaluated rounds (need {rise_last})")
-    if evaluated >= last and min(len(reference[s][1]) for s in seeds) >= last:
+        notes.append(f"rise: only {min(evaluated, reference_evaluated)} evaluated rounds (need {rise_last})")
+    if min(evaluated, reference_evaluated) >= last:
         base = [swing(np.asarray(reference[s][1], dtype=float), last) for s in seeds]
         if min(base) > 0:
             ratios, test = _log_ratio_test([swing(np.asarray(curve[s][1], dtype=float), last) for s in seeds], base, factor)
