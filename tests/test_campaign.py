@@ -66,6 +66,22 @@ def test_a_bad_entry_is_refused_in_one_line(tmp_path: Path, runs: list, words: s
         load_campaign(tmp_path / "campaign.yaml", tmp_path, SNAKEFILE)
 
 
+@pytest.mark.parametrize(("text", "words"), [
+    (b"config: camp.yaml\ngroups:\n  - runs: []\n", "groups[0].runs must be a non-empty list"),
+    (b"config: camp.yaml\ngroups:\n  - runs: [a/b/c/seed0]\nextra: 1\n", "nothing else"),
+    (b"config: camp.yaml\n# \xff\xfe\n", "cannot be read"),
+])
+def test_a_malformed_campaign_file_is_one_line(tmp_path: Path, capsys, text: bytes, words: str) -> None:
+    """An empty group was an IndexError in `status`, a non-UTF-8 file a UnicodeDecodeError; an unknown key
+    (a misspelt `groups`) passed unseen."""
+    (tmp_path / "campaign.yaml").write_bytes(text)
+    camp_config(tmp_path)
+    argv = ["campaign", "status", "--file", str(tmp_path / "campaign.yaml"), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1, err
+
+
 def _train_jobs_started(output: str) -> list[str]:
     """algorithm/seedN of each training job, in the order Snakemake started them (its job lines)."""
     return [line.split("algorithm=")[1].replace(", seed=", "/seed").strip()
@@ -244,6 +260,14 @@ def test_limits_below_one_are_refused(tmp_path: Path, capsys, option: list, word
     path, _ = one_entry(tmp_path)
     assert main(["campaign", "run", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE), *option]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_status_refuses_jobs_below_one(tmp_path: Path, capsys) -> None:
+    """Its CPU-time estimate at --jobs 0 was printed as if it meant something."""
+    path, _ = one_entry(tmp_path)
+    assert main(["campaign", "status", "--file", str(path), "--directory", str(tmp_path), "--snakefile", str(SNAKEFILE),
+                 "--jobs", "0"]) == 2
+    assert "--jobs 0: at least 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("config", "words"), [

@@ -332,3 +332,57 @@ def test_the_tools_refuse_bad_arguments_in_one_line_as_the_cli_does(digits, tmp_
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{Path(tool).name}: error: {message.format(**places)}")
     assert not (tmp_path / "work").exists()
+
+
+# ------------------------------------------------------------------ bad paths and values, before any work
+
+
+@pytest.mark.parametrize("flag", ["--store", "--put-record"])
+def test_a_store_path_that_is_a_file_is_refused_before_training(digits, tmp_path, capsys, flag):
+    """`--store FILE` trained as if nothing were stored; `--put-record` under a file failed after training."""
+    (tmp_path / "afile").write_text("not a store")
+    err = cli_error(capsys, train_args(digits, tmp_path / "run", flag, str(tmp_path / "afile")))
+    assert f"{flag} {tmp_path / 'afile'} is a file, not a folder of run records" in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_store_is_said_and_the_run_trains(digits, tmp_path, capsys):
+    assert main(train_args(digits, tmp_path / "run", "--store", str(tmp_path / "nowhere"))) == 0
+    assert f"--store {tmp_path / 'nowhere'} does not exist: no record is reused from it" in capsys.readouterr().err
+    assert (tmp_path / "run" / "run.json").is_file()
+
+
+def test_a_file_where_a_folder_is_needed_gets_advice():
+    from fedgmh.cli import error_line
+
+    line = error_line(FileExistsError(errno.EEXIST, "File exists", "/x/afile"))
+    assert line.endswith("a file stands where a folder is needed: choose another path"), line
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    """`fedgmh plan --list | head -1` ended with 'cannot access (Broken pipe); check the path'."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "fedgmh.cli", "plan", "--list"]
+    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.readline().startswith(b"plan ")
+    process.stdout.close()
+    assert process.wait(timeout=300) == 128 + signal.SIGPIPE
+    assert process.stderr.read() == b""
+
+
+@pytest.mark.parametrize(("arguments", "words"), [(["--idle-timeout", "-1"], "--idle-timeout -1.0: a number of seconds above 0"),
+                                                  (["--idle-timeout", "nan"], "--idle-timeout nan"),
+                                                  (["--parent", "0"], "--parent 0: no such process")])
+def test_the_warm_server_refuses_settings_that_would_stop_or_never_stop_it(tmp_path, capsys, arguments, words):
+    err = cli_error(capsys, ["serve", "--socket", str(tmp_path / "s.sock"), *arguments])
+    assert words in err, err
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_an_unreadable_snapshot_names_what_is_wrong(digits, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"")
+    err = cli_error(capsys, train_args(digits, tmp_path / "run"))
+    assert "checkpoint.pt is unreadable (" in err and "()" not in err, err

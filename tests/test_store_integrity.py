@@ -86,6 +86,10 @@ TAMPERINGS = {
     "best_round 999 of 2 rounds": (lambda f: write_record(f, best_round=999), "best_round"),
     "metrics.csv cut to one row": (lambda f: _cut_to_one_row(write_record(f)), "round"),
     "inf in metrics": (lambda f: edit_metrics(write_record(f), lambda m: m.loc.__setitem__((2, "test_loss"), math.inf)), "inf"),
+    "negative bytes_up": (lambda f: edit_metrics(write_record(f), lambda m: m.loc.__setitem__((1, "bytes_up"), -5)),
+                          "bytes_up is -5.0 in row 1"),
+    "round 1 renamed 2": (lambda f: edit_metrics(write_record(f), lambda m: m.loc.__setitem__((1, "round"), 2)),
+                          "row 1 is round 2, not 1"),
     # relabelled: one copy of a field run.json holds twice says another run
     "algorithm fedgmh over config.algorithm fedavg": (lambda f: write_record(f, algorithm="fedgmh"), "algorithm 'fedgmh' but config"),
     "seed 7 over config.seed 0": (lambda f: write_record(f, seed=7), "seed 7 but config.seed 0"),

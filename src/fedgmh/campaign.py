@@ -91,18 +91,18 @@ def read_campaign(path: Path | str) -> tuple[str, list[tuple[str, list[str]]]]:
     """The campaign file's config and its groups' (title, run names), in order, checked for shape only."""
     try:
         spec = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as err:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise UserError(f"campaign file {path} cannot be read: {err}") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("config"), str) or not isinstance(spec.get("groups"), list) \
-            or not spec["groups"]:
-        raise UserError(f"campaign file {path}: expected a mapping with a `config` file and a non-empty list `groups`")
+            or not spec["groups"] or set(spec) - {"config", "groups"}:
+        raise UserError(f"campaign file {path}: expected a mapping of a `config` file and a non-empty list `groups`, nothing else")
     groups = []
     for index, group in enumerate(spec["groups"]):
         where = f"campaign file {path}: groups[{index}]"
         if not isinstance(group, dict) or set(group) - {"title", "runs"} or "runs" not in group:
             raise UserError(f"{where} must have `runs` and optionally `title`")
-        if not isinstance(group["runs"], list) or not all(isinstance(run, str) for run in group["runs"]):
-            raise UserError(f"{where}.runs must be a list of experiment/setting/algorithm/seedN")
+        if not isinstance(group["runs"], list) or not group["runs"] or not all(isinstance(run, str) for run in group["runs"]):
+            raise UserError(f"{where}.runs must be a non-empty list of experiment/setting/algorithm/seedN")
         groups.append((str(group.get("title", f"group {index + 1}")), group["runs"]))
     return spec["config"], groups
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import os
 import re
 import signal
 import sys
@@ -192,9 +193,22 @@ def _train_options(args: argparse.Namespace) -> dict:
     from fedgmh.cadence import snapshot_cadence
 
     snapshot_cadence(args.checkpoint_every)  # a bad value is refused before any work
+    _check_store_paths(args)
     workflow = {name: getattr(args, name) for name in WORKFLOW_LABELS if getattr(args, name) is not None}
     return {"progress": not args.quiet, "checkpoint_every": args.checkpoint_every, "stores": [Path(s) for s in args.store],
             "overwrite": args.overwrite, "jobs_per_gpu": args.jobs_per_gpu, "workflow": workflow}
+
+
+def _check_store_paths(args: argparse.Namespace) -> None:
+    """Before any work: a `--store` or `--put-record` path that is a file is refused; a missing `--store`
+    is said (the workflow passes its configured stores, which a fresh `--directory` may lack)."""
+    for flag, paths in (("--store", args.store), ("--put-record", [args.put_record] if args.put_record else [])):
+        for path in map(Path, paths):
+            if path.exists() and not path.is_dir():
+                raise UserError(f"{flag} {path} is a file, not a folder of run records")
+    for path in map(Path, args.store):
+        if not path.exists():
+            print(f"[{args.algorithm}] --store {path} does not exist: no record is reused from it", file=sys.stderr, flush=True)
 
 
 def _trained(args: argparse.Namespace, result: dict) -> None:
@@ -265,8 +279,14 @@ def _cmd_train_group(args: argparse.Namespace) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> None:
+    import math
+
     from fedgmh import warm
 
+    if not (math.isfinite(args.idle_timeout) and args.idle_timeout > 0):
+        raise UserError(f"--idle-timeout {args.idle_timeout}: a number of seconds above 0")
+    if args.parent is not None and (args.parent < 1 or not warm.alive(args.parent)):
+        raise UserError(f"--parent {args.parent}: no such process (the server would stop at once)")
     warm.serve(lambda argv: main(argv, warm=False), served_train_problem, args.socket, args.idle_timeout, args.parent)
 
 
@@ -479,6 +499,7 @@ OS_ADVICE = {
     errno.EPERM: "this user may not use it: check its permissions or choose another path",
     errno.ENOTDIR: "a folder on that path is a file: choose another path",
     errno.EISDIR: "it is a folder, not a file: choose another path",
+    errno.EEXIST: "a file stands where a folder is needed: choose another path",
     errno.ENOENT: "it does not exist: check the path",
     errno.ENAMETOOLONG: "a name on that path is too long for the file system: choose a shorter one",
 }
@@ -536,6 +557,12 @@ def main(argv: list[str] | None = None, *, warm: bool = True) -> int:
                 return status
         with _signals_interrupt():
             args.func(args)
+    except BrokenPipeError as err:
+        if err.filename is not None:
+            raise
+        # the reader of our output is gone (`fedgmh plan --list | head`): stop quietly, as a shell tool would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: one line, exit 128 + signal (130, 143)
         print(f"fedgmh {args.command}: {getattr(err, 'message', 'interrupted')}", file=sys.stderr)
         return 128 + getattr(err, "signum", signal.SIGINT)

@@ -19,9 +19,10 @@ def _entries(args: argparse.Namespace):
 
 def _cmd_status(args: argparse.Namespace) -> None:
     from fedgmh import campaign_outlook as outlook
-    from fedgmh.campaign import record_problem, running_runs, state
+    from fedgmh.campaign import check_limits, record_problem, running_runs, state
     from fedgmh.report.claim_file import read_claims
 
+    check_limits(args.jobs, None)
     entries = _entries(args)
     base, plan = Path(args.directory), entries[0].plan
     claims = read_claims(base / CLAIMS) if (base / CLAIMS).is_file() else []

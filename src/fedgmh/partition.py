@@ -406,7 +406,7 @@ def _parse_meta(path: Path, raw: np.ndarray | None) -> dict:
     try:
         if raw.dtype.kind not in "US" or raw.ndim != 0:
             raise ValueError(f"a {raw.dtype} array of shape {raw.shape}, not a JSON string")
-        meta = json.loads(str(raw.astype(str)))
+        meta = json.loads(str(raw.astype(str)), parse_constant=_not_finite)
         if not isinstance(meta, dict):
             raise ValueError(f"a JSON {type(meta).__name__}, not an object")
     except ValueError as err:
@@ -419,6 +419,11 @@ def _parse_meta(path: Path, raw: np.ndarray | None) -> dict:
         if key in meta and not isinstance(meta[key], str):
             raise UserError(f"partition file {path} has an invalid meta ({key}={meta[key]!r} is not a string); {_redo(path)}")
     return meta
+
+
+def _not_finite(constant: str) -> None:
+    """json's NaN and Infinity: a meta's numbers go into every run record, whose numbers are finite."""
+    raise ValueError(f"it holds {constant}, not a finite number")
 
 
 def _index_array(path: Path, key: str, values: np.ndarray) -> np.ndarray:

@@ -55,6 +55,8 @@ REQUIRED_FIELDS = ("algorithm", "dataset", "seed", "config", "best_test_acc", "b
 INFINITE_LOSS_OPTIONS = {"test_loss": ("eval_prior", "mask"), "train_loss": ("drop_last", True)}
 #: the one metrics.csv column that may be empty: no sample was trained in that round
 MAY_BE_EMPTY = ("train_loss",)
+#: counts and durations: never below 0
+NON_NEGATIVE = ("bytes_up", "bytes_down", "clients_up", "seconds", "test_samples")
 #: clients.csv's pooled accuracies and the run.json fields they equal (up to float rounding)
 CLIENT_POOLS = {"test_acc_best": "best_test_acc", "test_acc_last": "final_test_acc"}
 POOL_TOLERANCE = 1e-9
@@ -196,6 +198,9 @@ def check_table(path: Path, frame: pd.DataFrame, options: EngineOptions | None =
         if infinite.any() and not (explained and (values[infinite] > 0).all()):
             row = int(infinite.argmax())
             raise UserError(f"{path}: column {column} holds {values[row]} (row {row}); a record's numbers are finite")
+        if column in NON_NEGATIVE and (values < 0).any():
+            row = int((values < 0).argmax())
+            raise UserError(f"{path}: column {column} is {values[row]} in row {row}; it counts, so it is never below 0")
         outside = ~empty & ((values < 0) | (values > 1))
         if is_accuracy(column) and outside.any():
             row = int(outside.argmax())
@@ -224,9 +229,12 @@ def check_numbers(folder: Path, record: dict[str, Any], metrics: pd.DataFrame) -
         raise UserError(f"{metrics_csv} has no rows")
     check_table(metrics_csv, metrics, options)
     expected = [rnd for rnd in range(rounds + 1) if options.evaluates(rnd, rounds)]
-    if metrics["round"].tolist() != expected:
-        raise UserError(f"{metrics_csv} has {_describe_rounds(metrics['round'].tolist())}; its run of {rounds} rounds "
-                        f"(eval_every {options.eval_every}, eval_last {options.eval_last}) evaluates {_describe_rounds(expected)}")
+    found = metrics["round"].tolist()
+    if found != expected:
+        row = next((i for i, (a, b) in enumerate(zip(found, expected)) if a != b), min(len(found), len(expected)))
+        where = f"row {row} is round {found[row] if row < len(found) else '(none)'}, not {expected[row] if row < len(expected) else '(none)'}"
+        raise UserError(f"{metrics_csv} has {_describe_rounds(found)}; its run of {rounds} rounds "
+                        f"(eval_every {options.eval_every}, eval_last {options.eval_last}) evaluates {_describe_rounds(expected)}: {where}")
     derived = results_of(metrics)
     for field in RESULT_FIELDS:
         if field not in record:

@@ -373,7 +373,7 @@ def _serve(command: Callable[[list[str]], int], check: Callable[[list[str]], str
                 last_active = time.monotonic()
             elif time.monotonic() - last_active > idle_timeout_s:
                 break
-            if parent_pid is not None and not _alive(parent_pid):
+            if parent_pid is not None and not alive(parent_pid):
                 break
     finally:
         server.close()
@@ -794,7 +794,7 @@ def _kill(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

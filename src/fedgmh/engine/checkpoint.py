@@ -182,7 +182,8 @@ class Checkpoint:
         except UserError:
             raise
         except Exception as err:  # noqa: BLE001 - any unreadable file gets the same advice
-            raise UserError(f"checkpoint {self.path} is unreadable ({err}); delete it to start the run afresh") from err
+            why = type(err).__name__ + (f": {err}" if str(err) else "")
+            raise UserError(f"checkpoint {self.path} is unreadable ({why}); delete it to start the run afresh") from err
         if not isinstance(snapshot, dict) or "identity" not in snapshot:
             raise UserError(f"checkpoint {self.path} is not a fedgmh checkpoint; delete it to start the run afresh")
         if not same_snapshot_run(snapshot["identity"], self.identity):  # checked before anything is used
