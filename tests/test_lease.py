@@ -278,6 +278,114 @@ def test_collect_refuses_what_is_not_a_lease_brought_back(tmp_path: Path) -> Non
     assert done.returncode == 2 and "records.tar.gz cannot be read" in done.stderr, done.stderr
 
 
+#: a lease.json as fedgmh.lease_device.pack writes it, levers measured
+BROUGHT_BACK = {"levers": {"engine": "e" * 64, "device": "a stand-in", "date": "2026-12-08", "choice": {"conv": "unfold"},
+                           "rates": {"unfold": {"options": {"conv": "unfold"}, "rounds_per_s": 3.0}}, "measured": True},
+                "measured_rate": 2.5, "rate_on_file": {"rate": 1.0}, "runs": {RUNS[0]: "finished", RUNS[1]: "spare"},
+                "dataset": "digits"}
+LEVERS_BEFORE, RATES_BEFORE = '{"device": "before"}\n', "date,device,dataset,setting,runs_at_once,rounds_per_s,useful_share,levers,source\n"
+
+
+def _brought_back(tmp_path: Path, lease: object, snapshots: bytes | None = None) -> tuple[Path, Path]:
+    """A repository root with benchmarks/ and a folder brought back: `lease` as its lease.json (Infinity and
+    NaN as JSON spells them), a records archive and a snapshot piece (`snapshots`, else a whole one)."""
+    import io
+    import tarfile
+
+    root, back = tmp_path / "repo", tmp_path / "back"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "benchmarks" / "levers.json").write_text(LEVERS_BEFORE)
+    (root / "benchmarks" / "gpu_throughput.csv").write_text(RATES_BEFORE)
+    back.mkdir()
+    (back / "lease.json").write_text(json.dumps(lease))
+    for name, member in (("records.tar.gz", f"{RUNS[0]}/run.json"), ("snapshots.tar.00", f"results/lease/runs/{RUNS[1]}/checkpoint.pt")):
+        packed = io.BytesIO()
+        with tarfile.open(fileobj=packed, mode="w:gz" if name.endswith("gz") else "w") as archive:
+            archive.addfile(tarfile.TarInfo(member), io.BytesIO())
+        (back / name).write_bytes(packed.getvalue() if snapshots is None or name.endswith("gz") else snapshots)
+    return root, back
+
+
+def _edited(path: str | tuple[str, ...], value: object) -> dict:
+    """BROUGHT_BACK with the field at `path` (dotted, or its keys) set to `value` (removed when value is ...)."""
+    lease = json.loads(json.dumps(BROUGHT_BACK))
+    *parents, last = path if isinstance(path, tuple) else path.split(".")
+    held = lease
+    for key in parents:
+        held = held[key]
+    if value is ...:
+        del held[last]
+    else:
+        held[last] = value
+    return lease
+
+
+def _unwritten(root: Path) -> None:
+    assert (root / "benchmarks" / "levers.json").read_text() == LEVERS_BEFORE
+    assert (root / "benchmarks" / "gpu_throughput.csv").read_text() == RATES_BEFORE
+    assert not (root / "store").exists() and not (root / "results").exists()
+
+
+@pytest.mark.parametrize(("lease", "error"), [
+    ([], "lease.json is malformed (not a JSON object)"),
+    (_edited("runs", ...), "lease.json is malformed (no runs)"),
+    (_edited("levers", [1]), "lease.json: levers must be an object, not [1]"),
+    (_edited("levers", {"measured": True}), "lease.json: levers measured without levers.engine, levers.device, levers.choice"),
+    (_edited("levers.measured", "yes"), 'lease.json: levers.measured must be true or false, not "yes"'),
+    (_edited("levers.device", 7), "lease.json: levers.device must be a one-line name, not 7"),
+    (_edited("levers.device", "a\nb"), 'lease.json: levers.device must be a one-line name, not "a\\nb"'),
+    (_edited("levers.engine", None), "lease.json: levers.engine must be a one-line name, not null"),
+    (_edited("levers.date", "yesterday"), 'lease.json: levers.date must be a date YYYY-MM-DD, not "yesterday"'),
+    (_edited("levers.choice", {"conv": 1}), "lease.json: levers.choice must be an object of option -> value (text)"),
+    (_edited("levers.rates.unfold.rounds_per_s", float("inf")),
+     "lease.json: levers.rates.unfold.rounds_per_s must be a finite number > 0, not Infinity"),
+    (_edited("measured_rate", float("inf")), "lease.json: measured_rate must be a finite number > 0, not Infinity"),
+    (_edited("measured_rate", float("nan")), "lease.json: measured_rate must be a finite number > 0, not NaN"),
+    (_edited("measured_rate", True), "lease.json: measured_rate must be a finite number > 0, not true"),
+    (_edited("measured_rate", -2.5), "lease.json: measured_rate must be a finite number > 0, not -2.5"),
+    (_edited("measured_rate", "2.5"), 'lease.json: measured_rate must be a finite number > 0, not "2.5"'),
+    (_edited("levers", {}), "lease.json: measured_rate 2.5 without levers.device, the device it was measured on"),
+    (_edited("runs", {RUNS[0]: "spare"}), "lease.json: measured_rate 2.5 with no run but spares to have measured it"),
+    (_edited("runs", [RUNS[0]]), "lease.json: runs must be an object of run -> state"),
+    (_edited(("runs", RUNS[0]), 3), f"lease.json: runs.{RUNS[0]} must be a one-line name, not 3"),
+    (_edited("dataset", ""), 'lease.json: dataset must be a one-line name, not ""'),
+])
+def test_collect_refuses_a_bad_lease_json_in_one_line_before_it_writes_anything(tmp_path: Path, lease: object, error: str) -> None:
+    root, back = _brought_back(tmp_path, lease)
+    done = _fedgmh(root, "lease", "collect", str(back), "--into", "store")
+    assert done.returncode == 2 and error in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    _unwritten(root)
+
+
+def test_collect_writes_nothing_when_a_snapshot_piece_cannot_be_read(tmp_path: Path) -> None:
+    root, back = _brought_back(tmp_path, BROUGHT_BACK, snapshots=b"not an archive")
+    done = _fedgmh(root, "lease", "collect", str(back), "--into", "store")
+    assert done.returncode == 2 and "snapshots.tar cannot be read" in done.stderr, done.stderr
+    _unwritten(root)
+
+
+def test_collect_files_the_levers_and_the_rate_of_a_good_lease_json(tmp_path: Path) -> None:
+    root, back = _brought_back(tmp_path, BROUGHT_BACK)
+    done = _fedgmh(root, "lease", "collect", str(back), "--into", "store")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((root / "benchmarks" / "levers.json").read_text()) == {
+        k: v for k, v in BROUGHT_BACK["levers"].items() if k != "measured"}
+    assert (root / "benchmarks" / "gpu_throughput.csv").read_text() == RATES_BEFORE + (
+        "2026-12-08,a stand-in,digits,\"lease: the campaign's runs, rate after the first minute\",1,2.50,,"
+        '"{""conv"": ""unfold""}",fedgmh lease collect\n')
+    assert (root / "results" / "lease" / "runs" / RUNS[1] / "checkpoint.pt").is_file()
+
+
+@pytest.mark.parametrize("rate", [None, 0])
+def test_collect_files_no_rate_where_the_device_measured_none(tmp_path: Path, rate: object) -> None:
+    """null, or 0 when every run ended before the device measured a round: no row, and no error."""
+    root, back = _brought_back(tmp_path, {**_edited("measured_rate", rate), "levers": {**BROUGHT_BACK["levers"], "measured": False}})
+    done = _fedgmh(root, "lease", "collect", str(back), "--into", "store")
+    assert done.returncode == 0 and "rate: " not in done.stdout, done.stdout + done.stderr
+    assert (root / "benchmarks" / "levers.json").read_text() == LEVERS_BEFORE
+    assert (root / "benchmarks" / "gpu_throughput.csv").read_text() == RATES_BEFORE
+
+
 def _planned_and_printed(root: Path, runs: list[str], settings: list[str], start: str) -> tuple[list, list, dict]:
     """(`fedgmh plan --commands` rows of `runs`, the dry run's shell commands starting with `start`, the env)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
