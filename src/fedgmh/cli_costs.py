@@ -7,9 +7,15 @@ import argparse
 
 def _cmd_costs(args: argparse.Namespace) -> None:
     from fedgmh import costs
+    from fedgmh.errors import UserError
     from fedgmh.io import write_csv, write_text
     from fedgmh.report.cost_tables import costs_latex, costs_line
+    from fedgmh.report.outputs import check_outputs
 
+    repeated = [name for i, name in enumerate(args.dataset) if name in args.dataset[:i]]
+    if repeated:
+        raise UserError(f"--dataset {repeated[0]} is given twice; give each dataset once")
+    check_outputs(args.out, args.tex)
     table = costs.cost_table(args.dataset, labels=args.labels, runs=args.runs or ())
     write_csv(table, args.out)
     if args.tex:
@@ -25,10 +31,12 @@ def write_artifact(inputs, outputs, params) -> str:
     from fedgmh import costs
     from fedgmh.datasets import COST_DATASETS
     from fedgmh.io import write_csv, write_text
-    from fedgmh.report.artifact import every, one
+    from fedgmh.report.artifact import every, need
     from fedgmh.report.cost_tables import costs_latex, costs_line
+    from fedgmh.report.outputs import check_outputs
 
-    out, tex = one(outputs, "csv"), one(outputs, "tex")
+    out, tex = need(outputs, "csv"), need(outputs, "tex")
+    check_outputs(out, tex)
     table = costs.cost_table(list(COST_DATASETS), runs=[os.path.dirname(record) for record in every(inputs, "records")] or ())
     write_csv(table, out)
     write_text(costs_latex(table), tex)

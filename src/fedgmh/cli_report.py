@@ -19,15 +19,36 @@ def _cmd_aggregate(args: argparse.Namespace) -> None:
         print(line)
 
 
-def _paper_rounds(text: str | None) -> dict | None:
+PAPER_EXAMPLE = "e.g. '{\"fedgmh\": [68, 185]}'"
+#: how a message names a JSON value's type
+JSON_KINDS = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
+              type(None): "null"}
+
+
+def _paper_rounds(text: str | None, targets: list[float]) -> dict | None:
+    """--paper: algorithm -> the paper's round to each --target (a number >= 0, or null where it gives none)."""
     import json
+    import math
 
     from fedgmh.errors import UserError
 
+    if not text:
+        return None
     try:
-        return json.loads(text) if text else None
+        paper = json.loads(text)
     except json.JSONDecodeError as err:
-        raise UserError(f"--paper is not JSON ({err}); e.g. '{{\"fedgmh\": [68, 185]}}'") from err
+        raise UserError(f"--paper is not JSON ({err}); {PAPER_EXAMPLE}") from err
+    if not isinstance(paper, dict):
+        raise UserError(f"--paper is {JSON_KINDS[type(paper)]}, not an object of algorithm -> rounds; {PAPER_EXAMPLE}")
+    for algorithm, rounds in paper.items():
+        if not isinstance(rounds, list) or len(rounds) != len(targets):
+            raise UserError(f"--paper {algorithm!r}: give an array of {len(targets)} round(s), one per --target "
+                            f"(null: none), not {json.dumps(rounds)}; {PAPER_EXAMPLE}")
+        for value in rounds:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if value is not None and not (number and math.isfinite(value) and value >= 0):
+                raise UserError(f"--paper {algorithm!r}: {json.dumps(value)} is not a round (a number >= 0, or null)")
+    return paper
 
 
 def _cmd_curves(args: argparse.Namespace) -> None:
@@ -42,7 +63,7 @@ def _cmd_curves(args: argparse.Namespace) -> None:
     overlay = report.read_curves(args.overlay_curves) if args.overlay_curves else None
     if overlay is not None and args.overlay_algorithm:
         overlay = overlay[overlay["algorithm"].isin(args.overlay_algorithm)]
-    marks = Marks(targets=args.target, paper_rounds=_paper_rounds(args.paper) or {}, overlay=overlay,
+    marks = Marks(targets=args.target, paper_rounds=_paper_rounds(args.paper, args.target) or {}, overlay=overlay,
                   overlay_name=args.overlay_name, labels=dict(text.split("=", 1) for text in args.label),
                   reference=read_reference(args.reference) if args.reference else None)
     curves = report.read_curves(args.curves)
@@ -55,7 +76,7 @@ def _cmd_rounds(args: argparse.Namespace) -> None:
     from fedgmh import report
 
     table = report.write_rounds_to_target(args.curves, args.experiment, args.setting, args.target, args.out, out_csv=args.csv,
-                                          paper=_paper_rounds(args.paper), title=args.title)
+                                          paper=_paper_rounds(args.paper, args.target), title=args.title)
     print(f"rounds: {table['algorithm'].nunique()} methods x {len(args.target)} targets -> {args.out}")
 
 
@@ -79,6 +100,7 @@ def _cmd_claims(args: argparse.Namespace) -> None:
 
     if bool(args.official_csv) != bool(args.official_results or args.official_curves):
         raise UserError("--official-csv goes with --official-results / --official-curves (the runs of PFLlib's reading)")
+    _check_datasets(args.unavailable)
     readings = {"paper": (args.results, args.curves)}
     csvs = {"paper": args.csv}
     if args.official_csv:
@@ -88,6 +110,16 @@ def _cmd_claims(args: argparse.Namespace) -> None:
                           costs=args.costs)
     for reading, frame in frames.items():
         print(f"claims, {READING_NAMES[reading]}: {counts_text(frame)} -> {args.out}, {csvs[reading]}")
+
+
+def _check_datasets(names: list[str]) -> None:
+    """--unavailable: known datasets (a misspelt one would leave its claims 'not run' without a word)."""
+    from fedgmh.datasets import DATASETS
+    from fedgmh.errors import UserError, did_you_mean
+
+    for name in names:
+        if name not in DATASETS:
+            raise UserError(f"--unavailable {name!r}: unknown dataset{did_you_mean(name, DATASETS)}; datasets: {', '.join(DATASETS)}")
 
 
 def _cmd_seeds(args: argparse.Namespace) -> None:
@@ -118,7 +150,33 @@ def _cmd_artifact(args: argparse.Namespace) -> None:
         job = json.loads(args.job)
     except json.JSONDecodeError as err:
         raise UserError(f"--job is not JSON ({err})") from err
-    print(declared[args.name].run(job.get("input", {}), job.get("output", {}), job.get("params", {})))
+    inputs, outputs, params = _job_parts(job)
+    print(declared[args.name].run(inputs, outputs, _JobParams(params)))
+
+
+def _job_parts(job) -> tuple[dict, dict, dict]:
+    """--job's input, output (each name -> an array of paths) and params, checked for their types."""
+    from fedgmh.errors import UserError
+
+    if not isinstance(job, dict):
+        raise UserError(f'--job is {JSON_KINDS[type(job)]}, not an object {{"input": {{...}}, "output": {{...}}, "params": {{...}}}}')
+    for key in ("input", "output", "params"):
+        if not isinstance(job.get(key), dict):
+            raise UserError(f"--job's {key!r} is " + (f"{JSON_KINDS[type(job[key])]}, not an object" if key in job else "missing"))
+    for key in ("input", "output"):
+        for name, paths in job[key].items():
+            if not (isinstance(paths, list) and all(isinstance(path, str) for path in paths)):
+                raise UserError(f"--job's {key}.{name} is not an array of paths")
+    return job["input"], job["output"], job["params"]
+
+
+class _JobParams(dict):
+    """--job's params: one the artifact needs but the job lacks is a UserError naming it, not a KeyError."""
+
+    def __missing__(self, key: str):
+        from fedgmh.errors import UserError
+
+        raise UserError(f"--job's params lack {key!r}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

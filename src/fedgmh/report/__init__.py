@@ -7,6 +7,7 @@ Modules (libraries; `artifact` and `artifacts/` declare the workflow's tables an
 calling them), in import order (no circle):
 
 - `parsing`: parsing, ordering and comparing values (shared helpers).
+- `outputs`: a command's output files, checked before any of them is written.
 - `labels`: dataset names and order, result columns, swept dimensions, number formatting
   (algorithm names and order: the algorithm cards, `fedgmh.cards`).
 - `paper`: the paper's protocol and its numbers (the reference CSV).

@@ -156,6 +156,16 @@ def one(files: Files, name: str) -> str | None:
     return paths[0] if paths else None
 
 
+def need(files: Files, name: str) -> str:
+    """The one path of a named input or output the artifact cannot do without: a UserError when the job has none."""
+    from fedgmh.errors import UserError
+
+    path = one(files, name)
+    if path is None:
+        raise UserError(f"--job gives no {name!r} path")
+    return path
+
+
 def every(files: Files, name: str) -> list[str]:
     """The paths of a named input or output, [] when it has none."""
     return list(files.get(name) or [])

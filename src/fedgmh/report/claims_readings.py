@@ -19,6 +19,7 @@ from fedgmh.filing import parse_setting_id
 from fedgmh.io import write_csv, write_text
 from fedgmh.report import claims as kinds
 from fedgmh.report.claim_file import Claim, read_claims
+from fedgmh.report.outputs import check_outputs
 from fedgmh.report.claims_report import (
     READING_NAMES, UNAVAILABLE, Runs, counts_text, evaluate_claims, read_frames,
 )
@@ -154,6 +155,7 @@ def write_claims(claims_path: Path | str, readings: dict[str, tuple[Sequence[Pat
                  costs: Path | str | None = None) -> dict[str, pd.DataFrame]:
     """`readings`: reading -> (results CSVs, curves CSVs); `out_csvs`: reading -> its claims.csv; `costs`:
     costs.csv of `fedgmh costs` (the cost claims: not run without it)."""
+    check_outputs(out_md, *out_csvs.values())
     claims = read_claims(claims_path)
     cost_table = read_costs(costs) if costs else None
     runs = {reading: Runs(read_frames(results, read_results), read_frames(curves, read_curves), costs=cost_table)

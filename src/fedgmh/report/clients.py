@@ -16,6 +16,7 @@ import pandas as pd
 
 from fedgmh.errors import UserError
 from fedgmh.report.figures import save_figure
+from fedgmh.report.outputs import check_figure_outputs
 from fedgmh.report.titles import setting_title
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
@@ -79,6 +80,7 @@ def plot_client_accuracy(results: pd.DataFrame, out: Path | str, png: Path | str
 
     if round_ not in ROUNDS:
         raise UserError(f"round {round_!r} is not one of {', '.join(ROUNDS)}")
+    check_figure_outputs(out, png, csv)
     clients, missing = client_results(results, experiment)
     if csv:
         from fedgmh.io import write_csv

@@ -37,6 +37,7 @@ from fedgmh.errors import UserError
 from fedgmh.io import write_csv, write_text
 from fedgmh.report.comparison_text import comparison_latex, comparison_markdown
 from fedgmh.report.labels import OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
+from fedgmh.report.outputs import check_outputs
 from fedgmh.report.paper import (
     PAPER_ACCURACY, PAPER_SEEDS, PAPER_STD_DDOF, REFERENCE_DIMS, check_reference, read_reference, reference_cell, reference_dataset,
 )
@@ -243,6 +244,7 @@ def write_comparison(results_paths: Sequence[Path | str], reference_path: Path |
     check_reading(reading)
     if out_other_csv and not other_paths:
         raise UserError("--other-csv needs --other (the other documents' reference values)")
+    check_outputs(out_md, out_tex, out_csv, out_other_csv)
     reference = read_reference(reference_path)
     cells, experiments, all_results = _cells_of(results_paths)
     comparison = compare_with_paper(cells, reference, margin=margin, alpha=alpha, reading=reading)

@@ -18,6 +18,7 @@ from fedgmh.errors import UserError
 from fedgmh.filing import parse_setting_id
 from fedgmh.io import write_csv, write_text
 from fedgmh.cards import algorithm_name
+from fedgmh.report.outputs import check_outputs
 from fedgmh.report.settings import setting_label
 
 BASELINE = "fedavg"
@@ -89,6 +90,7 @@ def _markdown(summary: pd.DataFrame, title: str) -> str:
 
 
 def write_control_summary(results_path: Path, stats_paths: list[Path], out_md: Path, out_csv: Path, title: str) -> pd.DataFrame:
+    check_outputs(out_csv, out_md)
     summary = control_summary(pd.read_csv(results_path), stats_paths)
     write_csv(summary, out_csv)
     write_text(_markdown(summary, title), out_md)

@@ -16,15 +16,18 @@ from fedgmh.cards import algorithm_order
 from fedgmh.report.labels import DATASET_ORDER
 from fedgmh.report.marks import (FINAL_STYLE, PAPER_STYLE, Marks, draw_overlay, draw_paper_finals, draw_paper_rounds, draw_targets,
                                  overlay_stats, paper_finals)
+from fedgmh.report.outputs import check_figure_outputs, figure_format
 from fedgmh.report.style import HIGHLIGHT, method_style, use_agg
-from fedgmh.report.parsing import order_key
+from fedgmh.report.parsing import check_targets, order_key
 from fedgmh.report.titles import setting_title
 
 
 def save_figure(fig, out: Path | str, png: Path | str | None = None) -> None:
-    """Write the figure (format from the suffix) and the PNG, each atomically, legend included."""
+    """Write the figure (format from the suffix) and the PNG, each atomically, legend included; both are
+    checked before either is written."""
+    check_figure_outputs(out, png)
     for path in [Path(out)] + ([Path(png)] if png else []):
-        kind = path.suffix.lstrip(".").lower() or "pdf"
+        kind = figure_format(path)
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=kind, dpi=150, bbox_inches="tight", metadata=FIGURE_NO_DATE.get(kind))
 
@@ -144,6 +147,7 @@ def plot_curves(curves: pd.DataFrame, out: Path | str, png: Path | str | None = 
 
     plt = use_agg()
     marks = marks or Marks()
+    check_targets(marks.targets)
     frame = _select(curves, settings, experiment, algorithms).assign(acc=lambda f: 100.0 * f["test_acc"])
     order = sorted(set(frame["algorithm"]), key=order_key(algorithm_order()))
     ds_key = order_key(DATASET_ORDER)

@@ -17,6 +17,7 @@ import pandas as pd
 from fedgmh.errors import UserError
 from fedgmh.io import write_csv
 from fedgmh.report.figures import save_figure
+from fedgmh.report.outputs import check_figure_outputs
 from fedgmh.report.titles import setting_title
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.style import use_agg
@@ -87,6 +88,7 @@ def plot_layer_weights(results: pd.DataFrame, experiment: str, setting: str, alg
     """One heat-map per (algorithm, layer): rows = algorithms, columns = layers (or only `layer`),
     all on one colour scale from 0 (one colour bar), so that panels compare. Returns the
     (algorithm, layer) panels drawn."""
+    check_figure_outputs(out, png, csv)
     runs = select_runs(results, experiment, setting, algorithms, seed)
     weights = {algorithm: read_layer_weights(run_dir) for algorithm, run_dir in runs.items()}
     if layer is not None:

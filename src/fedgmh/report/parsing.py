@@ -73,6 +73,15 @@ def is_percent_target(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 100
 
 
+def check_targets(targets: Sequence[Any]) -> None:
+    """Raise UserError unless `targets` are target accuracies in percent (`is_percent_target`), each given once."""
+    for i, target in enumerate(targets):
+        if not is_percent_target(target):
+            raise UserError(f"target accuracy {target} is not a percentage in (0, 100]")
+        if target in targets[:i]:
+            raise UserError(f"target accuracy {target:g} is given twice; give each target once")
+
+
 def norm_name(text: Any) -> str:
     """Lower case, letters and digits only: 'LG-FedAvg' and 'lgfedavg' match."""
     return "".join(ch for ch in str(text).lower() if ch.isalnum())

@@ -26,6 +26,7 @@ from fedgmh.report.labels import (
     ADAPTATION_COLUMNS, BASE_COLUMNS, PARTITION_FIELDS, REPORTED_OPTIONS, RESULT_COLUMNS,
 )
 from fedgmh.filing import assign_setting_ids, base_id, parse_setting_id
+from fedgmh.report.outputs import check_outputs
 from fedgmh.report.parsing import jsonable, parse_options
 from fedgmh.runspec import EXECUTION_OPTIONS
 
@@ -177,6 +178,8 @@ def aggregate_runs(run_dirs: Sequence[Path | str], experiment: str | None = None
         raise UserError("no run directories given")
     if best_of_last is not None and best_of_last < 1:
         raise UserError(f"--best-of-last {best_of_last}: give a number of rounds >= 1")
+    if default_clients is not None and default_clients < 1:
+        raise UserError(f"--clients {default_clients}: give a number of clients >= 1")
     if variants is not None and len(variants) != len(run_dirs):
         raise UserError(f"{len(variants)} variant names for {len(run_dirs)} run directories; give one per run")
     rows, curves = [], []
@@ -292,6 +295,7 @@ def write_aggregate(run_dirs: Sequence[Path | str], out: Path | str, curves_out:
                     experiment: str | None = None, variants: Sequence[str] | None = None,
                     default_clients: int | None = None, preset_evaluation: bool = False,
                     best_of_last: int | None = None) -> pd.DataFrame:
+    check_outputs(out, curves_out)
     results, curves = aggregate_runs(run_dirs, experiment=experiment, variants=variants, default_clients=default_clients,
                                      preset_evaluation=preset_evaluation, best_of_last=best_of_last)
     write_csv(results, out)

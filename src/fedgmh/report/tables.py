@@ -20,6 +20,7 @@ from fedgmh.io import write_csv, write_text
 from fedgmh.report.compare import attach_reference
 from fedgmh.report.latex import latex_table
 from fedgmh.report.labels import DATASET_ORDER, OPTION_LABELS, STD_DDOF, SWEEP_DIMS, format_number
+from fedgmh.report.outputs import check_outputs
 from fedgmh.report.paper import PAPER_SEEDS, read_reference
 from fedgmh.report.runs import read_results
 from fedgmh.filing import assignment_of
@@ -166,6 +167,7 @@ def write_table(results_path: Path | str, experiment: str, out_tex: Path | str, 
                 cells_csv: Path | str | None = None, title: str | None = None, reference_path: Path | str | None = None,
                 accuracy: str = DEFAULT_ACCURACY, beside_tex: Path | str | None = None) -> dict[str, Any]:
     """`make_table` of a results CSV, written as LaTeX (+ CSV, cells CSV, the table beside the paper's)."""
+    check_outputs(out_tex, out_csv, cells_csv, beside_tex)
     results = read_results(results_path)
     reference = read_reference(reference_path) if reference_path else None
     table = make_table(results, experiment, title=title, reference=reference, accuracy=accuracy)

@@ -40,7 +40,8 @@ from fedgmh.report.latex import latex_table
 from fedgmh.cards import algorithm_name, algorithm_order
 from fedgmh.report.labels import format_number
 from fedgmh.report.runs import read_curves
-from fedgmh.report.parsing import is_percent_target, order_key
+from fedgmh.report.outputs import check_outputs
+from fedgmh.report.parsing import check_targets, order_key
 
 NOT_REACHED = "not reached"
 NEVER = "–"
@@ -61,9 +62,7 @@ def target_cell(curves: pd.DataFrame, experiment: str, setting: str, targets: Se
     (one value per target, per algorithm): UserError naming what is wrong."""
     if not targets:
         raise UserError("no target accuracy given")
-    for target in targets:
-        if not is_percent_target(target):
-            raise UserError(f"target accuracy {target} is not a percentage in (0, 100]")
+    check_targets(targets)
     frame = curves[(curves["experiment"] == experiment) & (curves["setting"] == setting)]
     if frame.empty:
         present = sorted(set(curves.loc[curves["experiment"] == experiment, "setting"]))
@@ -195,6 +194,7 @@ def rounds_latex(table: pd.DataFrame, title: str = "Rounds to target") -> str:
 def write_rounds_to_target(curves_path: Path | str, experiment: str, setting: str, targets: Sequence[float], out_tex: Path | str,
                            out_csv: Path | str | None = None, paper: Paper | None = None,
                            title: str = "Rounds to target") -> pd.DataFrame:
+    check_outputs(out_tex, out_csv)
     table = rounds_to_target(read_curves(curves_path), experiment, setting, targets, paper=paper)
     return _write(table, _rounds_wide(table, short=False), rounds_latex(table, title), out_tex, out_csv)
 
@@ -281,5 +281,6 @@ def uploads_latex(table: pd.DataFrame, title: str = "Client uploads to target") 
 def write_uploads_to_target(curves_path: Path | str, experiment: str, setting: str, targets: Sequence[float], out_tex: Path | str,
                             out_csv: Path | str | None = None, metric: str = DEFAULT_METRIC, paper: Paper | None = None,
                             title: str = "Client uploads to target") -> pd.DataFrame:
+    check_outputs(out_tex, out_csv)
     table = uploads_to_target(read_curves(curves_path), experiment, setting, targets, metric=metric, paper=paper)
     return _write(table, _uploads_wide(table), uploads_latex(table, title), out_tex, out_csv)

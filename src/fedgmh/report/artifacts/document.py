@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from fedgmh.report.artifact import Artifact, Output, aggregated, every, one, title
+from fedgmh.report.artifact import Artifact, Output, aggregated, every, need, one, title
 
 
 def _document_files(plan, kind: str) -> list[str]:
@@ -38,7 +38,7 @@ def _params(plan, _) -> dict:
 def _write(inputs, outputs, params) -> str:
     from fedgmh.report.document import build_document, compile_pdf
 
-    out, pdf = one(outputs, "tex"), one(outputs, "pdf")
+    out, pdf = need(outputs, "tex"), one(outputs, "pdf")
     results, tables, figures = every(inputs, "results"), every(inputs, "tables"), every(inputs, "figures")
     build_document(out, params["title"], results, titles=params["titles"], reference=one(inputs, "reference"), accuracy=params["accuracy"],
                    inputs=tables, figures=[(path, params["captions"].get(os.path.splitext(os.path.basename(path))[0], "")) for path in figures],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import functools
 
-from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, one, switched_on, title
+from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, need, one, switched_on, title
 from fedgmh.errors import ConfigError
 from fedgmh.report.artifacts.tables import check_experiment_setting, target_numbers
 
@@ -33,10 +33,10 @@ def _write_curves(inputs, outputs, params) -> str:
     from fedgmh import report
     from fedgmh.report.marks import Marks
 
-    out, png = one(outputs, "pdf"), one(outputs, "png")
+    out, png = need(outputs, "pdf"), one(outputs, "png")
     marks = Marks(targets=params["targets"], paper_rounds=params["paper"], overlay=None, overlay_name="other reading", labels={},
                   reference=None)
-    panels = report.plot_curves(report.read_curves(one(inputs, "curves")), out, png=png, settings=[params["setting"]],
+    panels = report.plot_curves(report.read_curves(need(inputs, "curves")), out, png=png, settings=[params["setting"]],
                                 experiment=params["experiment"], algorithms=params["algorithms"], title=params["title"], marks=marks)
     return f"curves: {len(panels)} panel(s) ({', '.join(panels)}) -> {out}, {png}"
 
@@ -98,8 +98,8 @@ def _write_dots(inputs, outputs, params) -> str:
     from fedgmh.report.summary import summarize
     from fedgmh.report.sweeps import plot_sweep, swept_parameter
 
-    experiment, accuracy, out = params["experiment"], params["accuracy"], one(outputs, "pdf")
-    results, reference = report.read_results(one(inputs, "results")), read_reference(one(inputs, "reference"))
+    experiment, accuracy, out = params["experiment"], params["accuracy"], need(outputs, "pdf")
+    results, reference = report.read_results(need(inputs, "results")), read_reference(need(inputs, "reference"))
     cells, dims = summarize(results, experiment, accuracy)
     draw = plot_sweep if swept_parameter(dims, cells) else plot_final_accuracy
     matched = draw(results, reference, experiment, out, png=one(outputs, "png"), accuracy=accuracy, title=params["title"])
@@ -130,8 +130,8 @@ def _write_clients(inputs, outputs, params) -> str:
     from fedgmh import report
     from fedgmh.report.clients import plot_client_accuracy
 
-    out = one(outputs, "pdf")
-    drawn, missing = plot_client_accuracy(report.read_results(one(inputs, "results")), out, png=one(outputs, "png"),
+    out = need(outputs, "pdf")
+    drawn, missing = plot_client_accuracy(report.read_results(need(inputs, "results")), out, png=one(outputs, "png"),
                                           csv=one(outputs, "csv"), experiment=params["experiment"], round_=params["round"],
                                           title=params["title"])
     return f"clients: per-client accuracy of {drawn} runs ({missing} without clients.csv) -> {out}"
@@ -164,8 +164,8 @@ def _write_layer_weights(inputs, outputs, params) -> str:
     from fedgmh import report
     from fedgmh.report.layer_weights import plot_layer_weights
 
-    out, png = one(outputs, "pdf"), one(outputs, "png")
-    panels = plot_layer_weights(report.read_results(one(inputs, "results")), params["experiment"], params["setting"], params["algorithms"],
+    out, png = need(outputs, "pdf"), one(outputs, "png")
+    panels = plot_layer_weights(report.read_results(need(inputs, "results")), params["experiment"], params["setting"], params["algorithms"],
                                 out, png=png, csv=one(outputs, "csv"), layer=params["layer"], seed=params["seed"], title=params["title"])
     return f"layer-weights: {len(panels)} heat-map(s) -> {out}, {png}"
 

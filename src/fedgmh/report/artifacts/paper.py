@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from fedgmh.errors import ConfigError, UserError
-from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, every, official, one, switched_on
+from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, every, need, official, one, switched_on
 
 
 def _entry(caption: str, category: str, file: str) -> Entry:
@@ -19,8 +19,8 @@ def _write_comparison(inputs, outputs, params) -> str:
     from fedgmh import report
     from fedgmh.report.compare import STATUSES
 
-    out, other = one(outputs, "md"), every(inputs, "other")
-    comparison = report.write_comparison(every(inputs, "results"), one(inputs, "reference"), out, out_tex=one(outputs, "tex"),
+    out, other = need(outputs, "md"), every(inputs, "other")
+    comparison = report.write_comparison(every(inputs, "results"), need(inputs, "reference"), out, out_tex=one(outputs, "tex"),
                                          out_csv=one(outputs, "csv"), reading="paper", other_paths=other,
                                          out_other_csv=one(outputs, "other"), margin=params["margin"], alpha=params["alpha"])
     counts = comparison["status"].value_counts()
@@ -55,12 +55,12 @@ def _write_claims(inputs, outputs, params) -> str:
     from fedgmh.report.claims_readings import write_claims
     from fedgmh.report.claims_report import READING_NAMES, counts_text
 
-    out = one(outputs, "md")
-    readings, csvs = {"paper": (every(inputs, "results"), every(inputs, "curves"))}, {"paper": one(outputs, "csv")}
+    out = need(outputs, "md")
+    readings, csvs = {"paper": (every(inputs, "results"), every(inputs, "curves"))}, {"paper": need(outputs, "csv")}
     if one(outputs, "official_csv"):
         readings["official"] = (every(inputs, "official_results"), every(inputs, "official_curves"))
         csvs["official"] = one(outputs, "official_csv")
-    frames = write_claims(one(inputs, "claims"), readings, out, csvs, title=params["title"], datasets_unavailable=[],
+    frames = write_claims(need(inputs, "claims"), readings, out, csvs, title=params["title"], datasets_unavailable=[],
                           costs=one(inputs, "costs"))
     return "\n".join(f"claims, {READING_NAMES[reading]}: {counts_text(frame)} -> {out}, {csvs[reading]}"
                      for reading, frame in frames.items())

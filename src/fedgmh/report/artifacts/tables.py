@@ -6,7 +6,7 @@ from typing import Any
 
 from fedgmh.errors import ConfigError
 from fedgmh.filing import format_number
-from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, every, one, switched_on, title
+from fedgmh.report.artifact import Artifact, Entry, Output, aggregated, every, need, one, switched_on, title
 
 
 def _table_entry(caption: str, subcategory: str, table: str, form: str) -> Entry:
@@ -16,8 +16,8 @@ def _table_entry(caption: str, subcategory: str, table: str, form: str) -> Entry
 def _write_table(inputs, outputs, params) -> str:
     from fedgmh import report
 
-    out = one(outputs, "tex")
-    table = report.write_table(one(inputs, "results"), params["experiment"], out, out_csv=one(outputs, "csv"),
+    out = need(outputs, "tex")
+    table = report.write_table(need(inputs, "results"), params["experiment"], out, out_csv=one(outputs, "csv"),
                                cells_csv=one(outputs, "cells"), title=params["title"], reference_path=one(inputs, "reference"),
                                accuracy=params["accuracy"])
     cells = table["cells"]
@@ -88,8 +88,8 @@ def check_experiment_setting(plan, name: str) -> None:
 def _write_rounds(inputs, outputs, params) -> str:
     from fedgmh import report
 
-    out = one(outputs, "tex")
-    table = report.write_rounds_to_target(one(inputs, "curves"), params["experiment"], params["setting"], params["targets"], out,
+    out = need(outputs, "tex")
+    table = report.write_rounds_to_target(need(inputs, "curves"), params["experiment"], params["setting"], params["targets"], out,
                                           out_csv=one(outputs, "csv"), paper=params["paper"], title="Rounds to target")
     return f"rounds: {table['algorithm'].nunique()} methods x {len(params['targets'])} targets -> {out}"
 
@@ -120,8 +120,8 @@ ROUNDS_TO_TARGET = Artifact(
 def _write_uploads(inputs, outputs, params) -> str:
     from fedgmh.report.to_target import write_uploads_to_target
 
-    out = one(outputs, "tex")
-    table = write_uploads_to_target(one(inputs, "curves"), params["experiment"], params["setting"], params["targets"], out,
+    out = need(outputs, "tex")
+    table = write_uploads_to_target(need(inputs, "curves"), params["experiment"], params["setting"], params["targets"], out,
                                     out_csv=one(outputs, "csv"), metric=params["metric"], paper=params["paper"], title=params["title"])
     return f"uploads: {table['algorithm'].nunique()} methods x {len(params['targets'])} targets -> {out}"
 
@@ -172,9 +172,9 @@ def _write_controls(inputs, outputs, params) -> str:
 
     from fedgmh.report.controls import write_control_summary
 
-    out = one(outputs, "md")
-    summary = write_control_summary(Path(one(inputs, "results")), [Path(p) for p in every(inputs, "stats")], Path(out),
-                                    Path(one(outputs, "csv")), params["title"])
+    out = need(outputs, "md")
+    summary = write_control_summary(Path(need(inputs, "results")), [Path(p) for p in every(inputs, "stats")], Path(out),
+                                    Path(need(outputs, "csv")), params["title"])
     return f"controls: {summary['method'].nunique()} methods x {summary['setting'].nunique()} settings -> {out}"
 
 
