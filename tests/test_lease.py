@@ -436,3 +436,17 @@ def test_every_run_the_device_starts_at_once_has_a_gpu_slot_of_its_own() -> None
     assert words[words.index("--device") + 1] == "cuda:auto"
     assert int(words[words.index("--jobs-per-gpu") + 1]) >= MAX_AT_ONCE
     assert lease_overrides(["device=cpu", "jobs_per_gpu=2"]) == ["device=cpu", "jobs_per_gpu=2"]
+
+
+def test_a_partition_that_cannot_be_drawn_names_the_log_that_says_why(tmp_path: Path) -> None:
+    """The failure came as Snakemake's last lines; the download's own log, which says why, went unnamed."""
+    from types import SimpleNamespace
+
+    from fedgmh.errors import UserError
+    from fedgmh.lease import _draw_partitions
+
+    (tmp_path / "Snakefile").write_text('rule draw:\n    output: "parts/p.npz"\n    log: "logs/draw.log"\n'
+                                        '    shell: "echo no mirror > {log}; exit 1"\n')
+    (tmp_path / "c.yaml").write_text("{}\n")
+    with pytest.raises(UserError, match=r"drawing the partitions parts/p.npz failed \(see logs/draw.log\): "):
+        _draw_partitions([SimpleNamespace(partition="parts/p.npz")], "c.yaml", [], tmp_path)

@@ -28,6 +28,7 @@ import json
 import lzma
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -179,11 +180,14 @@ def _draw_partitions(entries: list[Entry], config: str, overrides: list[str], ba
     if not wanted:
         return
     overrides = [item for item in overrides if not item.startswith("device=")] + ["device=cpu"]  # drawn here, no GPU
-    done = subprocess.run([sys.executable, "-m", "snakemake", *wanted, "--configfile", config, "--cores", "1", "--quiet",
+    done = subprocess.run([sys.executable, "-m", "snakemake", *wanted, "--configfile", config, "--cores", "1",
                            *(["--config", *overrides] if overrides else [])], cwd=base, capture_output=True, text=True)
     if done.returncode != 0:
-        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
-        raise UserError(f"drawing the partitions {', '.join(wanted)} failed: {tail}")
+        output = done.stdout + done.stderr
+        logs = sorted(set(re.findall(r"log: (\S+) \(check log", output)))  # Snakemake names the failed jobs' logs
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        raise UserError(f"drawing the partitions {', '.join(wanted)} failed" + (f" (see {', '.join(logs)})" if logs else "")
+                        + f": {tail}")
 
 
 def _dataset_files(entries: list[Entry], base: Path) -> list[Path]:
