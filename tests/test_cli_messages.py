@@ -152,3 +152,13 @@ def test_the_list_syntax_works_for_fedgmh_plan(capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     assert main(["plan", "--configfile", "config/smoke.yaml", "--config", "seeds=[0,1,2]"]) == 0
     assert "plan smoke:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "words"), [(["train", "--rounds", "abc"], "fedgmh train: error: argument --rounds: invalid int value"),
+                                             (["nothing"], "fedgmh: error: argument command: invalid choice: 'nothing'"),
+                                             (["store"], "fedgmh store: error: the following arguments are required: verb")])
+def test_a_usage_error_is_one_line_naming_help(capsys, argv, words):
+    """argparse printed its usage block (4 to 10 lines) before the error."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(words) and "--help` lists the arguments" in err, err

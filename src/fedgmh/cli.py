@@ -249,7 +249,7 @@ def group_runs(path: Path) -> list[argparse.Namespace]:
             continue
         said = io.StringIO()
         try:
-            with contextlib.redirect_stderr(said):
+            with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):  # `--help` too: its last line
                 runs.append(parser.parse_args(["train", *shlex.split(line)]))
         except (SystemExit, ValueError):
             told = said.getvalue().strip().splitlines()
@@ -327,6 +327,14 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """A usage error is one line naming `--help`, not the usage block and then the error (subcommands'
+    parsers are of the same class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the arguments)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     import dataclasses
 
@@ -336,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fedgmh.datasets import DATASETS
     from fedgmh.warm import IDLE_TIMEOUT_S
 
-    parser = argparse.ArgumentParser(prog="fedgmh", description=__doc__.splitlines()[0])
+    parser = OneLineErrors(prog="fedgmh", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=_Version, help="print the version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     algorithms, datasets = algorithm_names(), list(DATASETS)
