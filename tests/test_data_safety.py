@@ -208,6 +208,7 @@ def test_dataset_of_another_name_is_not_taken(fresh_digits: Path, tmp_path: Path
         (lambda a: {"meta": _meta(a, num_clients=7)}, "6 clients but its meta says 7"),
         (lambda a: {"meta": _meta(a, alpha=float("nan"))}, "invalid meta (it holds NaN, not a finite number)"),
         (lambda a: {"meta": _meta(a, train_ratio=float("inf"))}, "invalid meta (it holds Infinity, not a finite number)"),
+        (lambda a: {"meta": np.array(str(a["meta"])[:-1] + ', "alpha": 1e999}')}, "invalid meta (it holds 1e999, not a finite number)"),
     ],
 )
 def test_invalid_partition_files_are_rejected_with_a_message(prepared, tmp_path: Path, change, match) -> None:

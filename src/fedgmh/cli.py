@@ -279,12 +279,10 @@ def _cmd_train_group(args: argparse.Namespace) -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> None:
-    import math
-
     from fedgmh import warm
 
-    if not (math.isfinite(args.idle_timeout) and args.idle_timeout > 0):
-        raise UserError(f"--idle-timeout {args.idle_timeout}: a number of seconds above 0")
+    if not args.idle_timeout > 0:  # NaN too; inf: no idle stop
+        raise UserError(f"--idle-timeout {args.idle_timeout}: a number of seconds above 0 (inf: never)")
     if args.parent is not None and (args.parent < 1 or not warm.alive(args.parent)):
         raise UserError(f"--parent {args.parent}: no such process (the server would stop at once)")
     warm.serve(lambda argv: main(argv, warm=False), served_train_problem, args.socket, args.idle_timeout, args.parent)
@@ -566,8 +564,9 @@ def main(argv: list[str] | None = None, *, warm: bool = True) -> int:
         with _signals_interrupt():
             args.func(args)
     except BrokenPipeError as err:
-        if err.filename is not None:
-            raise
+        if err.filename is not None:  # a named file: an error as any other
+            print(f"fedgmh {args.command}: error: {error_line(err)}", file=sys.stderr)
+            return 2
         # the reader of our output is gone (`fedgmh plan --list | head`): stop quietly, as a shell tool would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -406,7 +407,7 @@ def _parse_meta(path: Path, raw: np.ndarray | None) -> dict:
     try:
         if raw.dtype.kind not in "US" or raw.ndim != 0:
             raise ValueError(f"a {raw.dtype} array of shape {raw.shape}, not a JSON string")
-        meta = json.loads(str(raw.astype(str)), parse_constant=_not_finite)
+        meta = json.loads(str(raw.astype(str)), parse_constant=_not_finite, parse_float=_finite)
         if not isinstance(meta, dict):
             raise ValueError(f"a JSON {type(meta).__name__}, not an object")
     except ValueError as err:
@@ -424,6 +425,14 @@ def _parse_meta(path: Path, raw: np.ndarray | None) -> dict:
 def _not_finite(constant: str) -> None:
     """json's NaN and Infinity: a meta's numbers go into every run record, whose numbers are finite."""
     raise ValueError(f"it holds {constant}, not a finite number")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a float; one too large for a float (1e999) is refused as Infinity is."""
+    value = float(text)
+    if not math.isfinite(value):
+        _not_finite(text)
+    return value
 
 
 def _index_array(path: Path, key: str, values: np.ndarray) -> np.ndarray:

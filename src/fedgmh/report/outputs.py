@@ -17,7 +17,7 @@ def check_outputs(*paths: Path | str | None) -> None:
     for i, path in enumerate(given):
         if path.is_dir():
             raise UserError(f"output {path} is a folder; give a file name")
-        if path.absolute() in {other.absolute() for other in given[:i]}:
+        if path.resolve() in {other.resolve() for other in given[:i]}:
             raise UserError(f"output {path} is named twice; give each output its own file")
         check_writable_folder(path.parent, f"output {path}: folder")
 
